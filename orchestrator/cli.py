@@ -1,0 +1,335 @@
+"""Command line: validate, run, trace, serve, cache."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import DatasetError, GraphError, RunFolderError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Run LLM-judge evaluation protocols (graph files) against a vLLM server.",
+)
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def _parse_params(items: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            _fail(f"--param takes key=value, got '{item}'")
+        try:
+            params[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            params[key] = raw
+    return params
+
+
+@app.command()
+def validate(graph: Annotated[Path, typer.Argument(help="Graph file (YAML).")]) -> None:
+    """Check a graph file without sending a request; exit 1 listing every problem."""
+    from .compile import compile_graph
+
+    try:
+        compiled = compile_graph(graph)
+    except GraphError as exc:
+        for problem in exc.problems:
+            err.print(f"[red]✗[/] {problem}")
+        err.print(f"{len(exc.problems)} problem(s) in {graph}")
+        raise typer.Exit(1) from None
+    llm = sum(n.is_llm for n in compiled.nodes.values())
+    console.print(
+        f"[green]✓[/] {graph}: graph '{compiled.name}' is valid — {len(compiled.nodes)} nodes "
+        f"({llm} LLM), order: {' → '.join(compiled.order)}; hash {compiled.content_hash}"
+    )
+
+
+@app.command()
+def run(
+    graph: Annotated[Path, typer.Argument(help="Graph file (YAML).")],
+    data: Annotated[Path, typer.Option("--data", "-d", help="Dataset (.jsonl or .csv).")],
+    out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<graph>).")] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            help="OpenAI-compatible server, e.g. http://gpu:8000/v1. "
+            "Default: the embedded vLLM CPU server."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model name (default: the server's first).")
+    ] = None,
+    api_key: Annotated[
+        str,
+        typer.Option(
+            envvar="OPENAI_API_KEY", show_default=False, help="API key (env OPENAI_API_KEY)."
+        ),
+    ] = "EMPTY",
+    concurrency: Annotated[int, typer.Option(help="In-flight requests per server.")] = 64,
+    limit: Annotated[int | None, typer.Option(help="Run only the first N rows.")] = None,
+    cache: Annotated[Path | None, typer.Option(help="Response cache file.")] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Do not read or write the cache.")
+    ] = False,
+    refresh: Annotated[bool, typer.Option(help="Ignore cached replies (still store new).")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace a run folder of another run.")] = False,
+    structured: Annotated[
+        str, typer.Option(help="auto (canary decides) | server | prompt.")
+    ] = "auto",
+    param: Annotated[
+        list[str] | None, typer.Option(help="Override a graph param: key=value.")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
+    port: Annotated[int | None, typer.Option(help="Port of the embedded server.")] = None,
+) -> None:
+    """Run a graph over a dataset into a run folder; re-running the same command resumes."""
+    from . import embedded
+    from .client import ServerError
+    from .compile import compile_graph
+    from .runner import RunConfig, execute
+
+    if structured not in ("auto", "server", "prompt"):
+        _fail("--structured must be auto, server or prompt")
+    try:
+        compiled = compile_graph(graph)
+    except GraphError as exc:
+        for problem in exc.problems:
+            err.print(f"[red]✗[/] {problem}")
+        raise typer.Exit(1) from None
+    out = out or Path("runs") / graph.stem
+    server = None
+    needs_llm = any(n.is_llm for n in compiled.nodes.values())
+    if base_url is None and needs_llm:
+        embedded_port = port or embedded.DEFAULT_PORT
+        base_url = embedded.find_running(embedded_port)
+        if base_url:
+            console.print(f"Using the embedded vLLM server already running at {base_url}.")
+        else:
+            console.print(
+                "No --base-url given and no embedded server running: starting the embedded "
+                f"vLLM CPU server on port {embedded_port} for this run (stopped afterwards)."
+            )
+            try:
+                server = embedded.start_server(port=embedded_port, log=console.print)
+            except embedded.EmbeddedServerError as exc:
+                _fail(str(exc))
+            assert server is not None
+            base_url = server.base_url
+    config = RunConfig(
+        graph=graph,
+        data=data,
+        out=out,
+        base_url=base_url or "http://127.0.0.1:8000/v1",
+        model=model,
+        api_key=api_key,
+        concurrency=concurrency,
+        limit=limit,
+        cache=cache,
+        use_cache=not no_cache,
+        refresh=refresh,
+        overwrite=overwrite,
+        structured=structured,  # type: ignore[arg-type]
+        params=_parse_params(param or []),
+        timeout=timeout,
+    )
+    try:
+        outcome = asyncio.run(execute(config, console))
+    except (GraphError, DatasetError, RunFolderError, ServerError) as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        err.print(
+            f"Interrupted. Finished examples are saved; re-run the same command to resume ({out})."
+        )
+        raise typer.Exit(130) from None
+    finally:
+        if server is not None:
+            console.print("Stopping the embedded server.")
+            server.stop()
+    _print_summary(outcome.manifest, outcome.folder)
+    if outcome.manifest["counts"]["examples_failed"]:
+        raise typer.Exit(2)
+
+
+def _print_summary(manifest: dict[str, Any], folder: Path) -> None:
+    counts = manifest["counts"]
+    table = Table(title=f"{manifest['graph']['name']} — {folder}", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows = [
+        ("examples ok / failed", f"{counts['examples_ok']} / {counts['examples_failed']}"),
+        ("resumed (already done)", str(counts["examples_resumed"])),
+        ("LLM requests", str(counts["requests"])),
+        ("cache hits", str(counts["cache_hits"])),
+        ("retries", str(counts["retries"])),
+        (
+            "tokens (prompt + completion)",
+            f"{counts['prompt_tokens']} + {counts['completion_tokens']}",
+        ),
+        ("wall time", f"{manifest['wall_seconds']:.1f} s"),
+        ("model", str(manifest.get("model"))),
+    ]
+    for name, value in manifest.get("means", {}).items():
+        rows.append((f"mean {name}", f"{value:.4g}"))
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(
+        f"results: {folder / 'results.jsonl'}\ntraces:  {folder / 'traces.sqlite'} "
+        f"(orchestrator trace {folder})"
+    )
+
+
+def _abridge(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n  … [{len(text) - limit} chars abridged] …\n{text[-half:]}"
+
+
+@app.command()
+def trace(
+    folder: Annotated[Path, typer.Argument(help="Run folder.")],
+    example: Annotated[
+        str | None, typer.Option(help="Example id (default: first failed, else first).")
+    ] = None,
+    node: Annotated[str | None, typer.Option(help="Only this node.")] = None,
+    format: Annotated[str, typer.Option(help="text | jsonl")] = "text",
+    prompt_chars: Annotated[int, typer.Option(help="Prompt length shown in text mode.")] = 600,
+) -> None:
+    """Print the decision path of one example: nodes, prompts, outputs, attempts, errors."""
+    from .runfolder import TRACES, read_results
+    from .trace import TraceStore
+
+    path = folder / TRACES
+    if not path.is_file():
+        _fail(f"{folder} has no {TRACES}; is it a run folder?")
+    results = read_results(folder)
+    if example is None and results:
+        failed = [r for r in results if r.get("status") == "failed"]
+        example = str((failed or results)[0]["id"])
+    store = TraceStore(path)
+    records = list(store.node_runs(example, node))
+    store.close()
+    if format == "jsonl":
+        for rec in records:
+            sys.stdout.write(orjson.dumps(rec, default=str).decode() + "\n")
+        return
+    if format != "text":
+        _fail("--format must be text or jsonl")
+    result = next((r for r in results if str(r.get("id")) == example), None)
+    console.rule(f"example {example}")
+    if result:
+        console.print(
+            f"status: [bold]{result.get('status')}[/]"
+            + (f" — {result.get('error')}" if result.get("error") else "")
+        )
+    if not records:
+        console.print("no node executions recorded for this example")
+    for rec in records:
+        label = rec["node"] + (f"[{rec['item']}]" if rec["item"] >= 0 else "")
+        flags = ", ".join(
+            f
+            for f in (
+                rec["status"],
+                "cached" if rec["cached"] else "",
+                f"{rec['latency']:.2f}s" if rec["latency"] else "",
+                f"{rec['prompt_tokens']}+{rec['completion_tokens']} tok"
+                if rec["prompt_tokens"]
+                else "",
+            )
+            if f
+        )
+        console.print(f"\n[bold cyan]{label}[/] ({flags})")
+        for message in rec["messages"] or []:
+            console.print(
+                f"  [dim]{message['role']}:[/] "
+                + _abridge(message["content"], prompt_chars).replace("\n", "\n    "),
+                markup=False,
+                highlight=False,
+            )
+        if rec["value"] is not None:
+            value = (
+                {k: v for k, v in rec["value"].items() if k != "_logprobs"}
+                if isinstance(rec["value"], dict)
+                else rec["value"]
+            )
+            console.print(
+                "  → " + json.dumps(value, ensure_ascii=False)[:2000], markup=False, highlight=False
+            )
+        for att in rec["attempts"]:
+            if att["kind"] != "ok" or len(rec["attempts"]) > 1:
+                console.print(
+                    f"  attempt {att['number']}: {att['kind']}"
+                    + (f" — {att['error']}" if att["error"] else ""),
+                    markup=False,
+                    highlight=False,
+                )
+        if rec["error"]:
+            console.print(f"  [red]error:[/] {rec['error']}")
+
+
+@app.command()
+def serve(
+    port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
+    model_dir: Annotated[
+        Path | None,
+        typer.Option(help="HF model folder (default: the converted SmolLM2 in the cache)."),
+    ] = None,
+) -> None:
+    """Prepare and start the embedded vLLM CPU server; Ctrl-C stops it."""
+    from . import embedded
+
+    try:
+        server = embedded.start_server(
+            port=port or embedded.DEFAULT_PORT, model_dir=model_dir, log=console.print
+        )
+    except embedded.EmbeddedServerError as exc:
+        _fail(str(exc))
+        return
+    console.print(
+        f"[green]Serving[/] {server.model} at {server.base_url} — Ctrl-C to stop.\n"
+        f"Log: {server.log_path}"
+    )
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        console.print("Stopping…")
+    finally:
+        server.stop()
+
+
+@app.command("cache")
+def cache_cmd(
+    clear: Annotated[bool, typer.Option(help="Delete every cached reply.")] = False,
+    path: Annotated[Path | None, typer.Option(help="Cache file.")] = None,
+) -> None:
+    """Show (or clear) the response cache."""
+    from .cache import ResponseCache, default_cache_path
+
+    store = ResponseCache(path or default_cache_path())
+    if clear:
+        console.print(f"Deleted {store.clear()} cached replies from {store.path}")
+    else:
+        console.print(f"{store.path}: {len(store)} cached replies")
+    store.close()
+
+
+def main() -> None:
+    app()

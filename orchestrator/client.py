@@ -1,0 +1,451 @@
+"""The LLM client: structured output, transport retries, validation re-asks, cache.
+
+Every try is kept as an `Attempt` so the trace shows exactly how a value was obtained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import openai
+from pydantic import BaseModel, ValidationError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from .cache import ResponseCache, cache_key
+from .schemas import json_schema
+from .spec import Sampling
+from .stats import RunStats
+from .trace import Attempt
+
+DEFAULT_RETRIES = 2
+DEFAULT_MAX_TOKENS = 512
+MAX_TOKENS_GROWTH = 4  # a truncated reply is re-asked with up to 4x the node's max_tokens
+CANARY_TOKEN = "canary-7f3a9"
+
+StructuredMode = Literal["server", "prompt"]
+
+
+class LLMCallError(Exception):
+    """A call that exhausted its budget; carries every attempt for the trace."""
+
+    def __init__(self, message: str, attempts: list[Attempt]) -> None:
+        self.attempts = attempts
+        super().__init__(message)
+
+
+class ServerError(Exception):
+    """The server cannot be used at all (unreachable, refuses the model…)."""
+
+
+@dataclass
+class Endpoint:
+    """One server + model pair, with its own in-flight limit."""
+
+    base_url: str
+    model: str
+    client: openai.AsyncOpenAI
+    limit: asyncio.Semaphore
+    structured: StructuredMode = "server"
+    server_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CallResult:
+    """The validated samples of one node call."""
+
+    values: list[dict[str, Any]]
+    raw: list[str]
+    attempts: list[Attempt]
+    cached: bool
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency: float = 0.0
+
+
+@dataclass
+class _Choice:
+    content: str
+    finish_reason: str | None
+    logprobs: list[dict[str, Any]] | None
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in (408, 409, 429) or exc.status_code >= 500
+    return isinstance(
+        exc,
+        openai.APIConnectionError  # includes APITimeoutError
+        | openai.APIResponseValidationError
+        | json.JSONDecodeError
+        | httpx.TransportError,
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {exc.message}"
+    if isinstance(exc, openai.APITimeoutError):
+        return "request timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot connect: {exc.__cause__ or exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _extract_json(text: str) -> str:
+    """For prompt-only mode: the JSON object inside a reply that may carry prose/fences."""
+    fenced = re.search(r"```(?:json)?\s*(\{.*\})\s*```", text, re.S)
+    if fenced:
+        return fenced.group(1)
+    start, end = text.find("{"), text.rfind("}")
+    return text[start : end + 1] if 0 <= start < end else text
+
+
+def _logprobs(choice: Any) -> list[dict[str, Any]] | None:
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not content:
+        return None
+    return [
+        {
+            "token": t.token,
+            "logprob": t.logprob,
+            "top": {c.token: c.logprob for c in (t.top_logprobs or [])},
+        }
+        for t in content
+    ]
+
+
+def schema_instruction(schema: dict[str, Any]) -> str:
+    """What prompt-only mode adds to the conversation, since the server will not enforce it."""
+    return (
+        "Answer with a single JSON object and nothing else. It must validate against this "
+        "JSON Schema:\n" + json.dumps(schema, ensure_ascii=False)
+    )
+
+
+class LLMClient:
+    """Shared by every node of a run: endpoints, cache, counters."""
+
+    def __init__(
+        self,
+        *,
+        cache: ResponseCache | None,
+        stats: RunStats,
+        concurrency: int = 64,
+        timeout: float = 120.0,
+        transport_retries: int = 4,
+        refresh: bool = False,
+        backoff_max: float = 20.0,
+    ) -> None:
+        self.cache = cache
+        self.stats = stats
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self.transport_retries = transport_retries
+        self.refresh = refresh
+        self.backoff_max = backoff_max
+        self._endpoints: dict[tuple[str, str], Endpoint] = {}
+        self._limits: dict[str, asyncio.Semaphore] = {}
+        self._clients: dict[str, openai.AsyncOpenAI] = {}
+
+    def endpoint(self, base_url: str, model: str, api_key: str = "EMPTY") -> Endpoint:
+        """The Endpoint for (base_url, model); the in-flight limit is per server URL."""
+        key = (base_url, model)
+        if key not in self._endpoints:
+            if base_url not in self._clients:
+                # Retries are ours (tenacity, recorded in the trace), not the SDK's.
+                self._clients[base_url] = openai.AsyncOpenAI(
+                    base_url=base_url, api_key=api_key, timeout=self.timeout, max_retries=0
+                )
+                self._limits[base_url] = asyncio.Semaphore(self.concurrency)
+            self._endpoints[key] = Endpoint(
+                base_url, model, self._clients[base_url], self._limits[base_url]
+            )
+        return self._endpoints[key]
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+
+    # -- server discovery -------------------------------------------------------------
+
+    async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[str]:
+        """Model ids the server serves; ServerError with a next step if it is unreachable."""
+        client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=15, max_retries=2)
+        try:
+            page = await client.models.list()
+            return [m.id for m in page.data]
+        except openai.APIError as exc:
+            raise ServerError(
+                f"cannot list models at {base_url} ({_describe(exc)}). Is the server running? "
+                "Start the embedded one with `orchestrator serve`, or pass --base-url."
+            ) from exc
+        finally:
+            await client.close()
+
+    async def canary(self, ep: Endpoint, tries: int = 3) -> bool:
+        """Prove the server enforces a JSON schema, with a value no model would guess.
+
+        One good reply proves enforcement; only `tries` bad replies in a row count as
+        "ignored" (one noisy reply is not proof).
+        """
+        schema = {
+            "type": "object",
+            "properties": {
+                "token": {"type": "string", "enum": [CANARY_TOKEN]},
+                "count": {"type": "integer", "minimum": 3, "maximum": 3},
+            },
+            "required": ["token", "count"],
+            "additionalProperties": False,
+        }
+        messages = [{"role": "user", "content": "Write one short sentence about the sea."}]
+        for _ in range(tries):
+            choices, _, _ = await self._request(
+                ep, messages, {"max_tokens": 40, "temperature": 0.0}, 1, schema
+            )
+            try:
+                data = json.loads(choices[0].content)
+            except (json.JSONDecodeError, TypeError):
+                continue
+            if data == {"token": CANARY_TOKEN, "count": 3}:
+                return True
+        return False
+
+    # -- one request ------------------------------------------------------------------
+
+    async def _request(
+        self,
+        ep: Endpoint,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        n: int,
+        schema: dict[str, Any] | None,
+        attempts: list[Attempt] | None = None,
+    ) -> tuple[list[_Choice], tuple[int, int], float]:
+        """One chat completion with transport retries; failures are appended to `attempts`."""
+        kwargs: dict[str, Any] = {"model": ep.model, "messages": messages, "n": n}
+        for name in ("temperature", "max_tokens", "top_p", "seed"):
+            if params.get(name) is not None:
+                kwargs[name] = params[name]
+        if params.get("logprobs"):
+            kwargs["logprobs"] = True
+            kwargs["top_logprobs"] = params["logprobs"]
+        if schema is not None and ep.structured == "server":
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": schema, "strict": True},
+            }
+
+        def note_failure(state: RetryCallState) -> None:
+            self.stats.retries += 1
+            if attempts is not None and state.outcome is not None:
+                exc = state.outcome.exception()
+                attempts.append(
+                    Attempt(len(attempts) + 1, "transport", error=_describe(exc) if exc else None)
+                )
+
+        started = time.perf_counter()
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(self.transport_retries + 1),
+            wait=wait_exponential_jitter(initial=0.5, max=self.backoff_max),
+            retry=retry_if_exception(_is_transient),
+            before_sleep=note_failure,
+            reraise=True,
+        ):
+            with attempt:
+                async with ep.limit:
+                    self.stats.requests += 1
+                    started = time.perf_counter()
+                    response = await ep.client.chat.completions.create(**kwargs)
+        latency = time.perf_counter() - started
+        usage = response.usage
+        tokens = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
+        self.stats.prompt_tokens += tokens[0]
+        self.stats.completion_tokens += tokens[1]
+        if getattr(response, "system_fingerprint", None):
+            ep.server_info.setdefault("system_fingerprint", response.system_fingerprint)
+        choices = [
+            _Choice(c.message.content or "", c.finish_reason, _logprobs(c))
+            for c in sorted(response.choices, key=lambda c: c.index)
+        ]
+        if len(choices) != n:
+            raise LLMCallError(f"asked for {n} samples, server returned {len(choices)}", [])
+        return choices, tokens, latency
+
+    # -- a node call ------------------------------------------------------------------
+
+    async def call(
+        self,
+        ep: Endpoint,
+        messages: list[dict[str, Any]],
+        model: type[BaseModel],
+        sampling: Sampling,
+    ) -> CallResult:
+        """n validated samples for one rendered prompt; LLMCallError when the budget runs out."""
+        n = sampling.n or 1
+        schema = json_schema(model)
+        if ep.structured == "prompt":
+            messages = [*messages, {"role": "system", "content": schema_instruction(schema)}]
+        params = {
+            "temperature": sampling.temperature,
+            "max_tokens": sampling.max_tokens or DEFAULT_MAX_TOKENS,
+            "top_p": sampling.top_p,
+            "seed": sampling.seed,
+            "logprobs": sampling.logprobs,
+        }
+        keys = [cache_key(ep.model, messages, params, schema, i) for i in range(n)]
+        result = CallResult([{}] * n, [""] * n, [], cached=True)
+        values: list[dict[str, Any] | None] = [None] * n
+        if self.cache is not None and not self.refresh:
+            for i, key in enumerate(keys):
+                hit = self.cache.get(key)
+                if hit is not None:
+                    parsed = self._validate(model, _Choice(**hit["choice"]), ep.structured)
+                    if isinstance(parsed, dict):
+                        values[i] = parsed
+                        result.raw[i] = hit["choice"]["content"]
+                        result.attempts.append(
+                            Attempt(
+                                len(result.attempts) + 1,
+                                "cache",
+                                raw=hit["choice"]["content"],
+                                cached=True,
+                            )
+                        )
+                        self.stats.cache_hits += 1
+        pending = [i for i in range(n) if values[i] is None]
+        if pending:
+            result.cached = False
+            started = time.perf_counter()
+            try:
+                choices, tokens, _ = await self._request(
+                    ep, messages, params, len(pending), schema, result.attempts
+                )
+            except LLMCallError:
+                raise
+            except Exception as exc:
+                raise LLMCallError(
+                    f"request failed after {self.transport_retries + 1} tries: {_describe(exc)}",
+                    result.attempts,
+                ) from exc
+            result.prompt_tokens += tokens[0]
+            result.completion_tokens += tokens[1]
+            # Samples that came back invalid are repaired one by one, concurrently.
+            repairs = [
+                self._settle(ep, messages, params, model, schema, choice, result, keys[i])
+                for i, choice in zip(pending, choices, strict=True)
+            ]
+            settled = await asyncio.gather(*repairs, return_exceptions=True)
+            errors = [s for s in settled if isinstance(s, BaseException)]
+            if errors:
+                raise LLMCallError(str(errors[0]), result.attempts)
+            for i, (value, raw) in zip(pending, settled, strict=True):  # type: ignore[misc]
+                values[i] = value
+                result.raw[i] = raw
+            result.latency = time.perf_counter() - started
+        result.values = [v for v in values if v is not None]
+        return result
+
+    async def _settle(
+        self,
+        ep: Endpoint,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        model: type[BaseModel],
+        schema: dict[str, Any],
+        choice: _Choice,
+        result: CallResult,
+        key: str,
+    ) -> tuple[dict[str, Any], str]:
+        """Validate one sample; re-ask with the error fed back until valid or out of budget."""
+        budget = params.get("retries")
+        retries = DEFAULT_RETRIES if budget is None else budget
+        base_max = params["max_tokens"]
+        conversation = list(messages)
+        asked = dict(params, temperature=params.get("temperature"))
+        for round_ in range(retries + 1):
+            parsed = self._validate(model, choice, ep.structured)
+            if isinstance(parsed, dict):
+                result.attempts.append(
+                    Attempt(
+                        len(result.attempts) + 1,
+                        "ok",
+                        raw=choice.content,
+                        finish_reason=choice.finish_reason,
+                    )
+                )
+                if self.cache is not None:
+                    self.cache.put(key, {"choice": choice.__dict__})
+                return parsed, choice.content
+            kind = "truncated" if choice.finish_reason == "length" else "invalid"
+            result.attempts.append(
+                Attempt(
+                    len(result.attempts) + 1,
+                    kind,
+                    error=parsed,
+                    raw=choice.content,
+                    finish_reason=choice.finish_reason,
+                )
+            )
+            if round_ == retries:
+                break
+            self.stats.retries += 1
+            if kind == "truncated":
+                # Feeding back a cut-off reply helps nothing; give the answer more room.
+                asked["max_tokens"] = min(asked["max_tokens"] * 2, base_max * MAX_TOKENS_GROWTH)
+                reask = conversation
+            else:
+                reask = [
+                    *conversation,
+                    {"role": "assistant", "content": choice.content},
+                    {
+                        "role": "user",
+                        "content": (
+                            "That reply was rejected: " + parsed + "\nReply again with only the "
+                            "corrected JSON object."
+                        ),
+                    },
+                ]
+            try:
+                choices, tokens, _ = await self._request(
+                    ep, reask, asked, 1, schema, result.attempts
+                )
+            except Exception as exc:
+                raise LLMCallError(f"re-ask failed: {_describe(exc)}", result.attempts) from exc
+            result.prompt_tokens += tokens[0]
+            result.completion_tokens += tokens[1]
+            choice = choices[0]
+        last = result.attempts[-1]
+        raise LLMCallError(
+            f"no valid reply after {retries + 1} attempts; last error: {last.error}",
+            result.attempts,
+        )
+
+    @staticmethod
+    def _validate(model: type[BaseModel], choice: _Choice, mode: StructuredMode) -> dict | str:
+        """The validated value, or the error text that goes back to the model."""
+        if choice.finish_reason == "length":
+            return "the reply was cut off at max_tokens (finish_reason=length)"
+        text = choice.content if mode == "server" else _extract_json(choice.content)
+        try:
+            value = model.model_validate_json(text).model_dump(mode="json")
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+                for e in exc.errors()[:8]
+            )
+            return f"invalid JSON output — {problems}"
+        if choice.logprobs is not None:
+            value["_logprobs"] = choice.logprobs
+        return value

@@ -1,0 +1,87 @@
+"""The registry of compute functions a graph file may name.
+
+Built-ins register themselves by name; a graph may also name ``package.module:function``
+(or ``package.module.function``) for code the user installed. Functions are plain Python:
+keyword arguments in, a JSON-serialisable value out.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ComputeFunction:
+    """A registered function plus what it needs to run."""
+
+    name: str
+    fn: Callable[..., Any]
+    blocking: bool = False  # heavy work: run in a thread so the event loop stays free
+    requires: tuple[str, ...] = field(default=())  # importable modules it needs
+    extra: str | None = None  # the install extra that provides `requires`
+
+    def missing(self) -> list[str]:
+        """Required modules that are not importable here."""
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+
+_REGISTRY: dict[str, ComputeFunction] = {}
+_BUILTIN_MODULES = (
+    "orchestrator.compute.basic",
+    "orchestrator.compute.expert",
+    "orchestrator.compute.pairwise",
+    "orchestrator.compute.ratings",
+)
+
+
+def register(
+    name: str,
+    *,
+    blocking: bool = False,
+    requires: tuple[str, ...] = (),
+    extra: str | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: make a function available to graph files under `name`."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        _REGISTRY[name] = ComputeFunction(name, fn, blocking, requires, extra)
+        return fn
+
+    return wrap
+
+
+def _load_builtins() -> None:
+    for module in _BUILTIN_MODULES:
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+
+
+def resolve(name: str) -> ComputeFunction:
+    """Find a function by registered name or dotted path; raise LookupError with a hint."""
+    _load_builtins()
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    module_name, sep, attr = name.partition(":")
+    if not sep:
+        module_name, _, attr = name.rpartition(".")
+    if not module_name:
+        known = ", ".join(sorted(_REGISTRY))
+        raise LookupError(f"unknown compute function '{name}' (built-ins: {known})")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise LookupError(f"cannot import module '{module_name}' for '{name}': {exc}") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise LookupError(f"module '{module_name}' has no function '{attr}'")
+    return ComputeFunction(name, fn)
+
+
+def names() -> list[str]:
+    """Every registered built-in name."""
+    _load_builtins()
+    return sorted(_REGISTRY)

@@ -1,0 +1,293 @@
+"""The scheduler: every example in flight under the endpoint limits, each node started as
+soon as its inputs are ready, results streamed out as examples finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jinja2 import TemplateError
+from pydantic import BaseModel
+
+from .client import Endpoint, LLMCallError, LLMClient
+from .compile import CompiledGraph, CompiledNode
+from .dataset import Row
+from .errors import NodeError
+from .schemas import build_model
+from .spec import LLMNode
+from .stats import RunStats
+from .templates import Expression
+from .trace import WHOLE, NodeRecord, TraceStore
+
+ResultSink = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class EngineOptions:
+    params: dict[str, Any] = field(default_factory=dict)
+    window: int = 128  # examples in flight at once; bounded so memory does not grow
+
+
+def _evaluate(expr: Expression, ctx: dict[str, Any], node: str, where: str) -> Any:
+    try:
+        return expr(ctx)
+    except Exception as exc:  # template runtime errors come in many types
+        raise NodeError(node, f"{where} `{expr.source}` failed: {exc}") from exc
+
+
+def _first_error(group: BaseExceptionGroup) -> Exception:
+    """The error to report for a failed example: a node's own error if there is one."""
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        current = stack.pop(0)
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(current.exceptions)
+        else:
+            leaves.append(current)
+    for leaf in leaves:
+        if isinstance(leaf, NodeError):
+            return leaf
+    first = leaves[0]
+    return first if isinstance(first, Exception) else RuntimeError(str(first))
+
+
+class Engine:
+    """Runs one compiled graph over rows; one instance per run."""
+
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        client: LLMClient,
+        trace: TraceStore,
+        endpoints: dict[str, Endpoint],
+        stats: RunStats,
+        options: EngineOptions,
+    ) -> None:
+        self.graph = graph
+        self.client = client
+        self.trace = trace
+        self.endpoints = endpoints  # node name → endpoint it talks to
+        self.stats = stats
+        self.options = options
+        self.params = {**graph.spec.params, **options.params}
+        self._models: dict[tuple[str, tuple[tuple[str, tuple[Any, ...]], ...]], type[BaseModel]]
+        self._models = {}
+
+    # -- dataset level ----------------------------------------------------------------
+
+    async def run(
+        self, rows: Iterable[Row], sink: ResultSink, skip: set[str] | None = None
+    ) -> None:
+        """Run every row not in `skip`; `sink` gets each result line as its example ends."""
+        skip = skip or set()
+        slots = asyncio.Semaphore(self.options.window)
+        running: set[asyncio.Task[None]] = set()
+
+        async def one(row: Row) -> None:
+            try:
+                sink(await self.run_example(row))
+            finally:
+                slots.release()
+
+        try:
+            for row in rows:
+                if row.id in skip and row.error is None:
+                    self.stats.examples_resumed += 1
+                    continue
+                await slots.acquire()
+                task = asyncio.create_task(one(row))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if running:
+                await asyncio.gather(*running)
+        finally:
+            for task in running:
+                task.cancel()
+
+    # -- one example ------------------------------------------------------------------
+
+    async def run_example(self, row: Row) -> dict[str, Any]:
+        """The result line of one example: outputs when ok, the error when failed."""
+        if row.error is not None:
+            self.stats.examples_failed += 1
+            return {"id": row.id, "status": "failed", "row": row.number, "error": row.error}
+        base = {**row.data, "params": self.params}
+        try:
+            outputs = await self._run_nodes(row, base)
+        except NodeError as exc:
+            self.stats.examples_failed += 1
+            message = exc.message if exc.node.startswith("outputs.") else str(exc)
+            return {"id": row.id, "status": "failed", "row": row.number, "error": message}
+        except Exception as exc:
+            # A bug in a user function or in us fails this example, not the whole run.
+            self.stats.examples_failed += 1
+            return {
+                "id": row.id,
+                "status": "failed",
+                "row": row.number,
+                "error": f"unexpected {type(exc).__name__}: {exc}",
+            }
+        self.stats.examples_ok += 1
+        return {"id": row.id, "status": "ok", **outputs}
+
+    async def _run_nodes(self, row: Row, base: dict[str, Any]) -> dict[str, Any]:
+        """Every node of one example as its own task, then the graph outputs."""
+        values: dict[str, Any] = {}
+        tasks: dict[str, asyncio.Task[None]] = {}
+
+        async def node_task(name: str) -> None:
+            cn = self.graph.nodes[name]
+            for dep in cn.deps:
+                await tasks[dep]
+            ctx = {**base, **{d: values[d] for d in cn.deps}}
+            values[name] = await self._run_node(cn, ctx, row.id)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for name in self.graph.order:
+                    tasks[name] = group.create_task(node_task(name))
+        except ExceptionGroup as group_error:
+            raise _first_error(group_error) from None
+        ctx = {**base, **values}
+        return {
+            key: _evaluate(expr, ctx, f"outputs.{key}", "output")
+            for key, expr in self.graph.outputs.items()
+        }
+
+    async def _run_node(self, cn: CompiledNode, ctx: dict[str, Any], example: str) -> Any:
+        found, value = self.trace.finished_value(example, cn.name)
+        if found:
+            return value
+        if cn.foreach is None:
+            if cn.when is not None and not _evaluate(cn.when, ctx, cn.name, "when"):
+                self.trace.record(NodeRecord(example, cn.name, status="skipped"))
+                return None
+            return await self._execute(cn, ctx, example, WHOLE)
+        items = _evaluate(cn.foreach, ctx, cn.name, "foreach")
+        if items is None:
+            items = []
+        if not isinstance(items, list | tuple):
+            raise NodeError(
+                cn.name, f"foreach `{cn.foreach.source}` gave {type(items).__name__}, not a list"
+            )
+        as_name = cn.spec.as_
+        results = await asyncio.gather(
+            *(
+                self._run_item(
+                    cn, {**ctx, as_name: item, f"{as_name}_index": index}, example, index
+                )
+                for index, item in enumerate(items)
+            )
+        )
+        collected = list(results)
+        self.trace.record(NodeRecord(example, cn.name, value=collected))
+        return collected
+
+    async def _run_item(
+        self, cn: CompiledNode, ctx: dict[str, Any], example: str, index: int
+    ) -> Any:
+        found, value = self.trace.finished_value(example, cn.name, index)
+        if found:
+            return value
+        if cn.when is not None and not _evaluate(cn.when, ctx, cn.name, f"when (item {index})"):
+            self.trace.record(NodeRecord(example, cn.name, index, status="skipped"))
+            return None
+        return await self._execute(cn, ctx, example, index)
+
+    async def _execute(self, cn: CompiledNode, ctx: dict[str, Any], example: str, item: int) -> Any:
+        if cn.is_llm:
+            return await self._llm(cn, ctx, example, item)
+        return await self._compute(cn, ctx, example, item)
+
+    # -- node kinds -------------------------------------------------------------------
+
+    async def _compute(self, cn: CompiledNode, ctx: dict[str, Any], example: str, item: int) -> Any:
+        assert cn.function is not None
+        kwargs = {
+            arg: _evaluate(value, ctx, cn.name, f"args.{arg}")
+            if isinstance(value, Expression)
+            else value
+            for arg, value in cn.args.items()
+        }
+        started = time.perf_counter()
+        try:
+            if cn.function.blocking:
+                value = await asyncio.to_thread(cn.function.fn, **kwargs)
+            else:
+                value = cn.function.fn(**kwargs)
+        except Exception as exc:
+            message = f"function '{cn.function.name}' raised {type(exc).__name__}: {exc}"
+            self.trace.record(NodeRecord(example, cn.name, item, status="failed", error=message))
+            raise NodeError(cn.name, message) from exc
+        rec = NodeRecord(example, cn.name, item, value=value, latency=time.perf_counter() - started)
+        self.trace.record(rec)
+        return value
+
+    def _schema_for(self, cn: CompiledNode, ctx: dict[str, Any]) -> type[BaseModel]:
+        """The node's model, with dynamic enums filled in for this call (memoised)."""
+        assert cn.model is not None and isinstance(cn.spec, LLMNode)
+        if not cn.dynamic:
+            return cn.model
+        choices: dict[str, tuple[Any, ...]] = {}
+        for path, expr in cn.dynamic.items():
+            value = _evaluate(expr, ctx, cn.name, f"output.{path}.enum_from")
+            if not isinstance(value, list | tuple) or not value:
+                raise NodeError(
+                    cn.name, f"enum_from for '{path}' must give a non-empty list, got {value!r}"
+                )
+            choices[path] = tuple(value)
+        key = (cn.name, tuple(sorted(choices.items())))
+        if key not in self._models:
+            self._models[key] = build_model(cn.name, cn.spec.output, dict(choices))
+        return self._models[key]
+
+    def _messages(self, cn: CompiledNode, ctx: dict[str, Any]) -> list[dict[str, str]]:
+        messages = []
+        try:
+            if cn.system is not None:
+                messages.append({"role": "system", "content": cn.system.render(ctx)})
+            assert cn.prompt is not None
+            messages.append({"role": "user", "content": cn.prompt.render(ctx)})
+        except (TemplateError, TypeError, ValueError) as exc:
+            raise NodeError(cn.name, f"rendering the prompt failed: {exc}") from exc
+        return messages
+
+    async def _llm(self, cn: CompiledNode, ctx: dict[str, Any], example: str, item: int) -> Any:
+        assert isinstance(cn.spec, LLMNode)
+        messages = self._messages(cn, ctx)
+        model = self._schema_for(cn, ctx)
+        ep = self.endpoints[cn.name]
+        rec = NodeRecord(
+            example, cn.name, item, messages=messages, model=ep.model, endpoint=ep.base_url
+        )
+        started = time.perf_counter()
+        try:
+            result = await self.client.call(ep, messages, model, cn.sampling)
+        except LLMCallError as exc:
+            rec.attempts = exc.attempts
+            rec.error = str(exc)
+            rec.status = "failed"
+            rec.latency = time.perf_counter() - started
+            if cn.spec.on_error == "record":
+                # The protocol counts this call as a known failure (e.g. ExPerT: unmatched);
+                # the value says so, and the trace keeps every attempt.
+                rec.value = {"failed": True, "error": str(exc)}
+                self.trace.record(rec)
+                return rec.value
+            self.trace.record(rec)
+            raise NodeError(cn.name, str(exc)) from exc
+        value: Any = result.values[0] if (cn.sampling.n or 1) == 1 else result.values
+        rec.value = value
+        rec.raw = result.raw
+        rec.attempts = result.attempts
+        rec.cached = result.cached
+        rec.prompt_tokens = result.prompt_tokens
+        rec.completion_tokens = result.completion_tokens
+        rec.latency = time.perf_counter() - started
+        self.trace.record(rec)
+        return value

@@ -1,0 +1,103 @@
+"""The run folder: results.jsonl, traces.sqlite, manifest.json (layout fixed by DESIGN.md)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from .errors import RunFolderError
+
+RESULTS = "results.jsonl"
+TRACES = "traces.sqlite"
+MANIFEST = "manifest.json"
+SUMMARY = "summary.json"
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    return orjson.loads(path.read_bytes())
+
+
+def read_results(folder: Path) -> list[dict[str, Any]]:
+    """Every result line of a run folder (skips a torn last line from a killed run)."""
+    path = folder / RESULTS
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_bytes().splitlines():
+        try:
+            rows.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            continue
+    return rows
+
+
+class RunFolder:
+    """Opens a run folder for a run, resuming it when it holds the same graph and data."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.results_path = path / RESULTS
+        self.traces_path = path / TRACES
+        self.manifest_path = path / MANIFEST
+        self.summary_path = path / SUMMARY
+        self.done: set[str] = set()
+        self._results: IO[bytes] | None = None
+
+    def prepare(self, identity: dict[str, str], overwrite: bool) -> bool:
+        """Create or reopen the folder; True when resuming. Refuses a different run."""
+        if self.path.exists() and overwrite:
+            shutil.rmtree(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        resuming = False
+        if self.manifest_path.is_file():
+            old = read_json(self.manifest_path).get("identity", {})
+            changed = [k for k, v in identity.items() if old.get(k) != v]
+            if changed:
+                raise RunFolderError(
+                    f"{self.path} holds a run of a different {' and '.join(changed)} "
+                    f"(was {', '.join(f'{k}={old.get(k)}' for k in changed)}). "
+                    "Choose another --out, or pass --overwrite to replace it."
+                )
+            resuming = True
+        elif any(self.path.iterdir()):
+            raise RunFolderError(
+                f"{self.path} is not empty and is not a run folder; choose another --out "
+                "or pass --overwrite."
+            )
+        # Keep finished examples; failed ones are tried again.
+        kept = [r for r in read_results(self.path) if r.get("status") == "ok"]
+        self.done = {str(r["id"]) for r in kept}
+        tmp = self.results_path.with_suffix(".jsonl.tmp")
+        tmp.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in kept))
+        os.replace(tmp, self.results_path)
+        self._results = self.results_path.open("ab")
+        return resuming
+
+    def write_result(self, row: dict[str, Any]) -> None:
+        """Append one example's line and flush it, so a kill loses nothing finished."""
+        assert self._results is not None
+        self._results.write(orjson.dumps(row, default=str) + b"\n")
+        self._results.flush()
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        manifest["updated"] = time.time()
+        _write_json(self.manifest_path, manifest)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        _write_json(self.summary_path, summary)
+
+    def close(self) -> None:
+        if self._results is not None:
+            self._results.close()
+            self._results = None

@@ -1,0 +1,284 @@
+"""One `orchestrator run`: compile, open the run folder, check the server, run, summarise."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import __version__
+from .cache import ResponseCache, default_cache_path
+from .client import Endpoint, LLMClient, ServerError
+from .compile import CompiledGraph, compile_graph
+from .dataset import check_fields, file_hash, read_rows
+from .engine import Engine, EngineOptions
+from .runfolder import RunFolder, read_results
+from .spec import LLMNode
+from .stats import RunStats
+from .summary import output_means, run_aggregates
+from .trace import TraceStore
+
+StructuredChoice = Literal["auto", "server", "prompt"]
+
+
+@dataclass
+class RunConfig:
+    """Everything `orchestrator run` takes from the command line."""
+
+    graph: Path
+    data: Path
+    out: Path
+    base_url: str
+    model: str | None = None
+    api_key: str = "EMPTY"
+    concurrency: int = 64
+    limit: int | None = None
+    cache: Path | None = None
+    use_cache: bool = True
+    refresh: bool = False
+    overwrite: bool = False
+    structured: StructuredChoice = "auto"
+    params: dict[str, Any] = field(default_factory=dict)
+    timeout: float = 120.0
+    progress: bool = True
+
+
+@dataclass
+class RunOutcome:
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+    folder: Path
+
+
+def _count_rows(path: Path, limit: int | None) -> int:
+    with path.open("rb") as handle:
+        total = sum(1 for line in handle if line.strip())
+    if path.suffix.lower() == ".csv":
+        total = max(total - 1, 0)
+    return min(total, limit) if limit is not None else total
+
+
+async def _server_version(base_url: str) -> str | None:
+    """vLLM answers /version at its root; other servers may not, which is fine."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    try:
+        async with httpx.AsyncClient(timeout=5) as http:
+            reply = await http.get(f"{root}/version")
+            if reply.status_code == 200:
+                return str(reply.json().get("version"))
+    except (httpx.HTTPError, ValueError):
+        pass
+    return None
+
+
+async def _prepare_endpoints(
+    graph: CompiledGraph, client: LLMClient, config: RunConfig, say: Callable[[str], None]
+) -> tuple[dict[str, Endpoint], dict[str, Any]]:
+    """Endpoint of every LLM node, each server checked once (models, canary)."""
+    llm_nodes = {n: c for n, c in graph.nodes.items() if isinstance(c.spec, LLMNode)}
+    endpoints: dict[str, Endpoint] = {}
+    servers: dict[str, Any] = {}
+    default_models: dict[str, list[str]] = {}
+    for name, cn in llm_nodes.items():
+        spec = cn.spec
+        assert isinstance(spec, LLMNode)
+        base_url = spec.base_url or config.base_url
+        api_key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else config.api_key
+        if base_url not in default_models:
+            default_models[base_url] = await client.list_models(base_url, api_key or "EMPTY")
+        served = default_models[base_url]
+        model = spec.model or (config.model if base_url == config.base_url else None)
+        model = model or (served[0] if served else None)
+        if model is None:
+            raise ServerError(f"{base_url} serves no model; pass --model")
+        if served and model not in served:
+            raise ServerError(
+                f"node '{name}': model '{model}' is not served by {base_url} "
+                f"(it serves: {', '.join(served)})"
+            )
+        endpoints[name] = client.endpoint(base_url, model, api_key or "EMPTY")
+    for ep in {id(e): e for e in endpoints.values()}.values():
+        key = f"{ep.base_url} {ep.model}"
+        if config.structured == "auto":
+            enforced = await client.canary(ep)
+            ep.structured = "server" if enforced else "prompt"
+            if not enforced:
+                say(
+                    f"[bold red]WARNING:[/] {ep.base_url} ({ep.model}) ignored the JSON schema "
+                    "in 3 canary requests. Falling back to schema-in-prompt plus validation: "
+                    "expect more retries. (vLLM >= 0.12 takes `response_format` json_schema.)"
+                )
+        else:
+            ep.structured = config.structured
+        servers[key] = {
+            "base_url": ep.base_url,
+            "model": ep.model,
+            "models_served": default_models[ep.base_url],
+            "structured_output": ep.structured,
+            "version": await _server_version(ep.base_url),
+            **ep.server_info,
+        }
+    return endpoints, servers
+
+
+async def execute(config: RunConfig, console: Console | None = None) -> RunOutcome:
+    """Run a graph over a dataset into a run folder (resuming it when possible)."""
+    console = console or Console()
+    say = console.print
+    graph = compile_graph(config.graph)
+    folder = RunFolder(config.out)
+    identity = {"graph_hash": graph.content_hash, "data_hash": file_hash(config.data)}
+    resuming = folder.prepare(identity, config.overwrite)
+    if resuming:
+        say(f"Resuming {config.out}: {len(folder.done)} examples already done.")
+
+    stats = RunStats()
+    cache = None
+    if config.use_cache:
+        cache = ResponseCache(config.cache or default_cache_path())
+    client = LLMClient(
+        cache=cache,
+        stats=stats,
+        concurrency=config.concurrency,
+        timeout=config.timeout,
+        refresh=config.refresh,
+    )
+    run_id = uuid.uuid4().hex[:12]
+    trace = TraceStore(folder.traces_path, run_id, graph.content_hash)
+    manifest: dict[str, Any] = {
+        "run_id": run_id,
+        "identity": identity,
+        "graph": {"path": str(config.graph), "name": graph.name, "hash": graph.content_hash},
+        "dataset": {"path": str(config.data), "hash": identity["data_hash"]},
+        "model": config.model,
+        "parameters": {
+            "concurrency": config.concurrency,
+            "limit": config.limit,
+            "params": {**graph.spec.params, **config.params},
+            "cache": str(cache.path) if cache else None,
+            "refresh": config.refresh,
+            "structured": config.structured,
+        },
+        "package": {
+            "name": "orchestrator",
+            "version": __version__,
+            "python": platform.python_version(),
+        },
+        "started": time.time(),
+        "status": "running",
+        "resumed": resuming,
+    }
+    try:
+        endpoints, servers = await _prepare_endpoints(graph, client, config, say)
+        manifest["servers"] = servers
+        manifest["model"] = config.model or next((e.model for e in endpoints.values()), None)
+        trace.start_run(
+            graph=str(config.graph),
+            model=manifest["model"],
+            base_url=config.base_url,
+            server=str(servers),
+            structured=",".join(s["structured_output"] for s in servers.values()),
+            settings=manifest["parameters"],
+        )
+        folder.write_manifest(manifest)
+        engine = Engine(
+            graph,
+            client,
+            trace,
+            endpoints,
+            stats,
+            EngineOptions(params=config.params, window=max(2 * config.concurrency, 16)),
+        )
+        required = graph.spec.inputs
+
+        def rows():
+            for row in read_rows(config.data, config.limit):
+                check_fields(row, required, config.data)
+                yield row
+
+        total = _count_rows(config.data, config.limit)
+        await _with_progress(
+            engine.run(rows(), folder.write_result, folder.done),
+            stats,
+            total,
+            config.progress and console.is_terminal,
+            console,
+        )
+        manifest["status"] = "complete"
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        manifest["status"] = "interrupted"
+        raise
+    except Exception as exc:
+        manifest["status"] = "error"
+        manifest["error"] = str(exc)
+        raise
+    finally:
+        folder.close()
+        results = read_results(folder.path)
+        manifest["ended"] = time.time()
+        manifest["wall_seconds"] = round(manifest["ended"] - manifest["started"], 3)
+        manifest["counts"] = {
+            **stats.as_dict(),
+            "examples": len(results),
+            "examples_ok": sum(r.get("status") == "ok" for r in results),
+            "examples_failed": sum(r.get("status") == "failed" for r in results),
+        }
+        manifest["means"] = output_means(results)
+        folder.write_manifest(manifest)
+        await client.close()
+        trace.close()
+        if cache is not None:
+            cache.close()
+    summary = {
+        "graph": graph.name,
+        "counts": manifest["counts"],
+        "means": manifest["means"],
+        **run_aggregates(graph, results),
+    }
+    folder.write_summary(summary)
+    return RunOutcome(manifest, summary, folder.path)
+
+
+async def _with_progress(work, stats: RunStats, total: int, show: bool, console: Console) -> None:
+    """Await `work` while a progress bar shows examples, requests, hits, retries, tokens/s."""
+    if not show:
+        await work
+        return
+    columns = (
+        TextColumn("[bold]examples"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("run", total=total, detail="")
+
+        def refresh() -> None:
+            done = stats.examples_ok + stats.examples_failed + stats.examples_resumed
+            progress.update(
+                task,
+                completed=done,
+                detail=(
+                    f"ok {stats.examples_ok} · failed {stats.examples_failed} · "
+                    f"req {stats.requests} · hits {stats.cache_hits} · retries {stats.retries} · "
+                    f"{stats.tokens_per_second():.0f} tok/s"
+                ),
+            )
+
+        runner = asyncio.ensure_future(work)
+        while not runner.done():
+            refresh()
+            await asyncio.wait({runner}, timeout=0.25)
+        refresh()
+        await runner

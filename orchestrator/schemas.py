@@ -1,0 +1,146 @@
+"""Output schemas from the graph file compiled to Pydantic models.
+
+The JSON schema sent to the server is derived from the same model that validates the
+reply, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from .spec import FieldSpec
+
+_SCALARS: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
+
+
+class SchemaError(ValueError):
+    """A field spec that cannot become a schema; `field` is the dotted path to it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+def _model_name(path: str) -> str:
+    return "".join(p.capitalize() for p in re.split(r"[^A-Za-z0-9]+", path) if p) or "Output"
+
+
+def _check(path: str, spec: FieldSpec) -> None:
+    numeric = spec.type in ("integer", "number")
+    if (spec.min is not None or spec.max is not None) and not numeric:
+        raise SchemaError(path, "min/max apply to integer and number fields only")
+    if spec.min is not None and spec.max is not None and spec.min > spec.max:
+        raise SchemaError(path, f"min {spec.min} is greater than max {spec.max}")
+    if (spec.min_length is not None or spec.max_length is not None) and spec.type != "string":
+        raise SchemaError(path, "min_length/max_length apply to string fields only")
+    if (spec.min_items is not None or spec.max_items is not None) and spec.type != "list":
+        raise SchemaError(path, "min_items/max_items apply to list fields only")
+    if (
+        spec.min_items is not None
+        and spec.max_items is not None
+        and spec.min_items > spec.max_items
+    ):
+        raise SchemaError(path, f"min_items {spec.min_items} > max_items {spec.max_items}")
+    if spec.type == "list" and spec.items is None:
+        raise SchemaError(path, "a list field needs `items` (the type of one element)")
+    if spec.type == "object" and not spec.fields:
+        raise SchemaError(path, "an object field needs `fields`")
+    if spec.items is not None and spec.type != "list":
+        raise SchemaError(path, "`items` belongs to list fields only")
+    if spec.fields is not None and spec.type != "object":
+        raise SchemaError(path, "`fields` belongs to object fields only")
+    if spec.enum is not None and spec.enum_from is not None:
+        raise SchemaError(path, "use either `enum` or `enum_from`, not both")
+    if spec.enum is not None and not spec.enum:
+        raise SchemaError(path, "`enum` must list at least one value")
+    if (spec.enum is not None or spec.enum_from is not None) and spec.type not in _SCALARS:
+        raise SchemaError(path, "enums apply to string, integer, number or boolean fields")
+
+
+def _annotation(path: str, spec: FieldSpec, dynamic: dict[str, Sequence[Any]]) -> tuple[Any, Any]:
+    """The (type, FieldInfo) pair for one field, recursing into lists and objects."""
+    _check(path, spec)
+    choices: Sequence[Any] | None = spec.enum
+    if spec.enum_from is not None:
+        choices = dynamic.get(path)
+        if choices is None:
+            # At compile time the values are unknown; any value of the base type is fine
+            # for checking the schema shape.
+            choices = None
+        elif not choices:
+            raise SchemaError(path, "`enum_from` produced no values for this call")
+    kwargs: dict[str, Any] = {}
+    if spec.description:
+        kwargs["description"] = spec.description
+    if choices is not None:
+        base: Any = Literal[tuple(choices)]  # type: ignore[valid-type]
+    elif spec.type in _SCALARS:
+        base = _SCALARS[spec.type]
+        if spec.min is not None:
+            kwargs["ge"] = int(spec.min) if spec.type == "integer" else spec.min
+        if spec.max is not None:
+            kwargs["le"] = int(spec.max) if spec.type == "integer" else spec.max
+        if spec.min_length is not None:
+            kwargs["min_length"] = spec.min_length
+        if spec.max_length is not None:
+            kwargs["max_length"] = spec.max_length
+    elif spec.type == "list":
+        assert spec.items is not None
+        inner, inner_info = _annotation(f"{path}[]", spec.items, dynamic)
+        base = list[Annotated[inner, inner_info]]
+        if spec.min_items is not None:
+            kwargs["min_length"] = spec.min_items
+        if spec.max_items is not None:
+            kwargs["max_length"] = spec.max_items
+    else:
+        assert spec.fields is not None
+        base = build_model(_model_name(path), spec.fields, dynamic, prefix=path)
+    if not spec.required:
+        return base | None, Field(default=None, **kwargs)
+    return base, Field(**kwargs)
+
+
+def build_model(
+    name: str,
+    fields: dict[str, FieldSpec],
+    dynamic: dict[str, Sequence[Any]] | None = None,
+    prefix: str = "",
+) -> type[BaseModel]:
+    """Compile a mapping of field specs into a Pydantic model (extra keys forbidden).
+
+    `dynamic` maps a dotted field path to the values its `enum_from` produced for one call.
+    """
+    dynamic = dynamic or {}
+    defs = {
+        fname: _annotation(f"{prefix}.{fname}" if prefix else fname, spec, dynamic)
+        for fname, spec in fields.items()
+    }
+    return create_model(  # type: ignore[call-overload,no-any-return]
+        _model_name(name), __config__=ConfigDict(extra="forbid"), **defs
+    )
+
+
+def dynamic_fields(fields: dict[str, FieldSpec], prefix: str = "") -> dict[str, str]:
+    """Dotted path → `enum_from` expression for every dynamic enum in a schema."""
+    found: dict[str, str] = {}
+
+    def walk(path: str, spec: FieldSpec) -> None:
+        if spec.enum_from is not None:
+            found[path] = spec.enum_from
+        if spec.items is not None:
+            walk(f"{path}[]", spec.items)
+        for name, sub in (spec.fields or {}).items():
+            walk(f"{path}.{name}", sub)
+
+    for fname, spec in fields.items():
+        walk(f"{prefix}.{fname}" if prefix else fname, spec)
+    return found
+
+
+def json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema for the server; every property required unless declared optional."""
+    return model.model_json_schema()

@@ -1,0 +1,61 @@
+"""Dataset-level results: means of numeric outputs and the graph's aggregate nodes."""
+
+from __future__ import annotations
+
+import math
+from statistics import fmean
+from typing import Any
+
+from .compile import CompiledGraph
+from .errors import NodeError
+from .templates import Expression
+
+
+def numeric_leaves(row: dict[str, Any], prefix: str = "", depth: int = 0) -> dict[str, float]:
+    """Numeric values of a result line, nested dicts flattened with dots (two levels)."""
+    found: dict[str, float] = {}
+    for key, value in row.items():
+        if key in ("id", "status", "error", "row"):
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float) and math.isfinite(value):
+            found[name] = float(value)
+        elif isinstance(value, dict) and depth < 1:
+            found.update(numeric_leaves(value, f"{name}.", depth + 1))
+    return found
+
+
+def output_means(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean of every numeric output over the ok examples."""
+    columns: dict[str, list[float]] = {}
+    for row in results:
+        if row.get("status") != "ok":
+            continue
+        for name, value in numeric_leaves(row).items():
+            columns.setdefault(name, []).append(value)
+    return {name: fmean(values) for name, values in sorted(columns.items())}
+
+
+def run_aggregates(graph: CompiledGraph, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Evaluate the graph's `aggregates` over the ok result lines."""
+    ok = [r for r in results if r.get("status") == "ok"]
+    out: dict[str, Any] = {}
+    for name, agg in graph.aggregates.items():
+        kwargs = {}
+        for arg, value in agg.args.items():
+            if isinstance(value, Expression):
+                try:
+                    kwargs[arg] = value({"results": ok})
+                except Exception as exc:
+                    raise NodeError(f"aggregates.{name}", f"args.{arg}: {exc}") from exc
+            else:
+                kwargs[arg] = value
+        try:
+            out[name] = agg.function.fn(**kwargs)
+        except Exception as exc:
+            raise NodeError(
+                f"aggregates.{name}", f"function '{agg.spec.function}' raised: {exc}"
+            ) from exc
+    return out

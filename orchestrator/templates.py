@@ -1,0 +1,110 @@
+"""Sandboxed Jinja for prompt templates and the small expressions in graph files.
+
+Dataset values are passed in as *values*, never rendered as templates, so text such as
+``{{ 7*7 }}`` inside a review stays literal. The sandbox refuses access to Python
+internals (``__class__``, ``__globals__`` …) from templates and expressions alike.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from jinja2 import FileSystemLoader, StrictUndefined, meta, nodes
+from jinja2.sandbox import SandboxedEnvironment
+
+# Names a template or expression may use without anything in the graph providing them.
+BUILTIN_NAMES = frozenset(
+    {
+        "range",
+        "dict",
+        "lipsum",
+        "cycler",
+        "joiner",
+        "namespace",
+        "loop",
+        "true",
+        "false",
+        "none",
+        "True",
+        "False",
+        "None",
+    }
+)
+
+
+def _to_json(value: Any, indent: int | None = None) -> str:
+    # Jinja's own tojson escapes <, > and & for HTML; prompts want the plain text.
+    return json.dumps(value, ensure_ascii=False, indent=indent, default=str)
+
+
+def make_environment(prompts_dir: Path | None) -> SandboxedEnvironment:
+    """The one Jinja environment for a graph: sandboxed, strict, no autoescape."""
+    env = SandboxedEnvironment(
+        loader=FileSystemLoader(str(prompts_dir)) if prompts_dir else None,
+        undefined=StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["tojson"] = _to_json
+    env.globals["enumerate"] = enumerate
+    env.globals["zip"] = zip
+    env.globals["len"] = len
+    return env
+
+
+class Expression:
+    """A compiled graph-file expression (`when`, `foreach`, compute `args`, `outputs`)."""
+
+    def __init__(self, env: SandboxedEnvironment, source: str) -> None:
+        self.source = source
+        self._compiled = env.compile_expression(source, undefined_to_none=False)
+        self.names = expression_names(env, source)
+
+    def __call__(self, context: dict[str, Any]) -> Any:
+        value = self._compiled(**context)
+        if isinstance(value, StrictUndefined):
+            # Force the Undefined to raise its own clear "X is undefined" error.
+            str(value)
+        return value
+
+
+def expression_names(env: SandboxedEnvironment, source: str) -> set[str]:
+    """Free variable names of an expression."""
+    return set(meta.find_undeclared_variables(env.parse("{{ (" + source + ") }}")))
+
+
+@lru_cache(maxsize=256)
+def _cached_source(path: str, mtime: float) -> str:
+    return Path(path).read_text(encoding="utf-8")
+
+
+def template_names(env: SandboxedEnvironment, name: str) -> set[str]:
+    """Free variable names of a template and every template it includes or extends."""
+    seen: set[str] = set()
+    found: set[str] = set()
+    stack = [name]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        assert env.loader is not None
+        source, _, _ = env.loader.get_source(env, current)
+        ast = env.parse(source)
+        found |= meta.find_undeclared_variables(ast)
+        stack.extend(t for t in meta.find_referenced_templates(ast) if t)
+    return found
+
+
+def attribute_uses(env: SandboxedEnvironment, source: str) -> Iterable[tuple[str, str]]:
+    """(name, attribute) pairs like ``judge.score`` read directly off a free name."""
+    ast = env.parse(source)
+    for node in ast.find_all(nodes.Getattr):
+        if isinstance(node.node, nodes.Name):
+            yield node.node.name, node.attr

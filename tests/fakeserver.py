@@ -1,0 +1,500 @@
+"""A fake OpenAI-compatible HTTP server on loopback, for unit and fault-injection tests.
+
+It serves ``/v1/models``, ``/v1/chat/completions`` and vLLM's ``/tokenize`` from a background
+thread, so any client (sync or async, including ``openai.AsyncOpenAI``) can talk to it. Each chat
+request is handed to a *responder* that returns a :class:`Reply` describing what to send back:
+normal content, several samples, logprobs, an HTTP error, a delay, a truncation or raw bytes.
+
+Run it standalone (for benchmarks) with ``python tests/fakeserver.py --port 9000 --latency 0.2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """What the fake server answers to one chat-completion request."""
+
+    content: str | None = None
+    status: int = 200
+    delay: float = 0.0
+    finish_reason: str = "stop"
+    samples: list[str] | None = None
+    logprobs: list[dict] | None = None
+    raw_body: bytes | None = None
+    usage: tuple[int, int] | None = None
+
+
+Responder = Callable[[dict], Reply]
+
+
+# --------------------------------------------------------------------------------------------
+# Responders
+# --------------------------------------------------------------------------------------------
+
+
+def schema_responder(body: dict) -> Reply:
+    """Answer with a valid instance of the requested JSON schema, or "ok" when none was asked.
+
+    This lets whole evaluation graphs run against the fake server without a model.
+    """
+    fmt = body.get("response_format") or {}
+    if fmt.get("type") == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema") or {}
+        return Reply(content=json.dumps(schema_instance(schema)))
+    return Reply(content="ok")
+
+
+def sequence(*replies: Reply | Responder) -> Responder:
+    """Return a responder that yields ``replies`` in call order, repeating the last one forever.
+
+    A callable in the list is invoked with the request body. Safe to share between threads.
+    """
+    if not replies:
+        raise ValueError("sequence() needs at least one reply")
+    lock = threading.Lock()
+    state = {"next": 0}
+
+    def respond(body: dict) -> Reply:
+        with lock:
+            index = min(state["next"], len(replies) - 1)
+            state["next"] += 1
+        item = replies[index]
+        return item if isinstance(item, Reply) else item(body)
+
+    return respond
+
+
+def latency_responder(seconds: float, inner: Responder = schema_responder) -> Responder:
+    """Return a responder that sleeps ``seconds`` (in the handler thread) then delegates."""
+
+    def respond(body: dict) -> Reply:
+        time.sleep(seconds)
+        return inner(body)
+
+    return respond
+
+
+# --------------------------------------------------------------------------------------------
+# Deterministic JSON-schema instances
+# --------------------------------------------------------------------------------------------
+
+_STRING_FORMATS: dict[str, str] = {
+    "date-time": "2024-01-01T00:00:00Z",
+    "date": "2024-01-01",
+    "time": "00:00:00",
+    "email": "user@example.com",
+    "uri": "https://example.com/",
+    "url": "https://example.com/",
+    "uuid": "00000000-0000-4000-8000-000000000000",
+}
+
+
+def schema_instance(schema: dict, root: dict | None = None, variant: int = 0) -> Any:
+    """Build a deterministic value that validates against ``schema``.
+
+    ``root`` is the document that ``$ref`` pointers resolve against (defaults to ``schema``).
+    ``variant`` > 0 asks for a different value where possible, so ``uniqueItems`` arrays work.
+    """
+    root = schema if root is None else root
+    schema = _resolve(schema, root)
+    if "allOf" in schema:
+        merged = {k: v for k, v in schema.items() if k != "allOf"}
+        for part in schema["allOf"]:
+            merged = _merge(merged, _resolve(part, root))
+        schema = merged
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][variant % len(schema["enum"])]
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            branches = [_resolve(b, root) for b in schema[key]]
+            usable = [b for b in branches if b.get("type") != "null"]
+            return schema_instance(usable[0], root, variant) if usable else None
+
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind is None:
+        if "properties" in schema:
+            kind = "object"
+        elif "items" in schema or "prefixItems" in schema:
+            kind = "array"
+        else:
+            kind = "string"
+
+    if kind == "object":
+        props = schema.get("properties", {})
+        return {name: schema_instance(sub, root, variant) for name, sub in props.items()}
+    if kind == "array":
+        return _array_instance(schema, root, variant)
+    if kind in ("integer", "number"):
+        return _number_instance(schema, integer=kind == "integer", variant=variant)
+    if kind == "string":
+        return _string_instance(schema, variant)
+    if kind == "boolean":
+        return variant % 2 == 0
+    return None
+
+
+def _resolve(schema: dict, root: dict) -> dict:
+    """Follow local ``$ref`` pointers (``#/$defs/Name`` and the like) until a real schema."""
+    seen: set[str] = set()
+    while "$ref" in schema:
+        ref = schema["$ref"]
+        if ref in seen or not ref.startswith("#"):
+            raise ValueError(f"cannot resolve $ref {ref!r}")
+        seen.add(ref)
+        target: Any = root
+        for part in filter(None, ref[1:].split("/")):
+            target = target[part.replace("~1", "/").replace("~0", "~")]
+        # Sibling keywords next to $ref (e.g. a description) are kept, the target wins on clashes.
+        schema = {**{k: v for k, v in schema.items() if k != "$ref"}, **target}
+    return schema
+
+
+def _merge(left: dict, right: dict) -> dict:
+    """Shallow-merge two schemas for ``allOf``, uniting their properties and required lists."""
+    merged = {**left, **right}
+    if "properties" in left or "properties" in right:
+        merged["properties"] = {**left.get("properties", {}), **right.get("properties", {})}
+    if "required" in left or "required" in right:
+        merged["required"] = [*left.get("required", []), *right.get("required", [])]
+    return merged
+
+
+def _array_instance(schema: dict, root: dict, variant: int) -> list:
+    """Make ``max(minItems, 1)`` items (0 if ``maxItems`` is 0), distinct when asked to be."""
+    prefix = schema.get("prefixItems", [])
+    count = max(schema.get("minItems", 0), 1, len(prefix))
+    if schema.get("maxItems") is not None:
+        count = min(count, schema["maxItems"])
+    items = schema.get("items")
+    unique = bool(schema.get("uniqueItems"))
+    out: list = []
+    for i in range(count):
+        sub = prefix[i] if i < len(prefix) else items if isinstance(items, dict) else {}
+        out.append(schema_instance(sub, root, variant + i if unique else variant))
+    return out
+
+
+def _number_instance(schema: dict, *, integer: bool, variant: int) -> int | float:
+    """Pick the minimum if there is one, else a value inside the bounds, else 1."""
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    lo_ex, hi_ex = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    step = 1 if integer else 0.5
+    if lo is not None:
+        value: float = lo
+    elif lo_ex is not None:
+        value = math.floor(lo_ex) + 1 if integer else lo_ex + step
+        if hi_ex is not None and not integer and value >= hi_ex:
+            value = (lo_ex + hi_ex) / 2
+    elif hi is not None:
+        value = min(1, hi)
+    elif hi_ex is not None:
+        value = min(1, math.ceil(hi_ex) - 1 if integer else hi_ex - step)
+    else:
+        value = 1
+    multiple = schema.get("multipleOf")
+    if multiple:
+        value = math.ceil(value / multiple) * multiple
+    if variant:
+        bumped = value + variant * (multiple or 1)
+        upper_ok = (hi is None or bumped <= hi) and (hi_ex is None or bumped < hi_ex)
+        if upper_ok:
+            value = bumped
+    return int(value) if integer else float(value)
+
+
+def _string_instance(schema: dict, variant: int) -> str:
+    """A short non-empty string that respects ``minLength``/``maxLength`` (and common formats)."""
+    fmt = schema.get("format")
+    if fmt in _STRING_FORMATS and variant == 0:
+        return _STRING_FORMATS[fmt]
+    base = "text" if variant == 0 else f"text{variant}"
+    low = schema.get("minLength", 0)
+    high = schema.get("maxLength")
+    if len(base) < low:
+        base += "x" * (low - len(base))
+    if high is not None and len(base) > high:
+        base = base[-high:] if high else ""
+    return base
+
+
+# --------------------------------------------------------------------------------------------
+# The server
+# --------------------------------------------------------------------------------------------
+
+
+def _word_count(text: str) -> int:
+    """Rough token count: whitespace-separated words."""
+    return len(text.split())
+
+
+def _message_text(body: dict) -> str:
+    """Concatenate the text of all request messages (plain strings or content-part lists)."""
+    parts: list[str] = []
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
+    return "\n".join(parts)
+
+
+def _error_body(status: int, message: str) -> bytes:
+    """An OpenAI-style error payload, which the openai client turns into a typed exception."""
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    error = {"message": message, "type": kind, "param": None, "code": status}
+    return json.dumps({"error": error}).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Routes requests to the owning :class:`FakeServer`."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, so benchmarks do not pay a connect per call
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Stay quiet; tests inspect ``FakeServer.requests`` instead of logs."""
+
+    def do_GET(self) -> None:
+        """Serve the model list."""
+        fake = self.server.fake
+        if self.path.rstrip("/") == "/v1/models":
+            data = [{"id": fake.model, "object": "model", "created": 0, "owned_by": "fake"}]
+            self._send_json(200, {"object": "list", "data": data})
+        else:
+            self._send(404, _error_body(404, f"no route for GET {self.path}"))
+
+    def do_POST(self) -> None:
+        """Serve chat completions and tokenization."""
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as exc:
+            self._send(400, _error_body(400, f"request body is not JSON: {exc}"))
+            return
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path == "/v1/chat/completions":
+            self._chat(body)
+        elif path in ("/tokenize", "/v1/tokenize"):
+            self._tokenize(body)
+        else:
+            self._send(404, _error_body(404, f"no route for POST {self.path}"))
+
+    def _chat(self, body: dict) -> None:
+        """Ask the responder what to do, then answer like a chat.completion endpoint."""
+        fake = self.server.fake
+        fake._record(body)
+        try:
+            reply = fake.responder(body)
+            if reply.delay > 0 and fake._stopping.wait(reply.delay):
+                self.close_connection = True  # the server is shutting down; drop the request
+                return
+            payload = None if reply.raw_body is not None else fake.completion(body, reply)
+        except Exception as exc:
+            fake._record_error(exc)
+            self._send(500, _error_body(500, f"responder failed: {type(exc).__name__}: {exc}"))
+            return
+        if reply.raw_body is not None:
+            self._send(reply.status, reply.raw_body)
+        elif reply.status != 200:
+            message = reply.content or HTTPStatus(reply.status).phrase
+            self._send(reply.status, _error_body(reply.status, message))
+        else:
+            self._send_json(200, payload)
+
+    def _tokenize(self, body: dict) -> None:
+        """Mimic vLLM's ``/tokenize``: one stable fake token id per whitespace-separated word."""
+        text = body.get("prompt")
+        if not isinstance(text, str):
+            text = _message_text(body)
+        tokens = [zlib.crc32(word.encode()) % 32000 for word in text.split()]
+        max_len = self.server.fake.max_model_len
+        self._send_json(200, {"tokens": tokens, "count": len(tokens), "max_model_len": max_len})
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        """Send ``payload`` as JSON."""
+        self._send(status, json.dumps(payload).encode())
+
+    def _send(self, status: int, data: bytes) -> None:
+        """Send a complete response; a client that already hung up (timeouts) is ignored."""
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server that knows its :class:`FakeServer` and drops clients quietly."""
+
+    daemon_threads = True
+    request_queue_size = 1024  # the default backlog of 5 drops bursts of concurrent connects
+    fake: FakeServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Ignore errors from clients that disconnect mid-request (expected in timeout tests)."""
+
+
+class FakeServer:
+    """A loopback OpenAI-compatible server whose answers are scripted by ``responder``.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`. ``responder`` may be
+    reassigned between test phases; ``requests`` holds every chat-completion body received and
+    ``errors`` every exception a responder raised (each also answered with HTTP 500).
+    """
+
+    def __init__(self, responder: Responder | None = None, model: str = "fake-model") -> None:
+        self.responder: Responder = responder or schema_responder
+        self.model = model
+        self.max_model_len = 4096
+        self.requests: list[dict] = []
+        self.errors: list[Exception] = []
+        self.host = "127.0.0.1"
+        self.port = 0
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._ids = itertools.count(1)
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL, e.g. ``http://127.0.0.1:PORT/v1``."""
+        return f"{self.root_url}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """The server root (where vLLM puts ``/tokenize``)."""
+        if self._httpd is None:
+            raise RuntimeError("FakeServer is not started")
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, port: int = 0) -> FakeServer:
+        """Bind 127.0.0.1 (an ephemeral port by default) and serve from a daemon thread."""
+        if self._httpd is not None:
+            return self
+        self._stopping.clear()
+        httpd = _HTTPServer((self.host, port), _Handler)
+        httpd.fake = self
+        self._httpd = httpd
+        self.port = httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
+            name=f"FakeServer:{self.port}",
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; requests still sleeping in a ``delay`` are abandoned."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        self._stopping.set()
+        httpd.shutdown()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def completion(self, body: dict, reply: Reply) -> dict:
+        """Build the chat.completion JSON for ``reply`` (public so tests can inspect the shape)."""
+        if reply.samples is not None:
+            texts: list[str | None] = list(reply.samples)
+        else:
+            texts = [reply.content] * max(int(body.get("n") or 1), 1)
+        choices = []
+        for index, text in enumerate(texts):
+            logprobs = None
+            if index == 0 and reply.logprobs is not None:
+                logprobs = {"content": reply.logprobs, "refusal": None}
+            choices.append(
+                {
+                    "index": index,
+                    "message": {"role": "assistant", "content": text, "tool_calls": None},
+                    "finish_reason": reply.finish_reason,
+                    "logprobs": logprobs,
+                }
+            )
+        if reply.usage is not None:
+            prompt_tokens, completion_tokens = reply.usage
+        else:
+            prompt_tokens = _word_count(_message_text(body))
+            completion_tokens = sum(_word_count(t or "") for t in texts)
+        return {
+            "id": f"chatcmpl-fake-{next(self._ids)}-{uuid.uuid4().hex[:8]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    def _record(self, body: dict) -> None:
+        with self._lock:
+            self.requests.append(body)
+
+    def _record_error(self, exc: Exception) -> None:
+        with self._lock:
+            self.errors.append(exc)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve :func:`schema_responder` replies in the foreground until Ctrl-C (for benchmarks)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per reply")
+    parser.add_argument("--model", default="fake-model")
+    args = parser.parse_args(argv)
+    responder = latency_responder(args.latency) if args.latency > 0 else schema_responder
+    server = FakeServer(responder, model=args.model).start(port=args.port)
+    print(
+        f"fake OpenAI server on {server.base_url} (latency {args.latency}s); Ctrl-C to stop",
+        flush=True,
+    )
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
