@@ -258,12 +258,9 @@ def trace(
         )
         console.print(f"\n[bold cyan]{label}[/] ({flags})")
         for message in rec["messages"] or []:
-            console.print(
-                f"  [dim]{message['role']}:[/] "
-                + _abridge(message["content"], prompt_chars).replace("\n", "\n    "),
-                markup=False,
-                highlight=False,
-            )
+            console.print(f"  [dim]{message['role']}:[/]")
+            body = _abridge(message["content"], prompt_chars).replace("\n", "\n    ")
+            console.print("    " + body, markup=False, highlight=False)
         if rec["value"] is not None:
             value = (
                 {k: v for k, v in rec["value"].items() if k != "_logprobs"}

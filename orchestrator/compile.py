@@ -21,7 +21,7 @@ from .schemas import SchemaError, build_model, dynamic_fields
 from .spec import Aggregate, ComputeNode, GraphSpec, LLMNode, Sampling, load_spec
 from .templates import Expression, attribute_uses, make_environment, template_names
 
-RESERVED = frozenset({"params", "id", "status", "error", "results"})
+RESERVED = frozenset({"params", "run", "id", "status", "error", "results"})
 RESULT_RESERVED = frozenset({"id", "status", "error"})
 
 
@@ -103,6 +103,8 @@ class _Checker:
         self.prompts_dir = (path.parent / spec.prompts).resolve()
         self.env = make_environment(self.prompts_dir)
         self.env.globals["params"] = spec.params
+        # `run` (base_url, model of the run's server) is filled in by the engine.
+        self.env.globals["run"] = {}
 
     def problem(self, message: str, node: str | None = None, field: str | None = None) -> None:
         self.problems.append(Problem(self.file, message, node, field))

@@ -75,6 +75,11 @@ class Engine:
         self.stats = stats
         self.options = options
         self.params = {**graph.spec.params, **options.params}
+        first = next(iter(endpoints.values()), None)
+        self.run_info = {
+            "base_url": first.base_url if first else None,
+            "model": first.model if first else None,
+        }
         self._models: dict[tuple[str, tuple[tuple[str, tuple[Any, ...]], ...]], type[BaseModel]]
         self._models = {}
 
@@ -116,7 +121,7 @@ class Engine:
         if row.error is not None:
             self.stats.examples_failed += 1
             return {"id": row.id, "status": "failed", "row": row.number, "error": row.error}
-        base = {**row.data, "params": self.params}
+        base = {**row.data, "params": self.params, "run": self.run_info}
         try:
             outputs = await self._run_nodes(row, base)
         except NodeError as exc:

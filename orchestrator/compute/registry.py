@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,12 +31,6 @@ class ComputeFunction:
 
 
 _REGISTRY: dict[str, ComputeFunction] = {}
-_BUILTIN_MODULES = (
-    "orchestrator.compute.basic",
-    "orchestrator.compute.expert",
-    "orchestrator.compute.pairwise",
-    "orchestrator.compute.ratings",
-)
 
 
 def register(
@@ -55,9 +50,12 @@ def register(
 
 
 def _load_builtins() -> None:
-    for module in _BUILTIN_MODULES:
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
+    # Every module of this package registers its functions on import; heavy libraries
+    # (metrics) must be imported inside the functions so this stays cheap.
+    package = importlib.import_module("orchestrator.compute")
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name != "registry":
+            importlib.import_module(f"orchestrator.compute.{info.name}")
 
 
 def resolve(name: str) -> ComputeFunction:
