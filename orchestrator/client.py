@@ -258,7 +258,7 @@ class LLMClient:
         started = time.perf_counter()
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(self.transport_retries + 1),
-            wait=wait_exponential_jitter(initial=0.5, max=self.backoff_max),
+            wait=wait_exponential_jitter(multiplier=0.5, max=self.backoff_max, jitter=0.5),
             retry=retry_if_exception(_is_transient),
             before_sleep=note_failure,
             reraise=True,
@@ -293,7 +293,8 @@ class LLMClient:
         sampling: Sampling,
     ) -> CallResult:
         """n validated samples for one rendered prompt; LLMCallError when the budget runs out."""
-        n = sampling.n or 1
+        n = int(sampling.n or 1)
+        retries = DEFAULT_RETRIES if sampling.retries is None else int(sampling.retries)
         schema = json_schema(model)
         if ep.structured == "prompt":
             messages = [*messages, {"role": "system", "content": schema_instruction(schema)}]
@@ -343,7 +344,7 @@ class LLMClient:
             result.completion_tokens += tokens[1]
             # Samples that came back invalid are repaired one by one, concurrently.
             repairs = [
-                self._settle(ep, messages, params, model, schema, choice, result, keys[i])
+                self._settle(ep, messages, params, retries, model, schema, choice, result, keys[i])
                 for i, choice in zip(pending, choices, strict=True)
             ]
             settled = await asyncio.gather(*repairs, return_exceptions=True)
@@ -362,6 +363,7 @@ class LLMClient:
         ep: Endpoint,
         messages: list[dict[str, Any]],
         params: dict[str, Any],
+        retries: int,
         model: type[BaseModel],
         schema: dict[str, Any],
         choice: _Choice,
@@ -369,8 +371,6 @@ class LLMClient:
         key: str,
     ) -> tuple[dict[str, Any], str]:
         """Validate one sample; re-ask with the error fed back until valid or out of budget."""
-        budget = params.get("retries")
-        retries = DEFAULT_RETRIES if budget is None else budget
         base_max = params["max_tokens"]
         conversation = list(messages)
         asked = dict(params, temperature=params.get("temperature"))

@@ -41,6 +41,7 @@ class CompiledNode:
     function: ComputeFunction | None = None
     args: dict[str, Expression | Any] = field(default_factory=dict)
     sampling: Sampling = field(default_factory=Sampling)
+    sampling_exprs: dict[str, Expression] = field(default_factory=dict)
 
     @property
     def is_llm(self) -> bool:
@@ -242,9 +243,16 @@ def _compile_node(
                 cn.dynamic[fpath] = expr
                 used |= expr.names
                 _check_names(ck, expr.names, known | item_names, name, f"output.{fpath}")
-        if cn.sampling.n is not None and cn.sampling.n < 1:
+        for key, value in cn.sampling.model_dump(exclude_none=True).items():
+            if isinstance(value, str):
+                expr = ck.expression(value, name, key)
+                if expr:
+                    cn.sampling_exprs[key] = expr
+                    used |= expr.names
+                    _check_names(ck, expr.names, known | item_names, name, key)
+        if isinstance(cn.sampling.n, int) and cn.sampling.n < 1:
             ck.problem("n must be at least 1", name, "n")
-        if cn.sampling.retries is not None and cn.sampling.retries < 0:
+        if isinstance(cn.sampling.retries, int) and cn.sampling.retries < 0:
             ck.problem("retries must be 0 or more", name, "retries")
     else:
         cn.function = _resolve_function(ck, node.function, name, "function")

@@ -18,7 +18,7 @@ from .compile import CompiledGraph, CompiledNode
 from .dataset import Row
 from .errors import NodeError
 from .schemas import build_model
-from .spec import LLMNode
+from .spec import SAMPLING_TYPES, LLMNode, Sampling
 from .stats import RunStats
 from .templates import Expression
 from .trace import WHOLE, NodeRecord, TraceStore
@@ -251,6 +251,22 @@ class Engine:
             self._models[key] = build_model(cn.name, cn.spec.output, dict(choices))
         return self._models[key]
 
+    def _sampling_for(self, cn: CompiledNode, ctx: dict[str, Any]) -> Sampling:
+        """The node's sampling values with expression-valued ones evaluated for this call."""
+        if not cn.sampling_exprs:
+            return cn.sampling
+        values = cn.sampling.model_dump(exclude_none=True)
+        for key, expr in cn.sampling_exprs.items():
+            raw = _evaluate(expr, ctx, cn.name, key)
+            try:
+                values[key] = SAMPLING_TYPES[key](raw)
+            except (TypeError, ValueError) as exc:
+                raise NodeError(
+                    cn.name,
+                    f"{key} `{expr.source}` gave {raw!r}, not a {SAMPLING_TYPES[key].__name__}",
+                ) from exc
+        return Sampling(**values)
+
     def _messages(self, cn: CompiledNode, ctx: dict[str, Any]) -> list[dict[str, str]]:
         messages = []
         try:
@@ -266,13 +282,14 @@ class Engine:
         assert isinstance(cn.spec, LLMNode)
         messages = self._messages(cn, ctx)
         model = self._schema_for(cn, ctx)
+        sampling = self._sampling_for(cn, ctx)
         ep = self.endpoints[cn.name]
         rec = NodeRecord(
             example, cn.name, item, messages=messages, model=ep.model, endpoint=ep.base_url
         )
         started = time.perf_counter()
         try:
-            result = await self.client.call(ep, messages, model, cn.sampling)
+            result = await self.client.call(ep, messages, model, sampling)
         except LLMCallError as exc:
             rec.attempts = exc.attempts
             rec.error = str(exc)
@@ -286,7 +303,7 @@ class Engine:
                 return rec.value
             self.trace.record(rec)
             raise NodeError(cn.name, str(exc)) from exc
-        value: Any = result.values[0] if (cn.sampling.n or 1) == 1 else result.values
+        value: Any = result.values[0] if (sampling.n or 1) == 1 else result.values
         rec.value = value
         rec.raw = result.raw
         rec.attempts = result.attempts

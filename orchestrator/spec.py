@@ -40,15 +40,31 @@ class FieldSpec(_Strict):
 
 
 class Sampling(_Strict):
-    """Sampling parameters shared by graph defaults and LLM nodes."""
+    """Sampling parameters shared by graph defaults and LLM nodes.
 
-    temperature: float | None = None
-    max_tokens: int | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    n: int | None = None
-    logprobs: int | None = Field(default=None, description="top_logprobs per token; off if unset")
-    retries: int | None = Field(default=None, description="re-asks after an invalid reply")
+    Each may be a literal or an expression string such as ``params.repeats``, evaluated
+    per call (so `--param` can change it without editing the graph).
+    """
+
+    temperature: float | str | None = None
+    max_tokens: int | str | None = None
+    top_p: float | str | None = None
+    seed: int | str | None = None
+    n: int | str | None = None
+    logprobs: int | str | None = Field(default=None, description="top_logprobs per token")
+    retries: int | str | None = Field(default=None, description="re-asks after an invalid reply")
+
+
+# The Python type each sampling value is coerced to once resolved.
+SAMPLING_TYPES: dict[str, type] = {
+    "temperature": float,
+    "max_tokens": int,
+    "top_p": float,
+    "seed": int,
+    "n": int,
+    "logprobs": int,
+    "retries": int,
+}
 
 
 class NodeBase(_Strict):
