@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, results, run_graph, user_text, write_graph, write_rows
+
 from orchestrator import RunConfig, RunFolderError, execute
 
 JUDGE_OUT = {"reason": "string", "score": {"type": "integer", "min": 1, "max": 10}}
@@ -53,8 +53,7 @@ def graph(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
-    return write_rows(tmp_path / "rows.jsonl", [{"id": f"e{i}", "text": f"t{i}"}
-                                                  for i in range(4)])
+    return write_rows(tmp_path / "rows.jsonl", [{"id": f"e{i}", "text": f"t{i}"} for i in range(4)])
 
 
 def judge_requests(server: FakeServer) -> list[dict[str, Any]]:
@@ -68,8 +67,12 @@ def test_schema_reaches_server_and_results_stream(graph: Path, data: Path, tmp_p
     body = judge_requests(server)[0]
     schema = body["response_format"]["json_schema"]["schema"]
     assert body["response_format"]["type"] == "json_schema"
-    assert schema["properties"]["score"] == {"maximum": 10, "minimum": 1, "title": "Score",
-                                             "type": "integer"}
+    assert schema["properties"]["score"] == {
+        "maximum": 10,
+        "minimum": 1,
+        "title": "Score",
+        "type": "integer",
+    }
     assert schema["required"] == ["reason", "score"]
     got = results(tmp_path / "run")
     assert {k: v["score"] for k, v in got.items()} == {"e0": 1, "e1": 2, "e2": 3, "e3": 4}
@@ -96,8 +99,9 @@ def test_malformed_json_is_reasked_with_the_error(graph: Path, data: Path, tmp_p
     assert len(e0) == 2
     feedback = e0[1]["messages"]
     assert feedback[-2] == {"role": "assistant", "content": '{"reason": "x", "score": 11}'}
-    assert "score" in feedback[-1]["content"] and "less than or equal to 10" in feedback[-1][
-        "content"]
+    assert (
+        "score" in feedback[-1]["content"] and "less than or equal to 10" in feedback[-1]["content"]
+    )
     assert results(tmp_path / "run")["e0"]["score"] == 5
     rows = _trace_rows(tmp_path / "run", "e0")
     assert [a["kind"] for a in rows[0]["attempts"]] == ["invalid", "ok"]
@@ -123,8 +127,10 @@ def test_server_errors_and_timeouts_are_retried(graph: Path, data: Path, tmp_pat
 
         return respond
 
-    replies = {"t1": fail_once("t1", Reply(status=500)),
-               "t2": fail_once("t2", Reply(delay=3.0, content="late"))}
+    replies = {
+        "t1": fail_once("t1", Reply(status=500)),
+        "t2": fail_once("t2", Reply(delay=3.0, content="late")),
+    }
     with FakeServer(by_text(replies)) as server:
         run_graph(graph, data, tmp_path / "run", server.base_url, timeout=1.0)
     got = results(tmp_path / "run")
@@ -145,8 +151,16 @@ def test_exhausted_budget_fails_only_that_example(graph: Path, data: Path, tmp_p
     assert "judge" in got["e2"]["error"] and "3 attempts" in got["e2"]["error"]
     assert [r["status"] for k, r in got.items() if k != "e2"] == ["ok"] * 3
     assert outcome.manifest["counts"]["examples_failed"] == 1
-    assert len([b for b in judge_requests(server) if "<<t2>>" in user_text(b)
-                or "<<t2>>" in b["messages"][0]["content"]]) == 3
+    assert (
+        len(
+            [
+                b
+                for b in judge_requests(server)
+                if "<<t2>>" in user_text(b) or "<<t2>>" in b["messages"][0]["content"]
+            ]
+        )
+        == 3
+    )
 
 
 def test_truncated_reply_is_reasked_with_more_tokens(graph: Path, data: Path, tmp_path: Path):
@@ -179,8 +193,7 @@ def test_second_run_is_served_from_cache(graph: Path, data: Path, tmp_path: Path
 
 
 def test_resume_after_interrupt_requests_nothing_finished(graph: Path, tmp_path: Path):
-    data = write_rows(tmp_path / "rows.jsonl",
-                      [{"id": f"e{i}", "text": f"t{i}"} for i in range(6)])
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": f"e{i}", "text": f"t{i}"} for i in range(6)])
     release = threading.Event()
 
     def hang(body: dict[str, Any]) -> Reply:
@@ -189,15 +202,23 @@ def test_resume_after_interrupt_requests_nothing_finished(graph: Path, tmp_path:
 
     out = tmp_path / "run"
     with FakeServer(by_text({"t5": hang})) as server:
-        config = RunConfig(graph=graph, data=data, out=out, base_url=server.base_url,
-                           use_cache=False, progress=False)
+        config = RunConfig(
+            graph=graph,
+            data=data,
+            out=out,
+            base_url=server.base_url,
+            use_cache=False,
+            progress=False,
+        )
 
         async def interrupted() -> None:
             task = asyncio.create_task(execute(config))
             for _ in range(200):
                 await asyncio.sleep(0.05)
-                if out.joinpath("results.jsonl").exists() and len(
-                        out.joinpath("results.jsonl").read_text().splitlines()) == 5:
+                if (
+                    out.joinpath("results.jsonl").exists()
+                    and len(out.joinpath("results.jsonl").read_text().splitlines()) == 5
+                ):
                     break
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -227,10 +248,14 @@ def test_resume_reuses_finished_nodes_of_unfinished_example(tmp_path: Path):
         },
         "outputs": {"score": "second.score"},
     }
-    graph = write_graph(tmp_path / "g", graph_spec, {
-        "a.jinja": "step one <<{{ text }}>>",
-        "b.jinja": "step two {{ first.score }} <<{{ text }}>>",
-    })
+    graph = write_graph(
+        tmp_path / "g",
+        graph_spec,
+        {
+            "a.jinja": "step one <<{{ text }}>>",
+            "b.jinja": "step two {{ first.score }} <<{{ text }}>>",
+        },
+    )
     data = write_rows(tmp_path / "rows.jsonl", [{"id": "only", "text": "x"}])
 
     def second_fails(body: dict[str, Any]) -> Reply:
@@ -264,24 +289,52 @@ def test_foreach_and_when(tmp_path: Path):
         "inputs": ["items"],
         "nodes": {
             "check": {
-                "kind": "llm", "prompt": "check.jinja", "foreach": "items", "as": "it",
-                "when": "it.keep", "output": {"ok": "boolean"},
+                "kind": "llm",
+                "prompt": "check.jinja",
+                "foreach": "items",
+                "as": "it",
+                "when": "it.keep",
+                "output": {"ok": "boolean"},
             },
-            "gate": {"kind": "llm", "prompt": "gate.jinja", "when": "false",
-                     "output": {"ok": "boolean"}},
-            "count": {"kind": "compute", "function": "identity",
-                      "args": {"value": "check | select | list | length"}},
+            "gate": {
+                "kind": "llm",
+                "prompt": "gate.jinja",
+                "when": "false",
+                "output": {"ok": "boolean"},
+            },
+            "count": {
+                "kind": "compute",
+                "function": "identity",
+                "args": {"value": "check | select | list | length"},
+            },
         },
         "outputs": {"checks": "check", "count": "count", "gate": "gate"},
     }
-    graph = write_graph(tmp_path / "g", spec, {
-        "check.jinja": "item {{ it_index }}: {{ it.word }}", "gate.jinja": "never"})
-    data = write_rows(tmp_path / "rows.jsonl", [{"id": "a", "items": [
-        {"word": "x", "keep": True}, {"word": "y", "keep": False}, {"word": "z", "keep": True}]}])
+    graph = write_graph(
+        tmp_path / "g",
+        spec,
+        {"check.jinja": "item {{ it_index }}: {{ it.word }}", "gate.jinja": "never"},
+    )
+    data = write_rows(
+        tmp_path / "rows.jsonl",
+        [
+            {
+                "id": "a",
+                "items": [
+                    {"word": "x", "keep": True},
+                    {"word": "y", "keep": False},
+                    {"word": "z", "keep": True},
+                ],
+            }
+        ],
+    )
 
     def respond(body: dict[str, Any]) -> Reply:
-        return Reply(content=json.dumps({"ok": "x" in user_text(body)})) if not is_canary(
-            body) else schema_responder(body)
+        return (
+            Reply(content=json.dumps({"ok": "x" in user_text(body)}))
+            if not is_canary(body)
+            else schema_responder(body)
+        )
 
     with FakeServer(respond) as server:
         run_graph(graph, data, tmp_path / "run", server.base_url)
@@ -301,8 +354,11 @@ def test_dataset_text_stays_literal_and_sandbox_refuses_internals(tmp_path: Path
         run_graph(graph, data, tmp_path / "run", server.base_url)
     assert user_text(judge_requests(server)[0]).endswith("<<{{ 7*7 }} {% if 1 %}>>")
 
-    evil = write_graph(tmp_path / "evil", GRAPH, {
-        "judge.jinja": "{{ text.__class__.__mro__[1].__subclasses__() }}"})
+    evil = write_graph(
+        tmp_path / "evil",
+        GRAPH,
+        {"judge.jinja": "{{ text.__class__.__mro__[1].__subclasses__() }}"},
+    )
     with FakeServer(by_text({}, lambda b: good())) as server:
         run_graph(evil, data, tmp_path / "run2", server.base_url)
         assert judge_requests(server) == []
@@ -312,8 +368,10 @@ def test_dataset_text_stays_literal_and_sandbox_refuses_internals(tmp_path: Path
 
 def test_bad_rows_fail_with_row_number_and_others_run(graph: Path, tmp_path: Path):
     data = tmp_path / "rows.jsonl"
-    data.write_text('{"id": "a", "text": "fine"}\n{"id": "b"}\nnot json\n{"id": "a", "text": "dup"}\n'
-                    '{"id": "c", "text": "fine too"}\n')
+    data.write_text(
+        '{"id": "a", "text": "fine"}\n{"id": "b"}\nnot json\n{"id": "a", "text": "dup"}\n'
+        '{"id": "c", "text": "fine too"}\n'
+    )
     with FakeServer(by_text({}, lambda b: good())) as server:
         run_graph(graph, data, tmp_path / "run", server.base_url)
     got = results(tmp_path / "run")
@@ -321,8 +379,9 @@ def test_bad_rows_fail_with_row_number_and_others_run(graph: Path, tmp_path: Pat
     assert got["b"]["status"] == "failed" and ":2:" in got["b"]["error"]
     assert "text" in got["b"]["error"]
     assert got["row-3"]["status"] == "failed" and "not valid JSON" in got["row-3"]["error"]
-    dup = [r for r in (tmp_path / "run" / "results.jsonl").read_text().splitlines()
-           if "duplicate" in r]
+    dup = [
+        r for r in (tmp_path / "run" / "results.jsonl").read_text().splitlines() if "duplicate" in r
+    ]
     assert len(dup) == 1 and ":4:" in dup[0]
 
 
@@ -359,18 +418,29 @@ def test_noisy_canary_is_not_proof_of_ignoring(graph: Path, data: Path, tmp_path
 
 
 def test_n_samples_become_a_list(tmp_path: Path):
-    spec = {**GRAPH, "params": {"k": 3},
-            "nodes": {"judge": {"kind": "llm", "prompt": "judge.jinja", "output": JUDGE_OUT,
-                                "n": "params.k", "temperature": 0.7}},
-            "outputs": {"scores": "judge | map(attribute='score') | list"}}
+    spec = {
+        **GRAPH,
+        "params": {"k": 3},
+        "nodes": {
+            "judge": {
+                "kind": "llm",
+                "prompt": "judge.jinja",
+                "output": JUDGE_OUT,
+                "n": "params.k",
+                "temperature": 0.7,
+            }
+        },
+        "outputs": {"scores": "judge | map(attribute='score') | list"},
+    }
     graph = write_graph(tmp_path / "g", spec, TEMPLATES)
     data = write_rows(tmp_path / "rows.jsonl", [{"id": "a", "text": "t"}])
 
     def respond(body: dict[str, Any]) -> Reply:
         if is_canary(body):
             return schema_responder(body)
-        return Reply(samples=[json.dumps({"reason": "r", "score": s})
-                              for s in range(1, body["n"] + 1)])
+        return Reply(
+            samples=[json.dumps({"reason": "r", "score": s}) for s in range(1, body["n"] + 1)]
+        )
 
     with FakeServer(respond) as server:
         run_graph(graph, data, tmp_path / "run", server.base_url)

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import write_graph
 from typer.testing import CliRunner
 
-from helpers import write_graph
 from orchestrator import GraphError, compile_graph
 from orchestrator.cli import app
 from orchestrator.compute import register
@@ -92,10 +92,18 @@ def test_template_variable_nothing_provides(tmp_path: Path) -> None:
 
 
 def test_attribute_the_schema_lacks(tmp_path: Path) -> None:
-    graph = {**BASE, "outputs": {"score": "judge.score"},
-             "nodes": {"judge": JUDGE,
-                       "twice": {"kind": "compute", "function": "identity",
-                                 "args": {"value": "judge.scor * 2"}}}}
+    graph = {
+        **BASE,
+        "outputs": {"score": "judge.score"},
+        "nodes": {
+            "judge": JUDGE,
+            "twice": {
+                "kind": "compute",
+                "function": "identity",
+                "args": {"value": "judge.scor * 2"},
+            },
+        },
+    }
     p = one(tmp_path, graph)
     assert p.node == "twice" and "scor" in p.message and "score" in p.message
 
@@ -119,8 +127,10 @@ def test_bad_schemas(tmp_path: Path, field: dict[str, Any], message: str) -> Non
 
 
 def test_unknown_compute_function(tmp_path: Path) -> None:
-    graph = {**BASE, "nodes": {"judge": JUDGE,
-                               "f": {"kind": "compute", "function": "no_such_fn", "args": {}}}}
+    graph = {
+        **BASE,
+        "nodes": {"judge": JUDGE, "f": {"kind": "compute", "function": "no_such_fn", "args": {}}},
+    }
     p = one(tmp_path, graph)
     assert p.node == "f" and p.field == "function" and "no_such_fn" in p.message
 
@@ -129,8 +139,10 @@ def test_function_with_missing_extra_names_pip_command(tmp_path: Path) -> None:
     register("needs_missing_lib", requires=("definitely_not_installed_xyz",), extra="metrics")(
         lambda: None
     )
-    graph = {**BASE, "nodes": {"judge": JUDGE,
-                               "f": {"kind": "compute", "function": "needs_missing_lib"}}}
+    graph = {
+        **BASE,
+        "nodes": {"judge": JUDGE, "f": {"kind": "compute", "function": "needs_missing_lib"}},
+    }
     p = one(tmp_path, graph)
     assert "pip install -e '.[metrics]'" in p.message
 
@@ -141,8 +153,13 @@ def test_name_clash_with_input(tmp_path: Path) -> None:
 
 
 def test_all_problems_reported_together(tmp_path: Path) -> None:
-    graph = {**BASE, "nodes": {"judge": {**JUDGE, "prompt": "nope.jinja"},
-                               "f": {"kind": "compute", "function": "no_such_fn"}}}
+    graph = {
+        **BASE,
+        "nodes": {
+            "judge": {**JUDGE, "prompt": "nope.jinja"},
+            "f": {"kind": "compute", "function": "no_such_fn"},
+        },
+    }
     assert len(problems(tmp_path, graph)) >= 2
 
 
