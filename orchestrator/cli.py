@@ -221,7 +221,8 @@ def trace(
     if not path.is_file():
         _fail(f"{folder} has no {TRACES}; is it a run folder?")
     results = read_results(folder)
-    if example is None and results:
+    # jsonl is an export: without --example it covers every example.
+    if example is None and results and format != "jsonl":
         failed = [r for r in results if r.get("status") == "failed"]
         example = str((failed or results)[0]["id"])
     store = TraceStore(path)

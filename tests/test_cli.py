@@ -1,0 +1,99 @@
+"""The command line end to end against the fake server: run, summary, trace, CSV data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fakeserver import FakeServer, Reply, schema_responder
+from helpers import is_canary
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_run_pointwise_then_trace(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "run"
+    with FakeServer(schema_responder) as server:
+        result = runner.invoke(
+            app,
+            [
+                "run",
+                str(ROOT / "graphs/pointwise.yaml"),
+                "--data",
+                str(ROOT / "examples/pointwise.jsonl"),
+                "--out",
+                str(out),
+                "--base-url",
+                server.base_url,
+                "--cache",
+                str(tmp_path / "c.sqlite"),
+            ],
+        )
+    assert result.exit_code == 0, result.output
+    assert "examples ok / failed" in result.output and "6 / 0" in result.output
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 6
+    trace = runner.invoke(app, ["trace", str(out), "--example", "email-style-match"])
+    assert trace.exit_code == 0, trace.output
+    assert "judge" in trace.output and "score" in trace.output
+    assert "Friday standup" in trace.output  # the rendered prompt, abridged or not
+    jsonl = runner.invoke(app, ["trace", str(out), "--format", "jsonl", "--node", "judge"])
+    records = [json.loads(line) for line in jsonl.output.splitlines()]
+    assert len(records) == 6 and all(r["node"] == "judge" for r in records)
+    assert all(r["attempts"][-1]["kind"] == "ok" for r in records)
+
+
+def test_failed_examples_give_exit_code_2_and_csv_rows(tmp_path: Path) -> None:
+    data = tmp_path / "rows.csv"
+    data.write_text("id,input,reference,output\na,req,ref text,out text\nb,req,BROKEN,out text\n")
+
+    def respond(body: dict) -> Reply:
+        if not is_canary(body) and "BROKEN" in body["messages"][1]["content"]:
+            return Reply(content="{not json")
+        return schema_responder(body)
+
+    runner = CliRunner()
+    with FakeServer(respond) as server:
+        result = runner.invoke(
+            app,
+            [
+                "run",
+                str(ROOT / "graphs/pointwise.yaml"),
+                "--data",
+                str(data),
+                "--out",
+                str(tmp_path / "run"),
+                "--base-url",
+                server.base_url,
+                "--no-cache",
+            ],
+        )
+    assert result.exit_code == 2, result.output
+    rows = {r["id"]: r for r in map(json.loads, (tmp_path / "run/results.jsonl").open())}
+    assert rows["a"]["status"] == "ok" and rows["b"]["status"] == "failed"
+    trace = runner.invoke(app, ["trace", str(tmp_path / "run")])
+    assert "example b" in trace.output and "invalid" in trace.output
+
+
+def test_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            str(ROOT / "graphs/pointwise.yaml"),
+            "--data",
+            str(ROOT / "examples/pointwise.jsonl"),
+            "--out",
+            str(tmp_path / "run"),
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--no-cache",
+        ],
+    )
+    assert result.exit_code == 1
+    assert "cannot list models" in result.output and "--base-url" in result.output
