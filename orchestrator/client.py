@@ -297,7 +297,13 @@ class LLMClient:
         retries = DEFAULT_RETRIES if sampling.retries is None else int(sampling.retries)
         schema = json_schema(model)
         if ep.structured == "prompt":
-            messages = [*messages, {"role": "system", "content": schema_instruction(schema)}]
+            # Appended to the last user turn: many chat templates accept a system message
+            # only at the start.
+            last = messages[-1]
+            messages = [
+                *messages[:-1],
+                {**last, "content": last["content"] + "\n\n" + schema_instruction(schema)},
+            ]
         params = {
             "temperature": sampling.temperature,
             "max_tokens": sampling.max_tokens or DEFAULT_MAX_TOKENS,
