@@ -313,6 +313,25 @@ def serve(
         server.stop()
 
 
+@app.command()
+def report(
+    folder: Annotated[Path, typer.Argument(help="Run folder.")],
+    full_prompts: Annotated[bool, typer.Option(help="Embed prompts unabridged.")] = False,
+    serve: Annotated[bool, typer.Option(help="Serve on localhost instead of one file.")] = False,
+    port: Annotated[int, typer.Option(help="Port for --serve.")] = 8770,
+) -> None:
+    """Write RUN_DIR/report.html, a self-contained page to audit every decision of a run."""
+    from .report import build_report, serve_report
+
+    if not (folder / "results.jsonl").is_file():
+        _fail(f"{folder} has no results.jsonl; is it a run folder?")
+    if serve:
+        serve_report(folder, port=port, full_prompts=full_prompts)
+        return
+    path = build_report(folder, full_prompts=full_prompts)
+    console.print(f"Report written to {path} — open it in a browser.")
+
+
 @app.command("cache")
 def cache_cmd(
     clear: Annotated[bool, typer.Option(help="Delete every cached reply.")] = False,

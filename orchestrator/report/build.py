@@ -1,0 +1,167 @@
+"""`orchestrator report RUN_DIR`: one self-contained HTML page of a run folder."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from html import escape
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .. import __version__
+from ..trace import TraceStore
+from .collect import (
+    DetailOptions,
+    RunData,
+    example_detail,
+    example_order,
+    load_run,
+    records_by_example,
+    shared_heads,
+    table_rows,
+)
+from .dag import dag_svg
+from .render import facts, histogram, summary_tables
+
+REPORT = "report.html"
+# Past this much per-example data the file would be slow to open: the rest is left to
+# `report --serve`. Failed examples come first, so they are always among those embedded.
+MAX_EMBED_BYTES = 96 * 1024 * 1024
+_MARKER = re.compile(r"@@([A-Z_]+)@@")
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def embed_json(data: Any) -> str:
+    """JSON safe inside a <script> element: no `<` can end it early."""
+    return _script_safe(orjson.dumps(data, default=str, option=orjson.OPT_SERIALIZE_NUMPY))
+
+
+def _script_safe(blob: bytes) -> str:
+    # `<` only occurs inside JSON strings, where \u003c means the same character.
+    return blob.replace(b"<", b"\\u003c").decode()
+
+
+@dataclass
+class Page:
+    """The parts of a page that differ between a file and a served report."""
+
+    mode: str  # "file" | "serve"
+    full_prompts: bool
+    shared: list[str]
+    details: str  # the JSON array of per-example data, "" when served
+    embedded: int
+
+
+def _meta(run: RunData, page: Page) -> dict[str, Any]:
+    graph = run.manifest.get("graph") or {}
+    return {
+        "mode": page.mode,
+        "title": graph.get("name") or run.summary.get("graph") or run.run_dir.name,
+        "run_dir": str(run.run_dir),
+        "nodes": [n.as_dict() for n in run.graph.nodes],
+        "score": run.score_column,
+        "numeric": run.numeric_columns,
+        "text": run.text_columns,
+        "shared": page.shared,
+        "full_prompts": page.full_prompts,
+        "embedded": page.embedded,
+        "total": len(run.results),
+    }
+
+
+def render_page(run: RunData, order: list[int], page: Page) -> str:
+    """Fill the template; each marker is replaced once, so run text cannot inject one."""
+    graph = run.manifest.get("graph") or {}
+    title = str(graph.get("name") or run.summary.get("graph") or run.run_dir.name)
+    score = run.score_column
+    rows = table_rows(run, order)
+    values: list[float] = []
+    if score is not None:
+        pairs = zip(rows["num"][score], rows["status"], strict=True)
+        values = [v for v, status in pairs if v is not None and status == "ok"]
+    notes = list(run.notes)
+    if page.mode == "file" and page.embedded < len(run.results):
+        notes.append(
+            f"Traces of {len(run.results) - page.embedded} of {len(run.results)} examples are not "
+            f"embedded (the file would be too large to open quickly): "
+            f"`orchestrator report {run.run_dir} --serve` shows every one."
+        )
+    if not page.full_prompts:
+        notes.append(
+            "Long prompts and replies are abridged; `orchestrator report --full-prompts` keeps "
+            "them whole."
+        )
+    description = run.graph.description or ""
+    parts = {
+        "TITLE": escape(title),
+        "STYLE": _asset("style.css"),
+        "SCRIPT": _asset("app.js").replace("</script", "<\\/script"),
+        "NOTES": "".join(f'<p class="note">{escape(n)}</p>' for n in notes),
+        "FACTS": facts(run.manifest, run.runs, len(run.results)),
+        "SCORE": escape(score or "score"),
+        "HIST": histogram(values, score or "score"),
+        "SUMMARY": summary_tables(run.summary),
+        "GRAPH_DESCRIPTION": f'<p class="muted">{escape(description)}</p>' if description else "",
+        "DAG": dag_svg(run.graph.nodes),
+        "FOOTER": escape(
+            f"orchestrator {__version__} · report of {run.run_dir} · "
+            f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}"
+        ),
+        "META": embed_json(_meta(run, page)),
+        "ROWS": embed_json(rows),
+        "DETAILS": page.details,
+    }
+    return _MARKER.sub(lambda m: parts.get(m.group(1), m.group(0)), _asset("template.html"))
+
+
+def embedded_details(
+    run: RunData, order: list[int], full_prompts: bool, max_bytes: int
+) -> tuple[str, list[str], int]:
+    """The per-example JSON array (in table order), the shared prompt heads, how many fit."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    if run.traces_path.is_file():
+        store = TraceStore(run.traces_path)
+        try:
+            grouped = records_by_example(store)
+        finally:
+            store.close()
+    shared, index = shared_heads(grouped)
+    opts = DetailOptions(full=full_prompts, shared=shared, shared_index=index)
+    parts: list[bytes] = []
+    size = 0
+    embedded = 0
+    for position in order:
+        result = run.results[position]
+        if size > max_bytes:
+            parts.append(b"null")
+            continue
+        records = grouped.get(str(result.get("id")), [])
+        blob = orjson.dumps(example_detail(run, result, records, opts), default=str)
+        size += len(blob)
+        parts.append(blob)
+        embedded += 1
+    return _script_safe(b"[" + b",".join(parts) + b"]"), shared, embedded
+
+
+def build_report(
+    run_dir: Path, full_prompts: bool = False, max_embed_bytes: int = MAX_EMBED_BYTES
+) -> Path:
+    """Write RUN_DIR/report.html: overview, graph, examples table and every trace."""
+    run_dir = Path(run_dir)
+    run = load_run(run_dir, full_prompts)
+    order = example_order(run)
+    details, shared, embedded = embedded_details(run, order, full_prompts, max_embed_bytes)
+    html = render_page(run, order, Page("file", full_prompts, shared, details, embedded))
+    out = run_dir / REPORT
+    tmp = out.with_suffix(".html.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, out)
+    return out

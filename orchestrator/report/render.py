@@ -1,0 +1,345 @@
+"""HTML fragments rendered once at build time: run facts, score histogram, summary tables.
+
+summary.json's aggregate tables come from compute functions that are free to pick their
+shape, so rendering is by shape: a flat dict is a key/value table, a list of dicts or a
+dict of dicts is a table, and rows that carry a point estimate with an interval (median /
+ci_low / ci_high and similar names) get a CI bar on one shared axis.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from html import escape
+from typing import Any
+
+import orjson
+
+POINT_KEYS = ("median", "mean", "rating", "elo", "estimate", "score", "value", "strength", "bt")
+LOW_KEYS = ("ci_low", "ci_lower", "low", "lower", "lo", "ci_lo", "q_low", "q025", "p2_5")
+HIGH_KEYS = ("ci_high", "ci_upper", "high", "upper", "hi", "ci_hi", "q_high", "q975", "p97_5")
+PAIR_KEYS = ("ci", "ci95", "interval", "ci_95")
+NAME_KEYS = ("name", "model", "system", "label", "id", "player", "item")
+MAX_TABLE_ROWS = 500
+MAX_DEPTH = 4
+
+
+def fmt(value: Any) -> str:
+    """A cell: numbers to 4 significant digits, containers as short JSON."""
+    if value is None:
+        return '<span class="muted">—</span>'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return escape(str(value))
+        return escape(f"{value:.4g}")
+    if isinstance(value, int):
+        return escape(str(value))
+    if isinstance(value, dict | list):
+        text = orjson.dumps(value, default=str).decode()
+        if len(text) > 300:
+            text = text[:300] + "…"
+        return f"<code>{escape(text)}</code>"
+    return escape(str(value))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def interval(row: Any) -> tuple[str, float, float, float] | None:
+    """(point key, point, low, high) when a row carries an estimate with an interval."""
+    if not isinstance(row, dict):
+        return None
+    point_key = next((k for k in POINT_KEYS if _number(row.get(k)) is not None), None)
+    if point_key is None:
+        return None
+    low = next((_number(row[k]) for k in LOW_KEYS if _number(row.get(k)) is not None), None)
+    high = next((_number(row[k]) for k in HIGH_KEYS if _number(row.get(k)) is not None), None)
+    if low is None or high is None:
+        pair = next((row[k] for k in PAIR_KEYS if isinstance(row.get(k), list | tuple)), None)
+        if pair is not None and len(pair) == 2 and all(_number(v) is not None for v in pair):
+            low, high = float(pair[0]), float(pair[1])
+    if low is None or high is None:
+        return None
+    point = _number(row[point_key])
+    assert point is not None
+    return point_key, point, min(low, high), max(low, high)
+
+
+def _ci_bar(point: float, low: float, high: float, lo: float, hi: float) -> str:
+    width, height = 220, 16
+    span = (hi - lo) or 1.0
+
+    def x(v: float) -> float:
+        return 6 + (v - lo) / span * (width - 12)
+
+    return (
+        f'<svg class="ci" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
+        f'<line class="ci-axis" x1="6" x2="{width - 6}" y1="8" y2="8"/>'
+        f'<line class="ci-range" x1="{x(low):.1f}" x2="{x(high):.1f}" y1="8" y2="8"/>'
+        f'<circle class="ci-point" cx="{x(point):.1f}" cy="8" r="4">'
+        f"<title>{point:.4g} [{low:.4g}, {high:.4g}]</title></circle></svg>"
+    )
+
+
+def _table(columns: list[str], rows: list[list[str]], css: str = "data") -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _more(total: int) -> str:
+    if total <= MAX_TABLE_ROWS:
+        return ""
+    return f'<p class="muted">first {MAX_TABLE_ROWS} of {total} rows shown</p>'
+
+
+def rating_table(named_rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """Rows with an interval, best first, with CI bars on one axis."""
+    parsed = [(name, row, interval(row)) for name, row in named_rows]
+    lows = [iv[2] for _, _, iv in parsed if iv]
+    highs = [iv[3] for _, _, iv in parsed if iv]
+    lo, hi = min(lows), max(highs)
+    parsed.sort(key=lambda t: -(t[2][1] if t[2] else -math.inf))
+    extra: list[str] = []
+    for _, row, _ in parsed:
+        for key in row:
+            if key not in extra:
+                extra.append(key)
+    columns = ["", *extra, "interval"]
+    rows = []
+    for name, row, iv in parsed[:MAX_TABLE_ROWS]:
+        bar = _ci_bar(iv[1], iv[2], iv[3], lo, hi) if iv else ""
+        rows.append([f"<b>{escape(name)}</b>", *(fmt(row.get(k)) for k in extra), bar])
+    axis = f'<p class="muted">axis {lo:.4g} … {hi:.4g}</p>'
+    return _table(columns, rows, "data rating") + axis + _more(len(parsed))
+
+
+def _row_name(row: dict[str, Any], index: int) -> tuple[str, dict[str, Any]]:
+    for key in NAME_KEYS:
+        if isinstance(row.get(key), str | int) and not isinstance(row.get(key), bool):
+            return str(row[key]), {k: v for k, v in row.items() if k != key}
+    return str(index + 1), row
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def render_value(value: Any, depth: int = 0) -> str:
+    """Any JSON value from summary.json as a readable table (never fails)."""
+    if _scalar(value):
+        return f"<p>{fmt(value)}</p>"
+    if depth >= MAX_DEPTH:
+        return f"<pre>{escape(orjson.dumps(value, default=str).decode())}</pre>"
+    if isinstance(value, dict):
+        if not value:
+            return '<p class="muted">(empty)</p>'
+        if interval(value) and all(_scalar(v) or isinstance(v, list) for v in value.values()):
+            return rating_table([("", value)])
+        if all(_scalar(v) for v in value.values()):
+            items = list(value.items())
+            rows = [[f"<b>{escape(str(k))}</b>", fmt(v)] for k, v in items[:MAX_TABLE_ROWS]]
+            return _table(["", "value"], rows, "data kv") + _more(len(items))
+        if all(isinstance(v, dict) for v in value.values()):
+            named = [(str(k), v) for k, v in value.items()]
+            if sum(1 for _, v in named if interval(v)) >= max(1, len(named) // 2):
+                return rating_table(named)
+            if all(all(_scalar(x) for x in v.values()) for _, v in named):
+                return _record_table(named)
+        # Mixed: the plain entries in one table, the nested ones each under its name.
+        flat = [
+            (k, v)
+            for k, v in value.items()
+            if _scalar(v) or (isinstance(v, list) and len(v) <= 20 and all(map(_scalar, v)))
+        ]
+        parts = []
+        if flat:
+            rows = [
+                [
+                    f"<b>{escape(str(k))}</b>",
+                    ", ".join(fmt(x) for x in v) if isinstance(v, list) else fmt(v),
+                ]
+                for k, v in flat
+            ]
+            parts.append(_table(["", "value"], rows, "data kv"))
+        flat_keys = {k for k, _ in flat}
+        for key, inner in value.items():
+            if key in flat_keys:
+                continue
+            parts.append(
+                f'<div class="nested"><h4>{escape(str(key))}</h4>'
+                f"{render_value(inner, depth + 1)}</div>"
+            )
+        return "".join(parts)
+    if isinstance(value, list):
+        if not value:
+            return '<p class="muted">(empty list)</p>'
+        if all(_scalar(v) for v in value):
+            text = ", ".join(fmt(v) for v in value[:MAX_TABLE_ROWS])
+            return f"<p>{text}</p>" + _more(len(value))
+        if all(isinstance(v, dict) for v in value):
+            named = [_row_name(v, i) for i, v in enumerate(value)]
+            if sum(1 for _, v in named if interval(v)) >= max(1, len(named) // 2):
+                return rating_table(named)
+            return _record_table(named)
+        if all(isinstance(v, list) for v in value) and all(
+            all(_scalar(x) for x in v) for v in value
+        ):
+            width = max(len(v) for v in value)
+            rows = [[fmt(x) for x in v] + [""] * (width - len(v)) for v in value[:MAX_TABLE_ROWS]]
+            return _table([str(i) for i in range(width)], rows) + _more(len(value))
+    return f"<pre>{escape(orjson.dumps(value, default=str).decode())}</pre>"
+
+
+def _record_table(named: list[tuple[str, dict[str, Any]]]) -> str:
+    columns: list[str] = []
+    for _, row in named:
+        for key in row:
+            if key not in columns:
+                columns.append(key)
+    rows = [
+        [f"<b>{escape(name)}</b>", *(fmt(row.get(c)) for c in columns)]
+        for name, row in named[:MAX_TABLE_ROWS]
+    ]
+    return _table(["", *columns], rows) + _more(len(named))
+
+
+def summary_tables(summary: dict[str, Any]) -> str:
+    """Every dataset-level table of summary.json except the counts shown elsewhere."""
+    parts = []
+    means = summary.get("means")
+    if isinstance(means, dict) and means:
+        parts.append(
+            f'<section class="agg"><h3>means of outputs (ok examples)</h3>'
+            f"{render_value(means)}</section>"
+        )
+    for name, value in summary.items():
+        if name in ("graph", "counts", "means"):
+            continue
+        parts.append(
+            f'<section class="agg" data-aggregate="{escape(name)}"><h3>{escape(name)}</h3>'
+            f"{render_value(value)}</section>"
+        )
+    return "".join(parts) or '<p class="muted">summary.json has no dataset-level tables.</p>'
+
+
+def histogram(values: list[float], label: str, bins: int = 20) -> str:
+    """Score distribution as SVG bars; each bar carries its range so a click can filter."""
+    if not values:
+        return f'<p class="muted">no numeric {escape(label)} among ok examples</p>'
+    lo, hi = min(values), max(values)
+    integers = all(float(v).is_integer() for v in values) and hi - lo <= 30
+    if integers:
+        edges = [lo - 0.5 + i for i in range(int(hi - lo) + 2)]
+    elif hi == lo:
+        edges = [lo - 0.5, hi + 0.5]
+    else:
+        step = (hi - lo) / bins
+        edges = [lo + i * step for i in range(bins + 1)]
+    counts = [0] * (len(edges) - 1)
+    for v in values:
+        index = min(int((v - edges[0]) / (edges[1] - edges[0])), len(counts) - 1)
+        counts[index] += 1
+    width, height, pad = 560, 160, 28
+    bar = (width - 2 * pad) / len(counts)
+    top = max(counts)
+    parts = [
+        f'<svg class="hist" viewBox="0 0 {width} {height + 30}" width="{width}" '
+        f'height="{height + 30}" aria-label="histogram of {escape(label)}">'
+    ]
+    for i, count in enumerate(counts):
+        h = (height - 20) * count / top
+        low = edges[i] + 0.5 if integers else edges[i]
+        high = edges[i + 1] - 0.5 if integers else edges[i + 1]
+        text = f"{low:.4g}" if integers else f"{low:.3g} – {high:.3g}"
+        parts.append(
+            f'<g class="hist-bar" data-lo="{edges[i]!r}" data-hi="{edges[i + 1]!r}">'
+            f"<title>{escape(label)} {text}: {count} examples</title>"
+            f'<rect x="{pad + i * bar + 1:.1f}" y="{height - h:.1f}" width="{max(bar - 2, 1):.1f}"'
+            f' height="{h:.1f}"/></g>'
+        )
+    parts.append(
+        f'<line class="hist-axis" x1="{pad}" x2="{width - pad}" y1="{height}" y2="{height}"/>'
+        f'<text x="{pad}" y="{height + 16}" class="hist-label">{edges[0]:.3g}</text>'
+        f'<text x="{width - pad}" y="{height + 16}" class="hist-label end">{edges[-1]:.3g}</text>'
+        f'<text x="{width / 2}" y="{height + 28}" class="hist-label mid">{escape(label)} · '
+        f"{len(values)} ok examples · max bin {top}</text></svg>"
+    )
+    return "".join(parts)
+
+
+def _when(stamp: Any) -> str:
+    if not isinstance(stamp, int | float):
+        return "—"
+    return dt.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def facts(manifest: dict[str, Any], runs: list[dict[str, Any]], results_count: int) -> str:
+    """Key/value tables of what ran where, and the run's counts."""
+    graph = manifest.get("graph") or {}
+    servers = manifest.get("servers") or {}
+    server_text = "; ".join(
+        f"{s.get('base_url')} ({s.get('structured_output', '?')} structured output"
+        + (f", vLLM {s['version']}" if s.get("version") else "")
+        + ")"
+        for s in servers.values()
+        if isinstance(s, dict)
+    )
+    if not server_text and runs:
+        server_text = str(runs[-1].get("base_url") or "—")
+    dataset = manifest.get("dataset") or {}
+    rows = [
+        (
+            "graph",
+            f"<b>{escape(str(graph.get('name', '—')))}</b> · "
+            f"<code>{escape(str(graph.get('hash', '—')))}</code> · "
+            f"{escape(str(graph.get('path')))}",
+        ),
+        ("model", escape(str(manifest.get("model") or (runs[-1].get("model") if runs else "—")))),
+        ("server", escape(server_text or "—")),
+        (
+            "dataset",
+            f"{escape(str(dataset.get('path', '—')))} · "
+            f"<code>{escape(str(dataset.get('hash', '—')))}</code>",
+        ),
+        (
+            "status",
+            escape(str(manifest.get("status", "—")))
+            + (f" — {escape(str(manifest['error']))}" if manifest.get("error") else ""),
+        ),
+        ("started", _when(manifest.get("started"))),
+        (
+            "wall time",
+            f"{manifest['wall_seconds']:.1f} s"
+            if _number(manifest.get("wall_seconds")) is not None
+            else "—",
+        ),
+        ("runs in this folder", str(len(runs) or 1)),
+    ]
+    counts = manifest.get("counts") or {}
+    tokens = counts.get("tokens")
+    count_rows = [
+        ("examples", str(counts.get("examples", results_count))),
+        ("ok / failed", f"{counts.get('examples_ok', '—')} / {counts.get('examples_failed', '—')}"),
+        ("resumed", str(counts.get("examples_resumed", "—"))),
+        ("LLM requests", str(counts.get("requests", "—"))),
+        ("cache hits", str(counts.get("cache_hits", "—"))),
+        ("retries", str(counts.get("retries", "—"))),
+        (
+            "tokens",
+            f"{tokens if tokens is not None else '—'} "
+            f"({counts.get('prompt_tokens', '—')} prompt + "
+            f"{counts.get('completion_tokens', '—')} completion)",
+        ),
+    ]
+
+    def kv(items: list[tuple[str, str]], css: str) -> str:
+        body = "".join(f"<tr><th>{escape(k)}</th><td>{v}</td></tr>" for k, v in items)
+        return f'<table class="kv {css}">{body}</table>'
+
+    return kv(rows, "facts") + kv(count_rows, "counts")

@@ -1,0 +1,104 @@
+"""`orchestrator report RUN_DIR --serve`: the same page on localhost, traces loaded on demand.
+
+For runs too large to embed in one file: the page carries only the examples table, and
+each example's trace is read from traces.sqlite when it is opened.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..trace import TraceStore
+from .build import Page, render_page
+from .collect import DetailOptions, RunData, example_detail, example_order, load_run
+
+_EXAMPLE = re.compile(r"^/example/(\d+)\.json$")
+
+
+class ReportServer(ThreadingHTTPServer):
+    """Serves one run folder's report page and its per-example JSON."""
+
+    daemon_threads = True
+
+    def __init__(self, run_dir: Path, port: int, full_prompts: bool) -> None:
+        self.run: RunData = load_run(Path(run_dir), full_prompts)
+        self.order = example_order(self.run)
+        page = Page("serve", full_prompts, [], "", 0)
+        self.page = render_page(self.run, self.order, page).encode()
+        self.options = DetailOptions(full=full_prompts)
+        self.store = TraceStore(self.run.traces_path) if self.run.traces_path.is_file() else None
+        self.lock = threading.Lock()  # one SQLite connection, shared by the handler threads
+        super().__init__(("127.0.0.1", port), _Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    def detail(self, position: int) -> dict[str, Any] | None:
+        if not 0 <= position < len(self.order):
+            return None
+        result = self.run.results[self.order[position]]
+        records: list[dict[str, Any]] = []
+        if self.store is not None:
+            with self.lock:
+                records = list(self.store.node_runs(str(result.get("id"))))
+        return example_detail(self.run, result, records, self.options)
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self.store is not None:
+            self.store.close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ReportServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the terminal shows where the report is, not every request."""
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path in ("/", "/index.html", "/report.html"):
+            self._send(200, "text/html; charset=utf-8", self.server.page)
+            return
+        match = _EXAMPLE.match(path)
+        if match:
+            detail = self.server.detail(int(match.group(1)))
+            if detail is not None:
+                self._send(200, "application/json", orjson.dumps(detail, default=str))
+                return
+        self._send(404, "text/plain; charset=utf-8", f"not found: {path}".encode())
+
+    def _send(self, status: int, kind: str, body: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+
+def make_server(run_dir: Path, port: int = 8770, full_prompts: bool = False) -> ReportServer:
+    """A report server bound to 127.0.0.1:port (0 picks a free port), not yet serving."""
+    return ReportServer(run_dir, port, full_prompts)
+
+
+def serve_report(run_dir: Path, port: int = 8770, full_prompts: bool = False) -> None:
+    """Serve the report of RUN_DIR on localhost until Ctrl-C."""
+    server = make_server(run_dir, port, full_prompts)
+    print(f"Report of {run_dir} at {server.url} (Ctrl-C stops it)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
