@@ -332,6 +332,38 @@ def report(
     console.print(f"Report written to {path} — open it in a browser.")
 
 
+@app.command()
+def distill(
+    folder: Annotated[Path, typer.Argument(help="Run folder of a jury graph (perq_jury).")],
+    out: Annotated[Path, typer.Option(help="Folder to save the scorer in.")],
+    text_field: Annotated[str, typer.Option(help="Result field with the text.")] = "text",
+    label_field: Annotated[str, typer.Option(help="Result field with the label.")] = "label",
+    embedding_model: Annotated[
+        Path | None, typer.Option(help="Local sentence-embedding model folder.")
+    ] = None,
+    test_size: Annotated[float, typer.Option(help="Held-out share.")] = 0.25,
+    seed: Annotated[int, typer.Option(help="Split and classifier seed.")] = 0,
+) -> None:
+    """Train a small scorer on a jury's labels; print held-out accuracy, macro-F1, Spearman."""
+    from .distill import distill as train
+    from .distill import format_card
+
+    try:
+        card = train(
+            folder,
+            out,
+            text_field=text_field,
+            label_field=label_field,
+            embedding_model=embedding_model,
+            test_size=test_size,
+            seed=seed,
+        )
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        _fail(str(exc))
+        return
+    console.print(format_card(card))
+
+
 @app.command("cache")
 def cache_cmd(
     clear: Annotated[bool, typer.Option(help="Delete every cached reply.")] = False,

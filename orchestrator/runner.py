@@ -243,7 +243,7 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         "graph": graph.name,
         "counts": manifest["counts"],
         "means": manifest["means"],
-        **run_aggregates(graph, results),
+        **run_aggregates(graph, results, config.params),
     }
     folder.write_summary(summary)
     return RunOutcome(manifest, summary, folder.path)

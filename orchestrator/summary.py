@@ -38,16 +38,19 @@ def output_means(results: list[dict[str, Any]]) -> dict[str, float]:
     return {name: fmean(values) for name, values in sorted(columns.items())}
 
 
-def run_aggregates(graph: CompiledGraph, results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Evaluate the graph's `aggregates` over the ok result lines."""
+def run_aggregates(
+    graph: CompiledGraph, results: list[dict[str, Any]], params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Evaluate the graph's `aggregates` over the ok result lines, with the run's params."""
     ok = [r for r in results if r.get("status") == "ok"]
+    context = {"results": ok, "params": {**graph.spec.params, **(params or {})}}
     out: dict[str, Any] = {}
     for name, agg in graph.aggregates.items():
         kwargs = {}
         for arg, value in agg.args.items():
             if isinstance(value, Expression):
                 try:
-                    kwargs[arg] = value({"results": ok})
+                    kwargs[arg] = value(context)
                 except Exception as exc:
                     raise NodeError(f"aggregates.{name}", f"args.{arg}: {exc}") from exc
             else:

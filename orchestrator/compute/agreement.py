@@ -1,0 +1,159 @@
+"""Jury labels and inter-judge agreement (PerQ): label rules, Fleiss' kappa, pairwise agreement."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from itertools import combinations
+from statistics import fmean
+from typing import Any
+
+from .registry import register
+
+
+def judge_score(value: Any, field: str = "score") -> int | None:
+    """A judge's score, or None when it abstained (failed call, missing or non-integer)."""
+    if not isinstance(value, Mapping) or value.get("failed"):
+        return None
+    score = value.get(field)
+    if isinstance(score, bool) or not isinstance(score, int):
+        return None
+    return score
+
+
+def label_from_votes(votes: Sequence[int | None]) -> tuple[int | None, str]:
+    """The jury label and the rule that produced it.
+
+    A score given by two or more judges wins (with three judges at most one can). Three
+    different scores give the lowest; two votes that disagree give the lower one; fewer
+    than two votes give no label.
+    """
+    present = [v for v in votes if v is not None]
+    if len(present) < 2:
+        return None, "n/a"
+    counts = Counter(present)
+    top, count = counts.most_common(1)[0]
+    if count == len(present):
+        return top, "unanimous"
+    if count >= 2 and list(counts.values()).count(count) == 1:
+        return top, "majority"
+    return min(present), "lowest"
+
+
+@register("jury_label")
+def jury_label(judges: Mapping[str, Any], field: str = "score") -> dict[str, Any]:
+    """Combine the judges' outputs (by node name) into one label; a failed judge abstains."""
+    scores = {name: judge_score(value, field) for name, value in judges.items()}
+    label, rule = label_from_votes(list(scores.values()))
+    return {"label": label, "rule": rule, "scores": scores}
+
+
+def fleiss_kappa(table: Sequence[Sequence[int]]) -> float | None:
+    """Fleiss' kappa from an items x categories count table (same raters per item).
+
+    None when it is undefined: no items, fewer than two raters, or chance agreement of 1
+    (every rating in one category).
+    """
+    rows = [list(map(int, r)) for r in table if sum(r) > 0]
+    if not rows:
+        return None
+    raters = sum(rows[0])
+    if raters < 2 or any(sum(r) != raters for r in rows):
+        if raters >= 2:
+            raise ValueError("Fleiss' kappa needs the same number of ratings for every item")
+        return None
+    items = len(rows)
+    categories = len(rows[0])
+    agreement = fmean((sum(c * c for c in r) - raters) / (raters * (raters - 1)) for r in rows)
+    shares = [sum(r[j] for r in rows) / (items * raters) for j in range(categories)]
+    chance = sum(p * p for p in shares)
+    if chance >= 1.0:
+        return None
+    return (agreement - chance) / (1.0 - chance)
+
+
+def rating_table(ratings: Sequence[Sequence[int]], categories: Sequence[int]) -> list[list[int]]:
+    """Items x categories counts from each item's list of ratings."""
+    index = {c: i for i, c in enumerate(categories)}
+    table = []
+    for item in ratings:
+        row = [0] * len(categories)
+        for rating in item:
+            row[index[rating]] += 1
+        table.append(row)
+    return table
+
+
+@register("jury_agreement")
+def jury_agreement(
+    results: list[Mapping[str, Any]],
+    scores_field: str = "scores",
+    label_field: str = "label",
+    categories: Sequence[int] = (0, 1, 2, 3),
+) -> dict[str, Any]:
+    """Label distribution, full and pairwise agreement, Fleiss' kappa, per-judge abstain rate.
+
+    Agreement statistics use the items every judge in question scored; Fleiss' kappa uses
+    only items scored by all judges (it needs a fixed number of raters).
+    """
+    rows = [r.get(scores_field) or {} for r in results]
+    judges = sorted({name for r in rows for name in r})
+    total = len(rows)
+    labels = Counter(
+        "n/a" if r.get(label_field) is None else str(r.get(label_field)) for r in results
+    )
+    distribution = {str(c): labels.get(str(c), 0) for c in categories}
+    distribution["n/a"] = labels.get("n/a", 0)
+
+    complete = [[r[j] for j in judges] for r in rows if all(r.get(j) is not None for j in judges)]
+    pairwise: dict[str, float | None] = {}
+    for a, b in combinations(judges, 2):
+        both = [(r[a], r[b]) for r in rows if r.get(a) is not None and r.get(b) is not None]
+        pairwise[f"{a}~{b}"] = round(fmean(x == y for x, y in both), 4) if both else None
+    known = [v for v in pairwise.values() if v is not None]
+    kappa = fleiss_kappa(rating_table(complete, categories)) if complete else None
+    return {
+        "items": total,
+        "judges": judges,
+        "label_distribution": distribution,
+        "label_share": {k: round(v / total, 4) for k, v in distribution.items()} if total else {},
+        "full_agreement": round(fmean(len(set(r)) == 1 for r in complete), 4) if complete else None,
+        "items_all_judges": len(complete),
+        "pairwise_agreement": {"mean": round(fmean(known), 4) if known else None, **pairwise},
+        "fleiss_kappa": round(kappa, 4) if kappa is not None else None,
+        "abstain_rate": {
+            j: round(sum(r.get(j) is None for r in rows) / total, 4) if total else None
+            for j in judges
+        },
+    }
+
+
+@register("label_summary")
+def label_summary(
+    results: list[Mapping[str, Any]],
+    field: str = "label",
+    reference_field: str | None = None,
+    categories: Sequence[int] = (0, 1, 2, 3),
+) -> dict[str, Any]:
+    """Distribution of a label column and, when rows carry a reference label (e.g. the
+    jury's), the exact-agreement rate with it on the rows that have both."""
+    labels = Counter("n/a" if r.get(field) is None else str(r.get(field)) for r in results)
+    out: dict[str, Any] = {
+        "items": len(results),
+        "label_distribution": {
+            **{str(c): labels.get(str(c), 0) for c in categories},
+            "n/a": labels.get("n/a", 0),
+        },
+    }
+    if reference_field:
+        pairs = [
+            (r.get(field), r.get(reference_field))
+            for r in results
+            if r.get(field) is not None and r.get(reference_field) is not None
+        ]
+        out["reference"] = {
+            "field": reference_field,
+            "items": len(pairs),
+            "agreement": round(fmean(a == b for a, b in pairs), 4) if pairs else None,
+        }
+    return out

@@ -1,0 +1,163 @@
+"""PerQ jury: label rules, Fleiss' kappa, agreement statistics, and the graph end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from fakeserver import FakeServer, Reply, schema_responder
+
+import orchestrator
+from orchestrator.compute import agreement as ag
+
+ROOT = Path(__file__).resolve().parents[1]
+GRAPH = ROOT / "graphs" / "perq_jury.yaml"
+EXAMPLES = ROOT / "examples" / "perq_jury.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("votes", "label", "rule"),
+    [
+        ([3, 3, 3], 3, "unanimous"),
+        ([2, 2, 3], 2, "majority"),
+        ([3, 1, 3], 3, "majority"),
+        ([0, 2, 3], 0, "lowest"),
+        ([3, 1, 2], 1, "lowest"),
+        ([None, 2, 2], 2, "unanimous"),
+        ([None, 1, 3], 1, "lowest"),  # two votes that disagree: the lower
+        ([3, None, 0], 0, "lowest"),
+        ([None, None, 2], None, "n/a"),  # fewer than two votes: no label
+        ([None, None, None], None, "n/a"),
+    ],
+)
+def test_label_rules(votes: list[int | None], label: int | None, rule: str) -> None:
+    assert ag.label_from_votes(votes) == (label, rule)
+
+
+def test_jury_label_treats_failed_or_malformed_judges_as_abstaining() -> None:
+    out = ag.jury_label(
+        {
+            "j1": {"reason": "r", "score": 2},
+            "j2": {"failed": True, "error": "invalid JSON after 3 attempts"},
+            "j3": {"reason": "r", "score": 1},
+        }
+    )
+    assert out == {"label": 1, "rule": "lowest", "scores": {"j1": 2, "j2": None, "j3": 1}}
+    assert ag.judge_score({"score": True}) is None
+    assert ag.judge_score(None) is None
+
+
+def test_fleiss_kappa_textbook_table() -> None:
+    # Fleiss (1971) as tabulated in the usual worked example: 10 items, 14 raters,
+    # 5 categories; P-bar = 0.378, P-bar-e = 0.213, kappa = 0.210.
+    table = [
+        [0, 0, 0, 0, 14],
+        [0, 2, 6, 4, 2],
+        [0, 0, 3, 5, 6],
+        [0, 3, 9, 2, 0],
+        [2, 2, 8, 1, 1],
+        [7, 7, 0, 0, 0],
+        [3, 2, 6, 3, 0],
+        [2, 5, 3, 2, 2],
+        [6, 5, 2, 1, 0],
+        [0, 2, 2, 3, 7],
+    ]
+    assert ag.fleiss_kappa(table) == pytest.approx(0.210, abs=5e-4)
+
+
+def test_fleiss_kappa_edges() -> None:
+    perfect = ag.rating_table([[0, 0, 0], [3, 3, 3], [1, 1, 1]], [0, 1, 2, 3])
+    assert ag.fleiss_kappa(perfect) == pytest.approx(1.0)
+    assert ag.fleiss_kappa(ag.rating_table([[2, 2, 2]] * 4, [0, 1, 2, 3])) is None
+    assert ag.fleiss_kappa([]) is None
+    with pytest.raises(ValueError, match="same number"):
+        ag.fleiss_kappa([[1, 1, 0], [3, 0, 0]])
+    # Systematic disagreement is below chance.
+    assert ag.fleiss_kappa(ag.rating_table([[0, 1], [1, 0]] * 5, [0, 1])) < 0
+
+
+def test_jury_agreement_statistics() -> None:
+    results = [
+        {"label": 2, "scores": {"j1": 2, "j2": 2, "j3": 2}},
+        {"label": 1, "scores": {"j1": 1, "j2": 3, "j3": 1}},
+        {"label": 0, "scores": {"j1": 0, "j2": None, "j3": 3}},
+        {"label": None, "scores": {"j1": None, "j2": None, "j3": 3}},
+    ]
+    out = ag.jury_agreement(results)
+    assert out["label_distribution"] == {"0": 1, "1": 1, "2": 1, "3": 0, "n/a": 1}
+    assert out["items_all_judges"] == 2
+    assert out["full_agreement"] == 0.5
+    assert out["pairwise_agreement"]["j1~j2"] == 0.5  # rows 1-2 both voted
+    assert out["pairwise_agreement"]["j1~j3"] == pytest.approx(2 / 3, abs=1e-4)  # rows 1-3
+    assert out["pairwise_agreement"]["j2~j3"] == 0.5
+    assert out["abstain_rate"] == {"j1": 0.25, "j2": 0.5, "j3": 0.0}
+    expected = ag.fleiss_kappa(ag.rating_table([[2, 2, 2], [1, 3, 1]], [0, 1, 2, 3]))
+    assert out["fleiss_kappa"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_label_summary_against_a_reference_column() -> None:
+    rows = [
+        {"label": 2, "jury_label": 2},
+        {"label": 1, "jury_label": 3},
+        {"label": 0, "jury_label": None},
+    ]
+    out = ag.label_summary(rows, reference_field="jury_label")
+    assert out["label_distribution"]["2"] == 1 and out["label_distribution"]["n/a"] == 0
+    assert out["reference"] == {"field": "jury_label", "items": 2, "agreement": 0.5}
+
+
+# -- the graph end to end ------------------------------------------------------------------
+
+
+def jury_responder(scores_by_seed: dict[int, int | None]):
+    """Judges told apart by their seed; a None score makes that judge reply with junk."""
+
+    def respond(body: dict) -> Reply:
+        schema = body.get("response_format", {}).get("json_schema", {}).get("schema", {})
+        if "score" not in schema.get("properties", {}):
+            return schema_responder(body)
+        score = scores_by_seed[int(body.get("seed") or 0)]
+        if score is None:
+            return Reply(content="I think it is pretty good, maybe a two?")
+        return Reply(content=json.dumps({"reason": "fits", "score": score}))
+
+    return respond
+
+
+def test_jury_graph_end_to_end_with_a_failing_judge(tmp_path: Path) -> None:
+    with FakeServer(jury_responder({1: 2, 2: 3, 3: None})) as server:
+        outcome = asyncio.run(
+            orchestrator.execute(
+                orchestrator.RunConfig(
+                    graph=GRAPH,
+                    data=EXAMPLES,
+                    out=tmp_path / "run",
+                    base_url=server.base_url,
+                    cache=tmp_path / "cache.sqlite",
+                    progress=False,
+                )
+            )
+        )
+        seeds = {r.get("seed") for r in server.requests if r.get("seed") is not None}
+    rows = [json.loads(x) for x in (outcome.folder / "results.jsonl").read_text().splitlines()]
+    source = [json.loads(x) for x in EXAMPLES.read_text().splitlines()]
+    assert len(rows) == len(source) >= 12
+    assert {s["platform"] for s in source} == {"X/Twitter", "Telegram", "LinkedIn"}
+    assert seeds == {1, 2, 3}
+    by_id = {s["id"]: s for s in source}
+    for row in rows:
+        assert row["status"] == "ok"
+        assert row["scores"] == {"judge_1": 2, "judge_2": 3, "judge_3": None}
+        assert row["label"] == 2 and row["label_rule"] == "lowest"
+        assert row["text"] == by_id[row["id"]]["text"]
+        assert row["group"] == by_id[row["id"]]["group"]
+        assert row["reasons"]["judge_3"] is None
+    agreement = outcome.summary["agreement"]
+    assert agreement["abstain_rate"] == {"judge_1": 0.0, "judge_2": 0.0, "judge_3": 1.0}
+    assert agreement["label_distribution"]["2"] == len(rows)
+    assert agreement["pairwise_agreement"]["judge_1~judge_2"] == 0.0
+    assert agreement["items_all_judges"] == 0 and agreement["fleiss_kappa"] is None
+    # The failing judge was re-asked before it abstained (retries: 2 -> 3 attempts).
+    assert outcome.summary["counts"]["retries"] >= 2 * len(rows)
