@@ -364,6 +364,32 @@ def distill(
     console.print(format_card(card))
 
 
+@app.command("meta-eval")
+def meta_eval(
+    folder: Annotated[Path, typer.Argument(help="Run folder.")],
+    labels: Annotated[Path, typer.Option(help="Human labels (JSONL keyed by example id).")],
+    field: Annotated[
+        str | None,
+        typer.Option(help="Result field to compare (default: score, or the run's choices)."),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="Another result field scored the same way, e.g. profile_mean."),
+    ] = None,
+) -> None:
+    """Agreement of a run with human labels (correlations or accuracy) → meta_eval.json."""
+    from .metaeval import LabelError, format_table
+    from .metaeval import meta_eval as evaluate
+
+    try:
+        result = evaluate(folder, labels, field=field, baseline=baseline)
+    except (LabelError, FileNotFoundError) as exc:
+        _fail(str(exc))
+        return
+    console.print(format_table(result))
+    console.print(f"written to {folder / 'meta_eval.json'}")
+
+
 @app.command("cache")
 def cache_cmd(
     clear: Annotated[bool, typer.Option(help="Delete every cached reply.")] = False,

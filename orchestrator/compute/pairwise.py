@@ -135,7 +135,9 @@ def map_votes(
         for sample, value in enumerate(_samples(judgment)):
             answer = str(value.get(field))
             if answer not in mapping:
-                raise ValueError(f"answer {answer!r} in field '{field}' is not one of {list(mapping)}")
+                raise ValueError(
+                    f"answer {answer!r} in field '{field}' is not one of {list(mapping)}"
+                )
             picked = mapping[answer]
             winner = {"first": first, "second": second, TIE: TIE}[picked]
             vote = {
@@ -225,7 +227,8 @@ def fit_profile(
     """Keep the newest profile entries that fit (count and rough size); report what was dropped.
 
     Profiles are listed oldest first, so the oldest go first when a budget is exceeded;
-    the size is the length of each entry's text form, a cheap stand-in for tokens.
+    the size is the length of each entry's text form, a cheap stand-in for tokens. The
+    newest entry is always kept, so a judge never sees an empty profile.
     """
     kept: list[Any] = []
     used = 0
@@ -238,4 +241,4 @@ def fit_profile(
         kept.append(entry)
         used += size
     kept.reverse()
-    return {"items": kept, "dropped": len(items) - len(kept)}
+    return {"kept": kept, "dropped": len(items) - len(kept)}
