@@ -446,3 +446,18 @@ def test_n_samples_become_a_list(tmp_path: Path):
         run_graph(graph, data, tmp_path / "run", server.base_url)
     assert judge_requests(server)[0]["n"] == 3
     assert results(tmp_path / "run")["a"]["scores"] == [1, 2, 3]
+
+
+def test_aggregates_run_once_with_the_runs_params(tmp_path: Path):
+    spec = {**GRAPH, "params": {"offset": 1},
+            "aggregates": {"total": {"function": "identity", "args": {
+                "value": "(results | map(attribute='score') | sum) + params.offset"}}}}
+    graph = write_graph(tmp_path / "g", spec, TEMPLATES)
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": f"e{i}", "text": f"t{i}"}
+                                                  for i in range(3)])
+    with FakeServer(by_text({}, lambda b: good(2))) as server:
+        outcome = run_graph(graph, data, tmp_path / "run", server.base_url,
+                            params={"offset": 100})
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["total"] == 106 == outcome.summary["total"]
+    assert summary["counts"]["examples_ok"] == 3
