@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -14,6 +15,11 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import DatasetError, GraphError, RunFolderError
+
+if TYPE_CHECKING:
+    from .compile import CompiledGraph
+    from .embedded import EmbeddedServer
+    from .runner import RunOutcome
 
 app = typer.Typer(
     add_completion=False,
@@ -100,70 +106,133 @@ def run(
     port: Annotated[int | None, typer.Option(help="Port of the embedded server.")] = None,
 ) -> None:
     """Run a graph over a dataset into a run folder; re-running the same command resumes."""
-    from . import embedded
-    from .client import ServerError
-    from .compile import compile_graph
-    from .runner import RunConfig, execute
-
     if structured not in ("auto", "server", "prompt"):
         _fail("--structured must be auto, server or prompt")
+    compiled = _compile_or_exit(graph)
+    server = None
+    if base_url is None and any(n.is_llm for n in compiled.nodes.values()):
+        base_url, server = _embedded_server(port)
     try:
-        compiled = compile_graph(graph)
+        outcome = _execute(
+            graph=graph,
+            data=data,
+            out=out or Path("runs") / graph.stem,
+            base_url=base_url or "http://127.0.0.1:8000/v1",
+            model=model,
+            api_key=api_key,
+            concurrency=concurrency,
+            limit=limit,
+            cache=cache,
+            use_cache=not no_cache,
+            refresh=refresh,
+            overwrite=overwrite,
+            structured=structured,
+            params=_parse_params(param or []),
+            timeout=timeout,
+        )
+    finally:
+        _stop(server)
+    if outcome.manifest["counts"]["examples_failed"]:
+        raise typer.Exit(2)
+
+
+def _compile_or_exit(graph: Path) -> CompiledGraph:
+    from .compile import compile_graph
+
+    try:
+        return compile_graph(graph)
     except GraphError as exc:
         for problem in exc.problems:
             err.print(f"[red]✗[/] {problem}")
         raise typer.Exit(1) from None
-    out = out or Path("runs") / graph.stem
-    server = None
-    needs_llm = any(n.is_llm for n in compiled.nodes.values())
-    if base_url is None and needs_llm:
-        embedded_port = port or embedded.DEFAULT_PORT
-        base_url = embedded.find_running(embedded_port)
-        if base_url:
-            console.print(f"Using the embedded vLLM server already running at {base_url}.")
-        else:
-            console.print(
-                "No --base-url given and no embedded server running: starting the embedded "
-                f"vLLM CPU server on port {embedded_port} for this run (stopped afterwards)."
-            )
-            try:
-                server = embedded.start_server(port=embedded_port, log=console.print)
-            except embedded.EmbeddedServerError as exc:
-                _fail(str(exc))
-            assert server is not None
-            base_url = server.base_url
-    config = RunConfig(
-        graph=graph,
-        data=data,
-        out=out,
-        base_url=base_url or "http://127.0.0.1:8000/v1",
-        model=model,
-        api_key=api_key,
-        concurrency=concurrency,
-        limit=limit,
-        cache=cache,
-        use_cache=not no_cache,
-        refresh=refresh,
-        overwrite=overwrite,
-        structured=structured,  # type: ignore[arg-type]
-        params=_parse_params(param or []),
-        timeout=timeout,
+
+
+def _embedded_server(port: int | None) -> tuple[str, EmbeddedServer | None]:
+    """The running embedded server's URL, or a server started for this command."""
+    from . import embedded
+
+    embedded_port = port or embedded.DEFAULT_PORT
+    base_url = embedded.find_running(embedded_port)
+    if base_url:
+        console.print(f"Using the embedded vLLM server already running at {base_url}.")
+        return base_url, None
+    console.print(
+        "No --base-url given and no embedded server running: starting the embedded "
+        f"vLLM CPU server on port {embedded_port} for this command (stopped afterwards)."
     )
+    # A kill (SIGTERM) must still stop the server we started, like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        server = embedded.start_server(port=embedded_port, log=console.print)
+    except embedded.EmbeddedServerError as exc:
+        _fail(str(exc))
+        raise
+    return server.base_url, server
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(server: EmbeddedServer | None) -> None:
+    if server is not None:
+        console.print("Stopping the embedded server.")
+        server.stop()
+
+
+def _execute(**fields: Any) -> RunOutcome:
+    """One run with errors turned into messages; prints the summary table."""
+    from .client import ServerError
+    from .runner import RunConfig, execute
+
+    config = RunConfig(**fields)
     try:
         outcome = asyncio.run(execute(config, console))
     except (GraphError, DatasetError, RunFolderError, ServerError) as exc:
         _fail(str(exc))
+        raise
     except KeyboardInterrupt:
         err.print(
-            f"Interrupted. Finished examples are saved; re-run the same command to resume ({out})."
+            "Interrupted. Finished examples are saved; re-run the same command to resume "
+            f"({config.out})."
         )
         raise typer.Exit(130) from None
-    finally:
-        if server is not None:
-            console.print("Stopping the embedded server.")
-            server.stop()
     _print_summary(outcome.manifest, outcome.folder)
-    if outcome.manifest["counts"]["examples_failed"]:
+    return outcome
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Parent folder of the demo's run folders.")] = Path(
+        "runs/demo"
+    ),
+    port: Annotated[int | None, typer.Option(help="Port of the embedded server.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Rows per graph.")] = None,
+) -> None:
+    """The shipped pointwise and ExPerT judges on their examples, on the embedded server."""
+    root = Path(__file__).resolve().parent.parent
+    graphs = [g for g in ("pointwise", "expert") if (root / "graphs" / f"{g}.yaml").is_file()]
+    for name in graphs:
+        _compile_or_exit(root / "graphs" / f"{name}.yaml")
+    base_url, server = _embedded_server(port)
+    failed = 0
+    try:
+        for name in graphs:
+            console.rule(f"{name}")
+            outcome = _execute(
+                graph=root / "graphs" / f"{name}.yaml",
+                data=root / "examples" / f"{name}.jsonl",
+                out=out / name,
+                base_url=base_url,
+                limit=limit,
+            )
+            failed += outcome.manifest["counts"]["examples_failed"]
+            from .report import build_report
+
+            console.print(f"report:  {build_report(outcome.folder)}")
+    finally:
+        _stop(server)
+    if failed:
         raise typer.Exit(2)
 
 

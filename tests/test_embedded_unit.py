@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,3 +125,48 @@ def test_server_command_carries_the_structured_output_settings(tmp_path: Path) -
     config = cmd[cmd.index("--structured-outputs-config") + 1]
     assert '"disable_any_whitespace": true' in config
     assert cmd[cmd.index("--port") + 1] == "9999"
+    assert "--enforce-eager" in cmd
+
+
+def test_cpu_dtype_prefers_bf16_only_with_native_support(tmp_path: Path) -> None:
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("flags\t\t: fpu sse2 avx avx2 fma\n")
+    amx = tmp_path / "amx"
+    amx.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n")
+    assert embedded.cpu_dtype(avx2) == "float32"
+    assert embedded.cpu_dtype(amx) == "bfloat16"
+    assert embedded.cpu_dtype(tmp_path / "missing") == "float32"
+
+
+def _fake_server(tmp_path: Path, script: str) -> embedded.EmbeddedServer:
+    """A stand-in 'server' process writing to a log, as start_server launches vLLM."""
+    log_path = tmp_path / "server.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return embedded.EmbeddedServer(process, _closed_port(), embedded.DEFAULT_MODEL_NAME, log_path)
+
+
+def test_a_server_dying_of_oom_is_reported_with_its_log(tmp_path: Path) -> None:
+    script = "print('loading'); print('RuntimeError: CPU out of memory'); raise SystemExit(1)"
+    server = _fake_server(tmp_path, script)
+    with pytest.raises(EmbeddedServerError) as info:
+        embedded._wait_until_ready(server, timeout=30)
+    message = str(info.value)
+    assert "exited with code 1" in message
+    assert "ran out of memory" in message
+    assert "loading" in message  # the log tail is included
+
+
+def test_a_server_that_never_answers_times_out_and_stop_ends_it(tmp_path: Path) -> None:
+    server = _fake_server(tmp_path, "import time; time.sleep(60)")
+    try:
+        with pytest.raises(EmbeddedServerError, match="did not answer"):
+            embedded._wait_until_ready(server, timeout=0.5)
+    finally:
+        server.stop(timeout=4)
+    assert server.process.returncode is not None
