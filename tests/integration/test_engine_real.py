@@ -1,0 +1,69 @@
+"""The engine against the real embedded vLLM server: a graph end to end, schema-valid
+replies through server-side structured output, the canary, and a cached second run."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import RunConfig, compile_graph, execute
+from orchestrator.client import LLMClient
+from orchestrator.stats import RunStats
+from orchestrator.trace import TraceStore
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_pointwise_end_to_end_then_from_cache(embedded_server: Any, tmp_path: Path) -> None:
+    graph = compile_graph(ROOT / "graphs/pointwise.yaml")
+    config = RunConfig(
+        graph=ROOT / "graphs/pointwise.yaml",
+        data=ROOT / "examples/pointwise.jsonl",
+        out=tmp_path / "run1",
+        base_url=embedded_server.base_url,
+        cache=tmp_path / "cache.sqlite",
+        limit=3,
+        progress=False,
+    )
+    first = asyncio.run(execute(config))
+    counts = first.manifest["counts"]
+    assert counts["examples_ok"] == 3, (tmp_path / "run1/results.jsonl").read_text()
+    server = next(iter(first.manifest["servers"].values()))
+    assert server["structured_output"] == "server"  # the canary saw the schema enforced
+    assert server["version"]  # vLLM answers /version
+
+    judge_model = graph.nodes["judge"].model
+    assert judge_model is not None
+    store = TraceStore(tmp_path / "run1/traces.sqlite")
+    judged = [r for r in store.node_runs(node="judge")]
+    store.close()
+    assert len(judged) == 3
+    for record in judged:
+        accepted = record["attempts"][-1]
+        assert accepted["kind"] == "ok" and accepted["finish_reason"] == "stop"
+        parsed = judge_model.model_validate_json(accepted["raw"])  # the server's own bytes
+        assert 1 <= parsed.content <= 10 and 1 <= parsed.style <= 10
+
+    second = asyncio.run(execute(RunConfig(**{**config.__dict__, "out": tmp_path / "run2"})))
+    assert second.manifest["counts"]["cache_hits"] == 3  # one validated reply per example
+    assert second.manifest["counts"]["requests"] == 1  # only the canary reaches the server
+    assert (tmp_path / "run2/results.jsonl").read_text() == (
+        tmp_path / "run1/results.jsonl"
+    ).read_text()
+
+
+def test_canary_detects_enforcement(embedded_server: Any) -> None:
+    async def check() -> bool:
+        client = LLMClient(cache=None, stats=RunStats())
+        try:
+            return await client.canary(
+                client.endpoint(embedded_server.base_url, embedded_server.model)
+            )
+        finally:
+            await client.close()
+
+    assert asyncio.run(check()) is True
