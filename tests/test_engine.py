@@ -233,7 +233,9 @@ def test_resume_after_interrupt_requests_nothing_finished(graph: Path, tmp_path:
         # No cache at all: only the trace/results of the run folder prevent re-requests.
         outcome = run_graph(graph, data, out, server.base_url, use_cache=False)
         after = judge_requests(server)[before:]
-    assert len(after) == 1 and "<<t5>>" in user_text(after[0])
+    # Only the unfinished example reaches the server again (a transport-level retry of its
+    # one call may add a request; a finished example never does).
+    assert after and all("<<t5>>" in user_text(b) for b in after)
     assert outcome.manifest["counts"]["examples_resumed"] == 5
     assert len(results(out)) == 6 and results(out)["e5"]["score"] == 9
 
