@@ -7,7 +7,6 @@ row number; it never stops the run.
 from __future__ import annotations
 
 import csv
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import orjson
 
 from .errors import DatasetError
+from .paths import sha256_file
 
 
 @dataclass
@@ -92,9 +92,5 @@ def check_fields(row: Row, required: list[str], path: Path) -> None:
 
 
 def file_hash(path: Path) -> str:
-    """sha256 of the dataset file, streamed (to recognise the same dataset on resume)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
+    """Short sha256 of the dataset file (to recognise the same dataset on resume)."""
+    return sha256_file(path)[:16]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import hashlib
 import importlib.util
 import json
 import os
@@ -36,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from orchestrator.paths import cache_root
+from orchestrator.paths import cache_root, sha256_file
 
 Log = Callable[[str], None]
 
@@ -136,14 +135,6 @@ def _require_modules(names: list[str], purpose: str) -> None:
         )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify_gguf(
     path: Path, size: int = GGUF_SIZE, sha256: str = GGUF_SHA256, source: Path | None = None
 ) -> None:
@@ -155,7 +146,7 @@ def verify_gguf(
             f"{path.name} from {where} has {actual_size} bytes, expected {size}: the download"
             f" is corrupt or not the expected release. Delete {where} and retry."
         )
-    actual = _sha256(path)
+    actual = sha256_file(path)
     if actual != sha256:
         raise EmbeddedServerError(
             f"{path.name} from {where} has sha256 {actual}, expected {sha256}: the download is"
