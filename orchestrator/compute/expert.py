@@ -1,0 +1,452 @@
+"""ExPerT compute nodes: truncation before extraction, matched pairs, the explanation and the
+15 P/R/F scores; plus the G-Eval score (probability-weighted over score tokens).
+
+The scores are a pure function of the explanation (`scores_from_explanation`), so anyone can
+recompute them from a result line.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from .registry import register
+
+AGGREGATIONS = (
+    "content_only",
+    "style_only",
+    "content_and_style",
+    "content_or_style",
+    "content_style_average",
+)
+SCORE_KEYS = tuple(f"{a}_{m}" for a in AGGREGATIONS for m in ("recall", "precision", "f1"))
+NO_MATCH = "none"
+
+# --------------------------------------------------------------------------------------------
+# Truncation
+# --------------------------------------------------------------------------------------------
+
+_WORD = re.compile(r"\S+")
+
+
+def _cut_words(text: str, keep: int) -> str:
+    """The text up to the end of its `keep`-th word, original spacing and newlines kept."""
+    if keep <= 0:
+        return ""
+    end = None
+    for count, match in enumerate(_WORD.finditer(text), start=1):
+        end = match.end()
+        if count == keep:
+            break
+    return text if end is None else text[:end]
+
+
+def _by_words(text: str, max_tokens: int, note: str | None = None) -> dict[str, Any]:
+    words = len(_WORD.findall(text))
+    kept = _cut_words(text, max_tokens) if words > max_tokens else text
+    result: dict[str, Any] = {
+        "text": kept,
+        "truncated": words > max_tokens,
+        "tokens_before": words,
+        "tokens_after": min(words, max_tokens),
+        "method": "words",
+    }
+    if note:
+        result["note"] = note
+    return result
+
+
+def _server_root(base_url: str) -> str:
+    return base_url.rstrip("/").removesuffix("/v1")
+
+
+def truncate_with_server(
+    text: str, max_tokens: int, base_url: str, model: str | None, http: Any
+) -> dict[str, Any]:
+    """Cut `text` to `max_tokens` of the served model's tokenizer via vLLM's /tokenize.
+
+    The cut text comes from /detokenize; a server without it gets a word cut scaled by the
+    token/word ratio, re-counted with /tokenize. Raises httpx errors for the caller.
+    """
+    root = _server_root(base_url)
+    body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}
+    if model:
+        body["model"] = model
+    reply = http.post(f"{root}/tokenize", json=body)
+    reply.raise_for_status()
+    data = reply.json()
+    tokens = data.get("tokens") or []
+    count = int(data.get("count", len(tokens)))
+    if count <= max_tokens:
+        return {
+            "text": text,
+            "truncated": False,
+            "tokens_before": count,
+            "tokens_after": count,
+            "method": "tokenize",
+        }
+    detok: dict[str, Any] = {"tokens": tokens[:max_tokens]}
+    if model:
+        detok["model"] = model
+    back = http.post(f"{root}/detokenize", json=detok)
+    if back.status_code == 200 and isinstance(back.json().get("prompt"), str):
+        return {
+            "text": back.json()["prompt"],
+            "truncated": True,
+            "tokens_before": count,
+            "tokens_after": max_tokens,
+            "method": "tokenize",
+        }
+    # No /detokenize: keep the share of words that matches the token budget, then re-count.
+    words = len(_WORD.findall(text))
+    keep = max(1, math.floor(words * max_tokens / count))
+    cut = _cut_words(text, keep)
+    recount = http.post(f"{root}/tokenize", json={**body, "prompt": cut})
+    recount.raise_for_status()
+    return {
+        "text": cut,
+        "truncated": True,
+        "tokens_before": count,
+        "tokens_after": int(recount.json().get("count", 0)),
+        "method": "tokenize+words",
+    }
+
+
+@register("truncate_to_tokens", blocking=True)
+def truncate_to_tokens(
+    text: str | None,
+    max_tokens: int = 512,
+    base_url: str | None = None,
+    model: str | None = None,
+    timeout: float = 10.0,
+) -> dict[str, Any]:
+    """Cut a text to a token budget before aspect extraction (ExPerT's reference: 512).
+
+    Uses the server's tokenizer (vLLM /tokenize) when the server has one, else counts
+    whitespace-separated words; the result says which, and whether anything was cut.
+    """
+    import httpx
+
+    text = text or ""
+    max_tokens = int(max_tokens)
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    if not base_url:
+        return _by_words(text, max_tokens, "no server URL")
+    try:
+        with httpx.Client(timeout=timeout) as http:
+            return truncate_with_server(text, max_tokens, base_url, model, http)
+    except (httpx.HTTPError, ValueError, TypeError) as exc:
+        # Not every OpenAI-compatible server has /tokenize; a word count is the fallback.
+        return _by_words(text, max_tokens, f"/tokenize unavailable ({type(exc).__name__})")
+
+
+# --------------------------------------------------------------------------------------------
+# Matched pairs
+# --------------------------------------------------------------------------------------------
+
+
+def _match_id(match: Any) -> str | None:
+    """The matched aspect id of one matching value, None when unmatched, failed or skipped."""
+    if not isinstance(match, dict) or match.get("failed"):
+        return None
+    found = match.get("matched_id")
+    return None if found in (None, NO_MATCH) else str(found)
+
+
+def _pair_key(reference_id: str, output_id: str) -> str:
+    return f"{reference_id}|{output_id}"
+
+
+@register("expert_pairs")
+def expert_pairs(
+    side: str,
+    aspects: list[dict[str, Any]],
+    others: list[dict[str, Any]],
+    matches: list[Any] | None,
+    judged: list[Any] | None = None,
+) -> list[dict[str, Any] | None]:
+    """One entry per aspect of `side`: the (reference, output) pair its match names, or None.
+
+    None means no alignment call: unmatched, failed, or — when `judged` (the recall side's
+    pairs) already holds the same pair — judged there and reused.
+    """
+    if side not in ("recall", "precision"):
+        raise ValueError(f"side must be 'recall' or 'precision', got {side!r}")
+    matches = matches or []
+    by_id = {o["id"]: o for o in others}
+    done = {p["key"] for p in (judged or []) if p}
+    pairs: list[dict[str, Any] | None] = []
+    for index, aspect in enumerate(aspects):
+        other_id = _match_id(matches[index]) if index < len(matches) else None
+        other = by_id.get(other_id) if other_id else None
+        if other is None:
+            pairs.append(None)
+            continue
+        reference, output = (aspect, other) if side == "recall" else (other, aspect)
+        key = _pair_key(reference["id"], output["id"])
+        pair = {"key": key, "reference": reference, "output": output}
+        pairs.append(None if key in done else pair)
+    return pairs
+
+
+# --------------------------------------------------------------------------------------------
+# Explanation and scores
+# --------------------------------------------------------------------------------------------
+
+
+def _verdict(value: Any) -> tuple[bool, str | None, str | None]:
+    """(verdict, reason, error) of one alignment call; a failed call counts as False."""
+    if isinstance(value, dict) and value.get("failed"):
+        return False, None, str(value.get("error"))
+    if isinstance(value, dict) and isinstance(value.get("verdict"), bool):
+        return value["verdict"], value.get("reason"), None
+    return False, None, "no judgment was made for this pair"
+
+
+def _side(
+    side: str,
+    aspects: list[dict[str, Any]],
+    others: list[dict[str, Any]],
+    matches: list[Any] | None,
+    content: list[Any] | None,
+    style: list[Any] | None,
+    shared: dict[str, tuple[Any, Any]],
+) -> list[dict[str, Any]]:
+    matches = matches or []
+    content = content or []
+    style = style or []
+    by_id = {o["id"]: o for o in others}
+    entries = []
+    for index, aspect in enumerate(aspects):
+        match = matches[index] if index < len(matches) else None
+        entry: dict[str, Any] = {
+            "id": aspect["id"],
+            "aspect": aspect.get("title"),
+            "description": aspect.get("description"),
+            "evidence": list(aspect.get("evidence") or []),
+            "matched": False,
+            "matched_id": None,
+            "matched_aspect": None,
+            "match_reason": None,
+            "content": None,
+            "style": None,
+            "content_reason": None,
+            "style_reason": None,
+            "failed": False,
+        }
+        entries.append(entry)
+        if isinstance(match, dict) and match.get("failed"):
+            # ExPerT's reference counts an aspect it could not match as unmatched; we do
+            # too, but say so.
+            entry["failed"] = True
+            entry["error"] = f"matching failed: {match.get('error')}"
+            entry["match_reason"] = "not matched because the matching call failed"
+            continue
+        if not isinstance(match, dict):
+            entry["match_reason"] = "not matched: the other text has no aspects"
+            continue
+        entry["match_reason"] = match.get("reason")
+        other_id = _match_id(match)
+        other = by_id.get(other_id) if other_id else None
+        if other is None:
+            continue
+        entry.update(matched=True, matched_id=other["id"], matched_aspect=other.get("title"))
+        if side == "recall":
+            key = _pair_key(aspect["id"], other["id"])
+        else:
+            key = _pair_key(other["id"], aspect["id"])
+        own_content = content[index] if index < len(content) else None
+        own_style = style[index] if index < len(style) else None
+        if own_content is None and own_style is None and key in shared:
+            own_content, own_style = shared[key]
+            entry["judged_on"] = "recall"
+        else:
+            entry["judged_on"] = side
+        errors = []
+        for name, value in (("content", own_content), ("style", own_style)):
+            verdict, reason, error = _verdict(value)
+            entry[name] = verdict
+            entry[f"{name}_reason"] = reason if error is None else f"counted as no: {error}"
+            if error is not None:
+                errors.append(f"{name} judgment failed: {error}")
+        if errors:
+            entry["failed"] = True
+            entry["error"] = "; ".join(errors)
+    return entries
+
+
+def build_explanation(
+    reference_aspects: list[dict[str, Any]],
+    output_aspects: list[dict[str, Any]],
+    recall_match: list[Any] | None,
+    precision_match: list[Any] | None,
+    recall_content: list[Any] | None,
+    recall_style: list[Any] | None,
+    precision_content: list[Any] | None,
+    precision_style: list[Any] | None,
+) -> dict[str, list[dict[str, Any]]]:
+    """The per-aspect explanation of both sides from the graph's node values."""
+    shared: dict[str, tuple[Any, Any]] = {}
+    for index, aspect in enumerate(reference_aspects):
+        match = recall_match[index] if recall_match and index < len(recall_match) else None
+        other = _match_id(match)
+        if other is not None:
+            c = recall_content[index] if recall_content and index < len(recall_content) else None
+            s = recall_style[index] if recall_style and index < len(recall_style) else None
+            shared[_pair_key(aspect["id"], other)] = (c, s)
+    return {
+        "recall": _side(
+            "recall",
+            reference_aspects,
+            output_aspects,
+            recall_match,
+            recall_content,
+            recall_style,
+            {},
+        ),
+        "precision": _side(
+            "precision",
+            output_aspects,
+            reference_aspects,
+            precision_match,
+            precision_content,
+            precision_style,
+            shared,
+        ),
+    }
+
+
+def _credit(entry: dict[str, Any], aggregation: str) -> float:
+    """ε for one aspect: 0 when unmatched, else the aggregation of its two verdicts."""
+    if not entry.get("matched"):
+        return 0.0
+    content = entry.get("content") is True
+    style = entry.get("style") is True
+    if aggregation == "content_only":
+        return float(content)
+    if aggregation == "style_only":
+        return float(style)
+    if aggregation == "content_and_style":
+        return float(content and style)
+    if aggregation == "content_or_style":
+        return float(content or style)
+    if aggregation == "content_style_average":
+        return 0.5 * content + 0.5 * style
+    raise ValueError(f"unknown aggregation {aggregation!r}")
+
+
+def _mean_credit(entries: list[dict[str, Any]], aggregation: str) -> float:
+    if not entries:
+        return 0.0
+    return sum(_credit(e, aggregation) for e in entries) / len(entries)
+
+
+def scores_from_explanation(explanation: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """The 15 ExPerT scores: R over reference aspects, P over output aspects, F1 of the two."""
+    scores: dict[str, float] = {}
+    for aggregation in AGGREGATIONS:
+        recall = _mean_credit(explanation.get("recall") or [], aggregation)
+        precision = _mean_credit(explanation.get("precision") or [], aggregation)
+        total = precision + recall
+        scores[f"{aggregation}_recall"] = recall
+        scores[f"{aggregation}_precision"] = precision
+        scores[f"{aggregation}_f1"] = 0.0 if total == 0 else 2 * precision * recall / total
+    return scores
+
+
+@register("expert_scores")
+def expert_scores(
+    reference_aspects: list[dict[str, Any]] | None,
+    output_aspects: list[dict[str, Any]] | None,
+    recall_match: list[Any] | None,
+    precision_match: list[Any] | None,
+    recall_content: list[Any] | None,
+    recall_style: list[Any] | None,
+    precision_content: list[Any] | None,
+    precision_style: list[Any] | None,
+) -> dict[str, Any]:
+    """Explanation, the 15 scores, the headline score and the number of failed aspects."""
+    explanation = build_explanation(
+        reference_aspects or [],
+        output_aspects or [],
+        recall_match,
+        precision_match,
+        recall_content,
+        recall_style,
+        precision_content,
+        precision_style,
+    )
+    scores = scores_from_explanation(explanation)
+    failed = sum(e["failed"] for side in explanation.values() for e in side)
+    return {
+        "scores": scores,
+        "score": scores["content_style_average_f1"],
+        "explanation": explanation,
+        "failed_aspects": failed,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# G-Eval: the expected score under the judge's own token distribution
+# --------------------------------------------------------------------------------------------
+
+NO_LOGPROBS = (
+    "the server gave no logprobs for this call, and the G-Eval score is a weighted mean over "
+    "the score tokens' probabilities: use a server that returns logprobs/top_logprobs "
+    "(vLLM does), or pass --structured server/prompt explicitly if the canary chose a mode "
+    "that drops them"
+)
+
+
+def _score_position(tokens: list[dict[str, Any]], field: str) -> tuple[int, str]:
+    """Index of the token where the value of `"field":` starts, and the text of that token
+    before the value (e.g. ':' when a tokenizer glues the colon to the digit)."""
+    starts = []
+    text = ""
+    for token in tokens:
+        starts.append(len(text))
+        text += str(token.get("token", ""))
+    key = re.search(r'"' + re.escape(field) + r'"\s*:\s*', text)
+    if key is None:
+        raise ValueError(f"no '{field}' key found in the tokens the server returned")
+    value_start = key.end()
+    for index in range(len(tokens) - 1, -1, -1):
+        if starts[index] <= value_start and value_start < starts[index] + len(
+            str(tokens[index].get("token", ""))
+        ):
+            return index, text[starts[index] : value_start]
+    raise ValueError(f"the value of '{field}' is not in the returned tokens")
+
+
+@register("logprob_weighted_score")
+def logprob_weighted_score(value: dict[str, Any], field: str, allowed: list[int]) -> float:
+    """Σ p(s)·s / Σ p(s) over allowed scores s, from the top logprobs where `field` is written.
+
+    `value` is an LLM node's value with `_logprobs` (list of {token, logprob, top}).
+    """
+    tokens = value.get("_logprobs") if isinstance(value, dict) else None
+    if not tokens:
+        raise ValueError(NO_LOGPROBS)
+    index, prefix = _score_position(tokens, field)
+    chosen = tokens[index]
+    candidates = dict(chosen.get("top") or {})
+    candidates.setdefault(str(chosen.get("token")), float(chosen.get("logprob", 0.0)))
+    valid = {str(a): int(a) for a in allowed}
+    mass: dict[int, float] = {}
+    for token, logprob in candidates.items():
+        if not token.startswith(prefix):
+            continue
+        digits = re.match(r"\s*(\d+)", token[len(prefix) :])
+        if digits is None or digits.group(1) not in valid:
+            continue
+        score = valid[digits.group(1)]
+        mass[score] = mass.get(score, 0.0) + math.exp(logprob)
+    total = sum(mass.values())
+    if total <= 0:
+        raise ValueError(
+            f"none of the top tokens where '{field}' is written is an allowed score "
+            f"({sorted(valid.values())}); saw {sorted(candidates)}"
+        )
+    return sum(score * p for score, p in mass.items()) / total
