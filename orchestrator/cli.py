@@ -27,6 +27,8 @@ app = typer.Typer(
     help="Run LLM-judge evaluation protocols (graph files) against a vLLM server.",
 )
 console = Console()
+# A 135M model on two CPU cores, shared by many requests at once, can take minutes a reply.
+EMBEDDED_TIMEOUT = 600.0
 err = Console(stderr=True)
 
 
@@ -102,7 +104,10 @@ def run(
     param: Annotated[
         list[str] | None, typer.Option(help="Override a graph param: key=value.")
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds per request (default 120; 600 on the embedded CPU server)."),
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Port of the embedded server.")] = None,
 ) -> None:
     """Run a graph over a dataset into a run folder; re-running the same command resumes."""
@@ -110,6 +115,7 @@ def run(
         _fail("--structured must be auto, server or prompt")
     compiled = _compile_or_exit(graph)
     server = None
+    embedded_default = base_url is None
     if base_url is None and any(n.is_llm for n in compiled.nodes.values()):
         base_url, server = _embedded_server(port)
     try:
@@ -128,7 +134,7 @@ def run(
             overwrite=overwrite,
             structured=structured,
             params=_parse_params(param or []),
-            timeout=timeout,
+            timeout=timeout or (EMBEDDED_TIMEOUT if embedded_default else 120.0),
         )
     finally:
         _stop(server)
@@ -225,6 +231,7 @@ def demo(
                 out=out / name,
                 base_url=base_url,
                 limit=limit,
+                timeout=EMBEDDED_TIMEOUT,
             )
             failed += outcome.manifest["counts"]["examples_failed"]
             from .report import build_report

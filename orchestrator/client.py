@@ -211,9 +211,15 @@ class LLMClient:
         }
         messages = [{"role": "user", "content": "Write one short sentence about the sea."}]
         for _ in range(tries):
-            choices, _, _ = await self._request(
-                ep, messages, {"max_tokens": 40, "temperature": 0.0}, 1, schema
-            )
+            try:
+                choices, _, _ = await self._request(
+                    ep, messages, {"max_tokens": 40, "temperature": 0.0}, 1, schema
+                )
+            except Exception as exc:
+                raise ServerError(
+                    f"the first request to {ep.base_url} ({ep.model}) failed after "
+                    f"{self.transport_retries + 1} tries: {_describe(exc)}"
+                ) from exc
             try:
                 data = json.loads(choices[0].content)
             except (json.JSONDecodeError, TypeError):

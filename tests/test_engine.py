@@ -451,15 +451,32 @@ def test_n_samples_become_a_list(tmp_path: Path):
 
 
 def test_aggregates_run_once_with_the_runs_params(tmp_path: Path):
-    spec = {**GRAPH, "params": {"offset": 1},
-            "aggregates": {"total": {"function": "identity", "args": {
-                "value": "(results | map(attribute='score') | sum) + params.offset"}}}}
+    spec = {
+        **GRAPH,
+        "params": {"offset": 1},
+        "aggregates": {
+            "total": {
+                "function": "identity",
+                "args": {"value": "(results | map(attribute='score') | sum) + params.offset"},
+            }
+        },
+    }
     graph = write_graph(tmp_path / "g", spec, TEMPLATES)
-    data = write_rows(tmp_path / "rows.jsonl", [{"id": f"e{i}", "text": f"t{i}"}
-                                                  for i in range(3)])
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": f"e{i}", "text": f"t{i}"} for i in range(3)])
     with FakeServer(by_text({}, lambda b: good(2))) as server:
-        outcome = run_graph(graph, data, tmp_path / "run", server.base_url,
-                            params={"offset": 100})
+        outcome = run_graph(graph, data, tmp_path / "run", server.base_url, params={"offset": 100})
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["total"] == 106 == outcome.summary["total"]
     assert summary["counts"]["examples_ok"] == 3
+
+
+def test_server_that_fails_every_request_is_a_clear_error(graph: Path, data: Path, tmp_path: Path):
+    from orchestrator.client import ServerError
+
+    with (
+        FakeServer(lambda body: Reply(status=503)) as server,
+        pytest.raises(ServerError, match="first request .* failed after 5 tries: HTTP 503"),
+    ):
+        run_graph(graph, data, tmp_path / "run", server.base_url)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["status"] == "error" and "HTTP 503" in manifest["error"]
