@@ -42,7 +42,9 @@ def run_aggregates(
     graph: CompiledGraph, results: list[dict[str, Any]], params: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Evaluate the graph's `aggregates` over the ok result lines, with the run's params."""
-    ok = [r for r in results if r.get("status") == "ok"]
+    # Examples finish in any order; sorting makes order-sensitive aggregates (Elo, seeded
+    # bootstraps) give the same answer for the same results.
+    ok = sorted((r for r in results if r.get("status") == "ok"), key=lambda r: str(r["id"]))
     context = {"results": ok, "params": {**graph.spec.params, **(params or {})}}
     out: dict[str, Any] = {}
     for name, agg in graph.aggregates.items():

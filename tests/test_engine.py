@@ -475,7 +475,7 @@ def test_server_that_fails_every_request_is_a_clear_error(graph: Path, data: Pat
 
     with (
         FakeServer(lambda body: Reply(status=503)) as server,
-        pytest.raises(ServerError, match="first request .* failed after 5 tries: HTTP 503"),
+        pytest.raises(ServerError, match=r"first request .* failed after 5 tries: HTTP 503"),
     ):
         run_graph(graph, data, tmp_path / "run", server.base_url)
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
