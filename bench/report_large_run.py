@@ -30,22 +30,13 @@ import orjson
 from orchestrator import compile_graph
 from orchestrator.dataset import file_hash
 from orchestrator.report import build_report, make_server
+from orchestrator.report.browser import CHROMIUM
+from orchestrator.report.browser import CHROMIUM_ARGS as ARGS
 from orchestrator.runfolder import RunFolder
 from orchestrator.trace import Attempt, NodeRecord, TraceStore
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPH = ROOT / "graphs" / "pointwise.yaml"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 VOCAB_TEXT = (
     "coffee grinder steam wand latte shots consistent review machine weekend trail hike "
     "battery screen camera lens story chapter dragon village winter letter colleague meeting "

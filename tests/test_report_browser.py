@@ -31,18 +31,8 @@ from test_report import (
 )
 
 from orchestrator.report import build_report, make_server
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from orchestrator.report.browser import CHROMIUM
+from orchestrator.report.browser import CHROMIUM_ARGS as ARGS
 
 
 def _missing() -> str | None:
