@@ -15,6 +15,8 @@ import orjson
 
 from .paths import cache_root
 
+FLUSH_EVERY = 1000  # queued replies that force a write even between the runner's flushes
+
 
 def default_cache_path() -> Path:
     return cache_root() / "responses.sqlite"
@@ -58,18 +60,36 @@ class ResponseCache:
             "CREATE TABLE IF NOT EXISTS responses ("
             " key TEXT PRIMARY KEY, value BLOB NOT NULL, created REAL NOT NULL)"
         )
+        self._pending: dict[str, bytes] = {}
 
     def get(self, key: str) -> dict[str, Any] | None:
-        row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
-        return orjson.loads(row[0]) if row else None
+        blob = self._pending.get(key)
+        if blob is None:
+            row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+            blob = row[0] if row else None
+        return orjson.loads(blob) if blob is not None else None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        self._db.execute(
+        """Queue a reply; the next `flush` writes it (a commit per reply cost ~60 µs)."""
+        self._pending[key] = orjson.dumps(value)
+        if len(self._pending) >= FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every queued reply in one transaction, visible to other processes after."""
+        if not self._pending:
+            return
+        now = time.time()
+        self._db.execute("BEGIN")
+        self._db.executemany(
             "INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)",
-            (key, orjson.dumps(value), time.time()),
+            [(key, blob, now) for key, blob in self._pending.items()],
         )
+        self._db.execute("COMMIT")
+        self._pending.clear()
 
     def __len__(self) -> int:
+        self.flush()
         return int(self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
 
     def clear(self) -> int:
@@ -78,4 +98,5 @@ class ResponseCache:
         return n
 
     def close(self) -> None:
+        self.flush()
         self._db.close()

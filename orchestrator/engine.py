@@ -13,11 +13,11 @@ from typing import Any
 from jinja2 import TemplateError
 from pydantic import BaseModel
 
-from .client import Endpoint, LLMCallError, LLMClient
+from .client import Endpoint, LLMCallError, LLMClient, request_params
 from .compile import CompiledGraph, CompiledNode
 from .dataset import Row
 from .errors import NodeError
-from .schemas import build_model
+from .schemas import build_model, json_schema
 from .spec import SAMPLING_TYPES, LLMNode, Sampling
 from .stats import RunStats
 from .templates import Expression
@@ -285,7 +285,17 @@ class Engine:
         sampling = self._sampling_for(cn, ctx)
         ep = self.endpoints[cn.name]
         rec = NodeRecord(
-            example, cn.name, item, messages=messages, model=ep.model, endpoint=ep.base_url
+            example,
+            cn.name,
+            item,
+            messages=messages,
+            model=ep.model,
+            endpoint=ep.base_url,
+            request={
+                "params": {**request_params(sampling), "n": sampling.n or 1},
+                "structured": ep.structured,
+            },
+            schema=json_schema(model),
         )
         started = time.perf_counter()
         try:

@@ -53,6 +53,7 @@ class RunFolder:
         self.summary_path = path / SUMMARY
         self.done: set[str] = set()
         self._results: IO[bytes] | None = None
+        self._pending: list[bytes] = []
 
     def prepare(self, identity: dict[str, str], overwrite: bool) -> bool:
         """Create or reopen the folder; True when resuming. Refuses a different run."""
@@ -85,10 +86,15 @@ class RunFolder:
         return resuming
 
     def write_result(self, row: dict[str, Any]) -> None:
-        """Append one example's line and flush it, so a kill loses nothing finished."""
-        assert self._results is not None
-        self._results.write(orjson.dumps(row, default=str) + b"\n")
-        self._results.flush()
+        """Queue one example's line; `flush` appends it (after the trace is written)."""
+        self._pending.append(orjson.dumps(row, default=str) + b"\n")
+
+    def flush(self) -> None:
+        """Append the queued lines and push them to the OS, so a crash cannot tear them."""
+        if self._pending and self._results is not None:
+            self._results.write(b"".join(self._pending))
+            self._results.flush()
+            self._pending.clear()
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         manifest["updated"] = time.time()
@@ -98,6 +104,7 @@ class RunFolder:
         _write_json(self.summary_path, summary)
 
     def close(self) -> None:
+        self.flush()
         if self._results is not None:
             self._results.close()
             self._results = None

@@ -7,7 +7,7 @@ import os
 import platform
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +29,7 @@ from .summary import output_means, run_aggregates
 from .trace import TraceStore
 
 StructuredChoice = Literal["auto", "server", "prompt"]
+FLUSH_SECONDS = 0.5  # how often finished work is written out (and the progress bar redrawn)
 
 
 @dataclass
@@ -207,8 +208,9 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
                 yield row
 
         total = _count_rows(config.data, config.limit)
-        await _with_progress(
+        await _drive(
             engine.run(rows(), folder.write_result, folder.done),
+            lambda: _flush(cache, trace, folder),
             stats,
             total,
             config.progress and console.is_terminal,
@@ -223,6 +225,7 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         manifest["error"] = str(exc)
         raise
     finally:
+        _flush(cache, trace, folder)
         folder.close()
         results = read_results(folder.path)
         manifest["ended"] = time.time()
@@ -249,11 +252,25 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
     return RunOutcome(manifest, summary, folder.path)
 
 
-async def _with_progress(work, stats: RunStats, total: int, show: bool, console: Console) -> None:
-    """Await `work` while a progress bar shows examples, requests, hits, retries, tokens/s."""
-    if not show:
-        await work
-        return
+def _flush(cache: ResponseCache | None, trace: TraceStore, folder: RunFolder) -> None:
+    """Write what has finished: replies, then traces, then result lines, so every result
+    line on disk has its trace, and a kill loses at most one flush interval of work."""
+    if cache is not None:
+        cache.flush()
+    trace.flush()
+    folder.flush()
+
+
+async def _drive(
+    work: Awaitable[None],
+    flush: Callable[[], None],
+    stats: RunStats,
+    total: int,
+    show: bool,
+    console: Console,
+) -> None:
+    """Await `work`, flushing every FLUSH_SECONDS; with `show`, a progress bar of examples,
+    requests, cache hits, retries and tokens/s (drawn on the same tick, no extra thread)."""
     columns = (
         TextColumn("[bold]examples"),
         BarColumn(),
@@ -261,24 +278,35 @@ async def _with_progress(work, stats: RunStats, total: int, show: bool, console:
         TextColumn("{task.fields[detail]}"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("run", total=total, detail="")
+    runner = asyncio.ensure_future(work)
+    progress = Progress(*columns, console=console, auto_refresh=False) if show else None
+    task = progress.add_task("run", total=total, detail="") if progress else None
 
-        def refresh() -> None:
-            done = stats.examples_ok + stats.examples_failed + stats.examples_resumed
-            progress.update(
-                task,
-                completed=done,
-                detail=(
-                    f"ok {stats.examples_ok} · failed {stats.examples_failed} · "
-                    f"req {stats.requests} · hits {stats.cache_hits} · retries {stats.retries} · "
-                    f"{stats.tokens_per_second():.0f} tok/s"
-                ),
-            )
+    def tick() -> None:
+        flush()
+        if progress is None or task is None:
+            return
+        done = stats.examples_ok + stats.examples_failed + stats.examples_resumed
+        progress.update(
+            task,
+            completed=done,
+            detail=(
+                f"ok {stats.examples_ok} · failed {stats.examples_failed} · "
+                f"req {stats.requests} · hits {stats.cache_hits} · retries {stats.retries} · "
+                f"{stats.tokens_per_second():.0f} tok/s"
+            ),
+        )
+        progress.refresh()
 
-        runner = asyncio.ensure_future(work)
+    if progress is not None:
+        progress.start()
+    try:
         while not runner.done():
-            refresh()
-            await asyncio.wait({runner}, timeout=0.25)
-        refresh()
-        await runner
+            await asyncio.wait({runner}, timeout=FLUSH_SECONDS)
+            tick()
+    finally:
+        if progress is not None:
+            progress.stop()
+        if not runner.done():
+            runner.cancel()
+    await runner

@@ -6,6 +6,7 @@ whether or not the response cache still holds its replies.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -25,8 +26,9 @@ CREATE TABLE IF NOT EXISTS node_runs (
   run_id TEXT, example_id TEXT, node TEXT, item INTEGER, status TEXT,
   value BLOB, error TEXT, messages BLOB, raw BLOB, model TEXT, endpoint TEXT,
   cached INTEGER, prompt_tokens INTEGER, completion_tokens INTEGER, latency REAL,
-  started REAL, finished REAL, graph_hash TEXT
+  started REAL, finished REAL, graph_hash TEXT, request BLOB, schema_hash TEXT
 );
+CREATE TABLE IF NOT EXISTS schemas (hash TEXT PRIMARY KEY, schema BLOB);
 CREATE INDEX IF NOT EXISTS node_runs_lookup ON node_runs (example_id, node, item);
 CREATE TABLE IF NOT EXISTS attempts (
   node_run_id INTEGER, number INTEGER, kind TEXT, error TEXT, raw TEXT,
@@ -36,6 +38,7 @@ CREATE TABLE IF NOT EXISTS attempts (
 CREATE INDEX IF NOT EXISTS attempts_node ON attempts (node_run_id);
 """
 
+FLUSH_EVERY = 1000  # queued records that force a write even between the runner's flushes
 WHOLE = -1  # `item` value of a node's own record (foreach items are 0, 1, …)
 
 
@@ -75,6 +78,8 @@ class NodeRecord:
     started: float = field(default_factory=time.time)
     finished: float = 0.0
     attempts: list[Attempt] = field(default_factory=list)
+    request: dict[str, Any] | None = None  # what was sent besides messages: params, mode
+    schema: dict[str, Any] | None = None  # the JSON schema the reply had to follow
 
 
 def _dumps(value: Any) -> bytes | None:
@@ -96,6 +101,23 @@ class TraceStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._add_missing_columns()
+        # Records are written in batches (one transaction per `flush`): a commit per node
+        # execution cost ~130 µs, more than the rest of our per-request work together.
+        self._pending_runs: list[tuple[Any, ...]] = []
+        self._pending_attempts: list[tuple[Any, ...]] = []
+        self._pending_schemas: dict[str, bytes] = {}
+        self._schema_ids: dict[int, tuple[dict[str, Any], str]] = {}
+        last = self._db.execute("SELECT MAX(id) FROM node_runs").fetchone()[0]
+        self._next_id = (last or 0) + 1
+        # Nothing to resume from means no lookups at all on a fresh run.
+        self._resumable = (
+            self._db.execute(
+                "SELECT 1 FROM node_runs WHERE graph_hash=? AND status IN ('ok','skipped') LIMIT 1",
+                (graph_hash,),
+            ).fetchone()
+            is not None
+        )
 
     def start_run(self, **fields: Any) -> None:
         settings = fields.pop("settings", None)
@@ -116,14 +138,13 @@ class TraceStore:
         )
 
     def record(self, rec: NodeRecord) -> None:
-        """Store a finished node execution with its attempts (one transaction)."""
+        """Queue a finished node execution with its attempts; written by the next `flush`."""
         rec.finished = rec.finished or time.time()
-        self._db.execute("BEGIN")
-        cur = self._db.execute(
-            "INSERT INTO node_runs (run_id, example_id, node, item, status, value, error,"
-            " messages, raw, model, endpoint, cached, prompt_tokens, completion_tokens,"
-            " latency, started, finished, graph_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        row_id = self._next_id
+        self._next_id += 1
+        self._pending_runs.append(
             (
+                row_id,
                 self.run_id,
                 rec.example_id,
                 rec.node,
@@ -142,31 +163,82 @@ class TraceStore:
                 rec.started,
                 rec.finished,
                 self.graph_hash,
-            ),
+                _dumps(rec.request),
+                self._schema_hash(rec.schema),
+            )
+        )
+        self._pending_attempts.extend(
+            (
+                row_id,
+                a.number,
+                a.kind,
+                a.error,
+                a.raw,
+                a.finish_reason,
+                a.latency,
+                a.prompt_tokens,
+                a.completion_tokens,
+                int(a.cached),
+            )
+            for a in rec.attempts
+        )
+        if len(self._pending_runs) >= FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every queued record in one transaction."""
+        if not self._pending_runs:
+            return
+        self._db.execute("BEGIN")
+        self._db.executemany(
+            "INSERT INTO node_runs (id, run_id, example_id, node, item, status, value, error,"
+            " messages, raw, model, endpoint, cached, prompt_tokens, completion_tokens,"
+            " latency, started, finished, graph_hash, request, schema_hash)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            self._pending_runs,
+        )
+        self._db.executemany(
+            "INSERT OR IGNORE INTO schemas (hash, schema) VALUES (?,?)",
+            self._pending_schemas.items(),
         )
         self._db.executemany(
             "INSERT INTO attempts (node_run_id, number, kind, error, raw, finish_reason, latency,"
             " prompt_tokens, completion_tokens, cached) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            [
-                (
-                    cur.lastrowid,
-                    a.number,
-                    a.kind,
-                    a.error,
-                    a.raw,
-                    a.finish_reason,
-                    a.latency,
-                    a.prompt_tokens,
-                    a.completion_tokens,
-                    int(a.cached),
-                )
-                for a in rec.attempts
-            ],
+            self._pending_attempts,
         )
         self._db.execute("COMMIT")
+        self._pending_runs.clear()
+        self._pending_attempts.clear()
+        self._pending_schemas.clear()
+
+    def _add_missing_columns(self) -> None:
+        """Traces written before a column existed get it (empty), so old run folders resume."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(node_runs)")}
+        for column, kind in (("request", "BLOB"), ("schema_hash", "TEXT")):
+            if column not in have:
+                self._db.execute(f"ALTER TABLE node_runs ADD COLUMN {column} {kind}")
+
+    def _schema_hash(self, schema: dict[str, Any] | None) -> str | None:
+        """Schemas are stored once each; node runs point at them by content hash."""
+        if schema is None:
+            return None
+        # Node schemas are memoised dicts, so identity is a cheap first key.
+        known = self._schema_ids.get(id(schema))
+        if known is not None and known[0] is schema:
+            return known[1]
+        blob = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        digest = hashlib.sha256(blob).hexdigest()[:16]
+        self._schema_ids[id(schema)] = (schema, digest)
+        self._pending_schemas[digest] = blob
+        return digest
 
     def finished_value(self, example_id: str, node: str, item: int = WHOLE) -> tuple[bool, Any]:
-        """(found, value) of the latest ok/skipped execution of this node for this example."""
+        """(found, value) of the latest ok/skipped execution of this node for this example.
+
+        Only earlier runs are searched: this run executes each node of an example once.
+        """
+        if not self._resumable:
+            return False, None
         row = self._db.execute(
             "SELECT status, value FROM node_runs WHERE example_id=? AND node=? AND item=?"
             " AND status IN ('ok','skipped') AND graph_hash=? ORDER BY id DESC LIMIT 1",
@@ -180,6 +252,7 @@ class TraceStore:
         self, example_id: str | None = None, node: str | None = None
     ) -> Iterator[dict[str, Any]]:
         """Node executions (newest run's last), each with its attempts, for `trace`/`report`."""
+        self.flush()
         sql = "SELECT * FROM node_runs WHERE 1=1"
         args: list[Any] = []
         if example_id is not None:
@@ -191,10 +264,15 @@ class TraceStore:
         sql += " ORDER BY id"
         cursor = self._db.execute(sql, args)
         columns = [c[0] for c in cursor.description]
+        schemas: dict[str | None, dict[str, Any] | None] = {}
         for row in cursor.fetchall():
             rec = dict(zip(columns, row, strict=True))
-            for key in ("value", "messages", "raw"):
+            for key in ("value", "messages", "raw", "request"):
                 rec[key] = _loads(rec[key])
+            digest = rec.pop("schema_hash")
+            if digest not in schemas:
+                schemas[digest] = self.schema(digest)
+            rec["schema"] = schemas[digest]
             rec["cached"] = bool(rec["cached"])
             att = self._db.execute(
                 "SELECT number, kind, error, raw, finish_reason, latency, prompt_tokens,"
@@ -205,12 +283,21 @@ class TraceStore:
             rec["attempts"] = [dict(zip(names, a, strict=True)) for a in att.fetchall()]
             yield rec
 
+    def schema(self, digest: str | None) -> dict[str, Any] | None:
+        """A stored JSON schema by the hash a node run points at."""
+        if digest is None:
+            return None
+        row = self._db.execute("SELECT schema FROM schemas WHERE hash=?", (digest,)).fetchone()
+        return _loads(row[0]) if row else None
+
     def runs(self) -> list[dict[str, Any]]:
+        self.flush()
         cursor = self._db.execute("SELECT * FROM runs ORDER BY started")
         columns = [c[0] for c in cursor.description]
         return [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
 
     def close(self) -> None:
+        self.flush()
         self._db.close()
 
 
