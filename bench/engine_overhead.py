@@ -1,0 +1,88 @@
+"""Engine overhead: `orchestrator run` vs a bare AsyncOpenAI loop against an instant server.
+
+All send the same N pointwise-judge requests at the same concurrency to `bench/loopback.py`
+(its own process, no latency). Runs alternate, `--repeat` times each; the medians are
+compared. Target: ours >= 0.8x the bare client's requests/s. The bare loop is measured
+three ways: `chat.completions.create` on the SDK's default httpx transport (what most
+scripts do), the same on the aiohttp transport orchestrator uses, and `client.post` on
+aiohttp, which is exactly how orchestrator sends: the last ratio is our own overhead.
+
+    python bench/engine_overhead.py --rows 5000 --concurrency 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from loopback import Loopback
+from workload import (
+    Timing,
+    rendered_requests,
+    run_bare,
+    run_ours,
+    write_judge_graph,
+    write_rows,
+)
+
+LABELS = {
+    "bare": "bare AsyncOpenAI loop, SDK default (httpx) transport",
+    "bare_aiohttp": "bare AsyncOpenAI loop, aiohttp transport as ours",
+    "bare_post": "bare AsyncOpenAI loop, aiohttp + client.post as ours",
+    "ours": "orchestrator run (cache, trace, results, progress bar)",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp, Loopback(latency=0.0) as server:
+        folder = Path(tmp)
+        data = write_rows(folder / "rows.jsonl", args.rows)
+        graph = write_judge_graph(folder)
+        requests = rendered_requests(graph, data)
+        runs: dict[str, list[Timing]] = {name: [] for name in LABELS}
+        for i in range(args.repeat):
+            for name in LABELS:
+                before = server.requests()
+                if name == "ours":
+                    out = folder / f"run{i}"
+                    timing = run_ours(graph, data, out, server.base_url, args.concurrency)
+                else:
+                    timing = run_bare(
+                        requests,
+                        server.base_url,
+                        args.concurrency,
+                        aiohttp=name != "bare",
+                        post=name == "bare_post",
+                    )
+                sent = server.requests() - before
+                if sent != args.rows:
+                    raise SystemExit(f"{name}: expected {args.rows} requests, server saw {sent}")
+                runs[name].append(timing)
+            print(
+                f"round {i + 1}: "
+                + "   ".join(f"{name} {runs[name][-1].rate:6.0f} req/s" for name in LABELS)
+            )
+    rates = {name: statistics.median(t.rate for t in runs[name]) for name in LABELS}
+    print(f"{args.rows} rows, concurrency {args.concurrency}, instant loopback server")
+    for name, label in LABELS.items():
+        print(f"{label:<58}{rates[name]:7.0f} req/s (median of {args.repeat})")
+    print(
+        f"ratios orchestrator / bare: SDK default {rates['ours'] / rates['bare']:.2f}, "
+        f"aiohttp {rates['ours'] / rates['bare_aiohttp']:.2f}, "
+        f"aiohttp + post {rates['ours'] / rates['bare_post']:.2f} (target >= 0.80)"
+    )
+
+
+if __name__ == "__main__":
+    main()

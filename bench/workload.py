@@ -1,0 +1,182 @@
+"""The pointwise workload shared by the throughput benchmarks: rows, graph, and both clients.
+
+`run_ours` is a real `orchestrator run` (cache, trace, results file, progress bar drawn to
+nowhere); `run_bare` is the limit: a plain `AsyncOpenAI` worker pool sending the very same
+requests (messages rendered beforehand, same schema, same sampling) and parsing nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_VOCABULARY = (
+    "the coffee was fine but service slow and I waited twenty minutes for a table near "
+    "window staff friendly prices fair would come back for brunch though parking is awful "
+    "my partner loved pastries I found them too sweet overall a solid neighbourhood spot"
+)
+_WORDS = _VOCABULARY.split()
+
+
+def write_rows(path: Path, n: int, seed: int = 7) -> Path:
+    """`n` pointwise rows (input, reference, output) of review-like text, deterministic."""
+    rng = random.Random(seed)
+
+    def text(words: int) -> str:
+        return " ".join(rng.choice(_WORDS) for _ in range(words)).capitalize() + "."
+
+    with path.open("wb") as handle:
+        for i in range(n):
+            row = {
+                "id": f"r{i}",
+                "input": "Write a short review of a cafe you visited. " + text(8),
+                "reference": text(60),
+                "output": text(60),
+            }
+            handle.write(orjson.dumps(row) + b"\n")
+    return path
+
+
+def write_judge_graph(folder: Path) -> Path:
+    """graphs/pointwise.yaml cut down to its one LLM node (same prompts, schema, sampling)."""
+    spec = yaml.safe_load((ROOT / "graphs" / "pointwise.yaml").read_text())
+    spec["name"] = "pointwise-judge"
+    spec["prompts"] = str(ROOT / "prompts")
+    spec["nodes"] = {"judge": spec["nodes"]["judge"]}
+    spec["outputs"] = {"content": "judge.content", "style": "judge.style"}
+    path = folder / "judge.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@dataclass
+class Timing:
+    seconds: float
+    requests: int
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.seconds
+
+
+def run_ours(
+    graph: Path,
+    data: Path,
+    out: Path,
+    base_url: str,
+    concurrency: int,
+    cache: Path | None = None,
+) -> Timing:
+    """One `orchestrator run` in this process; time from start to summary written."""
+    from rich.console import Console
+
+    from orchestrator import RunConfig, execute
+
+    with open(os.devnull, "w") as sink:
+        console = Console(file=sink, force_terminal=True, width=120)
+        started = time.perf_counter()
+        outcome = asyncio.run(
+            execute(
+                RunConfig(
+                    graph=graph,
+                    data=data,
+                    out=out,
+                    base_url=base_url,
+                    concurrency=concurrency,
+                    cache=cache or out.parent / f"{out.name}-cache.sqlite",
+                    structured="server",  # no canary: the bare loop sends none either
+                    overwrite=True,
+                ),
+                console=console,
+            )
+        )
+        seconds = time.perf_counter() - started
+    counts = outcome.manifest["counts"]
+    if counts["examples_failed"]:
+        raise SystemExit(f"our run had {counts['examples_failed']} failed examples")
+    return Timing(seconds, counts["requests"] + counts["cache_hits"])
+
+
+def rendered_requests(graph: Path, data: Path) -> list[dict[str, Any]]:
+    """The chat requests our run sends for each row, rendered here so the bare loop need not."""
+    from orchestrator.compile import compile_graph
+    from orchestrator.dataset import read_rows
+    from orchestrator.schemas import json_schema
+
+    compiled = compile_graph(graph)
+    judge = compiled.nodes["judge"]
+    assert judge.model is not None and judge.prompt is not None and judge.system is not None
+    schema = json_schema(judge.model)
+    params = {**compiled.spec.params}
+    requests = []
+    for row in read_rows(data, None):
+        ctx = {**row.data, "params": params}
+        requests.append(
+            {
+                "messages": [
+                    {"role": "system", "content": judge.system.render(ctx)},
+                    {"role": "user", "content": judge.prompt.render(ctx)},
+                ],
+                "temperature": 0.0,
+                "max_tokens": judge.sampling.max_tokens,
+                "n": 1,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "output", "schema": schema, "strict": True},
+                },
+            }
+        )
+    return requests
+
+
+def run_bare(
+    requests: list[dict[str, Any]],
+    base_url: str,
+    concurrency: int,
+    aiohttp: bool = False,
+    post: bool = False,
+) -> Timing:
+    """The same requests through a bare AsyncOpenAI worker pool; no parsing, no bookkeeping.
+
+    `aiohttp=True` puts the SDK on the same aiohttp transport, with the same pool size, that
+    orchestrator uses; otherwise it is the SDK's default httpx client. `post=True` also
+    sends the body as built with `client.post`, as orchestrator does, instead of
+    `chat.completions.create`: what is left between that and ours is our own work.
+    """
+    import openai
+    from openai.types.chat import ChatCompletion
+
+    from orchestrator.client import make_http_client
+
+    async def main() -> float:
+        http = make_http_client(concurrency, 600.0) if aiohttp else None
+        client = openai.AsyncOpenAI(
+            base_url=base_url, api_key="EMPTY", max_retries=0, http_client=http
+        )
+        queue = iter(requests)
+
+        async def worker() -> None:
+            for kwargs in queue:
+                if post:
+                    body = {"model": "loopback", **kwargs}
+                    await client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+                else:
+                    await client.chat.completions.create(model="loopback", **kwargs)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        seconds = time.perf_counter() - started
+        await client.close()
+        return seconds
+
+    return Timing(asyncio.run(main()), len(requests))
