@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -28,18 +29,22 @@ def read_json(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
 
 
-def read_results(folder: Path) -> list[dict[str, Any]]:
-    """Every result line of a run folder (skips a torn last line from a killed run)."""
+def iter_results(folder: Path) -> Iterator[dict[str, Any]]:
+    """Result lines of a run folder one at a time (skips a torn last line of a killed run)."""
     path = folder / RESULTS
     if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_bytes().splitlines():
-        try:
-            rows.append(orjson.loads(line))
-        except orjson.JSONDecodeError:
-            continue
-    return rows
+        return
+    with path.open("rb") as handle:
+        for line in handle:
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+
+
+def read_results(folder: Path) -> list[dict[str, Any]]:
+    """Every result line of a run folder, in memory."""
+    return list(iter_results(folder))
 
 
 class RunFolder:
@@ -77,10 +82,12 @@ class RunFolder:
                 "or pass --overwrite."
             )
         # Keep finished examples; failed ones are tried again.
-        kept = [r for r in read_results(self.path) if r.get("status") == "ok"]
-        self.done = {str(r["id"]) for r in kept}
         tmp = self.results_path.with_suffix(".jsonl.tmp")
-        tmp.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in kept))
+        with tmp.open("wb") as kept:
+            for row in iter_results(self.path):
+                if row.get("status") == "ok":
+                    self.done.add(str(row["id"]))
+                    kept.write(orjson.dumps(row) + b"\n")
         os.replace(tmp, self.results_path)
         self._results = self.results_path.open("ab")
         return resuming

@@ -22,10 +22,10 @@ from .client import Endpoint, LLMClient, ServerError
 from .compile import CompiledGraph, compile_graph
 from .dataset import check_fields, file_hash, read_rows
 from .engine import Engine, EngineOptions
-from .runfolder import RunFolder, read_results
+from .runfolder import RunFolder, iter_results, read_results
 from .spec import LLMNode
 from .stats import RunStats
-from .summary import output_means, run_aggregates
+from .summary import output_means, run_aggregates, status_counts
 from .trace import TraceStore
 
 StructuredChoice = Literal["auto", "server", "prompt"]
@@ -227,26 +227,25 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
     finally:
         _flush(cache, trace, folder)
         folder.close()
-        results = read_results(folder.path)
         manifest["ended"] = time.time()
         manifest["wall_seconds"] = round(manifest["ended"] - manifest["started"], 3)
-        manifest["counts"] = {
-            **stats.as_dict(),
-            "examples": len(results),
-            "examples_ok": sum(r.get("status") == "ok" for r in results),
-            "examples_failed": sum(r.get("status") == "failed" for r in results),
-        }
-        manifest["means"] = output_means(results)
+        # Streamed from the file, twice, rather than held: runs can have millions of lines.
+        manifest["counts"] = {**stats.as_dict(), **status_counts(iter_results(folder.path))}
+        manifest["means"] = output_means(iter_results(folder.path))
         folder.write_manifest(manifest)
         await client.close()
         trace.close()
         if cache is not None:
             cache.close()
+    # Aggregates (Elo, agreement…) need every line at once; most graphs have none.
+    aggregates = {}
+    if graph.aggregates:
+        aggregates = run_aggregates(graph, read_results(folder.path), config.params)
     summary = {
         "graph": graph.name,
         "counts": manifest["counts"],
         "means": manifest["means"],
-        **run_aggregates(graph, results, config.params),
+        **aggregates,
     }
     folder.write_summary(summary)
     return RunOutcome(manifest, summary, folder.path)

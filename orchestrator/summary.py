@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from statistics import fmean
+from collections.abc import Iterable
 from typing import Any
 
 from .compile import CompiledGraph
@@ -27,15 +27,28 @@ def numeric_leaves(row: dict[str, Any], prefix: str = "", depth: int = 0) -> dic
     return found
 
 
-def output_means(results: list[dict[str, Any]]) -> dict[str, float]:
-    """Mean of every numeric output over the ok examples."""
-    columns: dict[str, list[float]] = {}
+def output_means(results: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Mean of every numeric output over the ok examples (streamed: memory per column only)."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
     for row in results:
         if row.get("status") != "ok":
             continue
         for name, value in numeric_leaves(row).items():
-            columns.setdefault(name, []).append(value)
-    return {name: fmean(values) for name, values in sorted(columns.items())}
+            sums[name] = sums.get(name, 0.0) + value
+            counts[name] = counts.get(name, 0) + 1
+    return {name: sums[name] / counts[name] for name in sorted(sums)}
+
+
+def status_counts(results: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """How many result lines there are, and how many ok and failed."""
+    counts = {"examples": 0, "examples_ok": 0, "examples_failed": 0}
+    for row in results:
+        counts["examples"] += 1
+        status = row.get("status")
+        if status in ("ok", "failed"):
+            counts[f"examples_{status}"] += 1
+    return counts
 
 
 def run_aggregates(
