@@ -192,6 +192,9 @@ def _execute(**fields: Any) -> RunOutcome:
     from .runner import RunConfig, execute
 
     config = RunConfig(**fields)
+    # A kill (SIGTERM) unwinds like Ctrl-C: queued results and traces are written out and
+    # the manifest says "interrupted".
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         outcome = asyncio.run(execute(config, console))
     except (GraphError, DatasetError, RunFolderError, ServerError) as exc:
@@ -203,6 +206,8 @@ def _execute(**fields: Any) -> RunOutcome:
             f"({config.out})."
         )
         raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     _print_summary(outcome.manifest, outcome.folder)
     return outcome
 
