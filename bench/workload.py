@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,10 +64,17 @@ def write_judge_graph(folder: Path) -> Path:
 class Timing:
     seconds: float
     requests: int
+    span: float | None = None  # first request sent → last reply taken, from the trace
 
     @property
     def rate(self) -> float:
         return self.requests / self.seconds
+
+    @property
+    def span_rate(self) -> float:
+        """Requests/s between first and last request: the run without its fixed start-up
+        and summary costs (compile, model list, reading results back)."""
+        return self.requests / (self.span or self.seconds)
 
 
 def run_ours(
@@ -104,7 +112,9 @@ def run_ours(
     counts = outcome.manifest["counts"]
     if counts["examples_failed"]:
         raise SystemExit(f"our run had {counts['examples_failed']} failed examples")
-    return Timing(seconds, counts["requests"] + counts["cache_hits"])
+    with sqlite3.connect(out / "traces.sqlite") as db:
+        first, last = db.execute("SELECT MIN(started), MAX(finished) FROM node_runs").fetchone()
+    return Timing(seconds, counts["requests"] + counts["cache_hits"], last - first)
 
 
 def rendered_requests(graph: Path, data: Path) -> list[dict[str, Any]]:
