@@ -387,11 +387,14 @@ class LLMClient:
                 self._settle(ep, messages, params, retries, model, schema, choice, result, keys[i])
                 for i, choice in zip(pending, choices, strict=True)
             ]
-            settled = await asyncio.gather(*repairs, return_exceptions=True)
+            if len(repairs) == 1:  # the usual case; a task per call costs more than the rest
+                settled: list[Any] = [await repairs[0]]
+            else:
+                settled = await asyncio.gather(*repairs, return_exceptions=True)
             errors = [s for s in settled if isinstance(s, BaseException)]
             if errors:
                 raise LLMCallError(str(errors[0]), result.attempts)
-            for i, (value, raw) in zip(pending, settled, strict=True):  # type: ignore[misc]
+            for i, (value, raw) in zip(pending, settled, strict=True):
                 values[i] = value
                 result.raw[i] = raw
             result.latency = time.perf_counter() - started

@@ -8,6 +8,7 @@ internals (``__class__``, ``__globals__`` …) from templates and expressions al
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -65,13 +66,47 @@ class Expression:
         self.source = source
         self._compiled = env.compile_expression(source, undefined_to_none=False)
         self.names = expression_names(env, source)
+        self._path = _plain_path(source)
 
     def __call__(self, context: dict[str, Any]) -> Any:
+        if self._path is not None:
+            # Most expressions are plain lookups like `judge.score`; walking the dicts
+            # directly gives Jinja's answer at a fraction of the cost of a render.
+            found, value = _walk(context, self._path)
+            if found:
+                return value
         value = self._compiled(**context)
         if isinstance(value, StrictUndefined):
             # Force the Undefined to raise its own clear "X is undefined" error.
             str(value)
         return value
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _plain_path(source: str) -> tuple[str, ...] | None:
+    """`a.b.c` as ("a", "b", "c") when every step is a plain dict key lookup in Jinja.
+
+    Names that are also dict attributes (`items`, `keys`…) resolve to the method in Jinja,
+    so they are left to Jinja.
+    """
+    parts = source.strip().split(".")
+    if not all(_IDENTIFIER.fullmatch(p) for p in parts):
+        return None
+    if any(hasattr(dict, p) or p.startswith("_") for p in parts[1:]):
+        return None
+    return tuple(parts)
+
+
+def _walk(context: dict[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:
+    """(True, value) when every step is a dict holding the next key; else (False, None)."""
+    value: Any = context
+    for key in path:
+        if type(value) is not dict or key not in value:
+            return False, None
+        value = value[key]
+    return True, value
 
 
 def expression_names(env: SandboxedEnvironment, source: str) -> set[str]:
