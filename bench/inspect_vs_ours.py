@@ -36,7 +36,6 @@ subprocess wall times, where both pay interpreter start-up. Goal: > 1 (ours fast
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import os
@@ -45,11 +44,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import orjson
@@ -58,7 +55,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
-from loopback import MODEL, Loopback, _reply_body  # noqa: E402
+from loopback import MODEL, Loopback  # noqa: E402
 from workload import rendered_requests, run_ours, write_judge_graph, write_rows  # noqa: E402
 
 DEFAULT_VENV = Path(tempfile.gettempdir()) / "inspect-venv"
@@ -295,80 +292,6 @@ def run_ours_cli(
 # --------------------------------------------------------------------------------------------
 
 
-class CaptureServer:
-    """A loopback server on a thread of this process that keeps every chat request body and
-    the peak number of requests being answered at once. Only for the check, not for timing."""
-
-    def __init__(self, latency: float) -> None:
-        self.latency = latency
-        self.port = 0
-        self.bodies: list[dict[str, Any]] = []
-        self.peak = 0
-        self._inflight = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: Any = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def take(self) -> tuple[list[dict[str, Any]], int]:
-        """The bodies and peak since the last call, then start afresh."""
-        bodies, peak = self.bodies, self.peak
-        self.bodies, self.peak = [], 0
-        return bodies, peak
-
-    async def _start(self) -> None:
-        from aiohttp import web
-
-        replies: dict[bytes, bytes] = {}
-        models = orjson.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-
-        async def chat(request: web.Request) -> web.Response:
-            body = orjson.loads(await request.read())
-            self.bodies.append(body)
-            schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
-            key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-            if key not in replies:
-                replies[key] = orjson.dumps(_reply_body(schema))
-            self._inflight += 1
-            self.peak = max(self.peak, self._inflight)
-            try:
-                await asyncio.sleep(self.latency)
-            finally:
-                self._inflight -= 1
-            return web.Response(body=replies[key], content_type="application/json")
-
-        async def list_models(_: web.Request) -> web.Response:
-            return web.Response(body=models, content_type="application/json")
-
-        app = web.Application(client_max_size=64 * 2**20)
-        app.router.add_post("/v1/chat/completions", chat)
-        app.router.add_get("/v1/models", list_models)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=4096)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    def __enter__(self) -> CaptureServer:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=30)
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-
-
 _ABSENT = "<absent>"
 
 
@@ -404,7 +327,7 @@ def check(
     requests_path.write_bytes(orjson.dumps(requests))
     log_dir = folder / "check-inspect-logs"
     log_dir.mkdir()
-    with CaptureServer(latency) as server:
+    with Loopback(latency, capture=True) as server:
         run_inspect(venv, requests_path, server.base_url, concurrency, log_dir, exact_schema)
         theirs, their_peak = server.take()
         run_ours(graph, data, folder / "check-ours", server.base_url, concurrency)

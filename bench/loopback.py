@@ -4,7 +4,8 @@ Unlike `tests/fakeserver.py` (threads, one responder per request, built for faul
 injection), this one is an aiohttp app in its own process, so it has a core of its own and
 answers thousands of requests a second: the client side is what a benchmark measures.
 Every chat request gets a schema-valid reply (built once per schema), after an optional
-fixed latency. `GET /stats` returns how many chat requests it has answered.
+fixed latency. `GET /stats` returns how many chat requests it has answered and the peak in
+flight; with `--capture`, `GET /take` hands over the request bodies (for checks, not timing).
 
     python bench/loopback.py --port 9100 --latency 0.1      # standalone
     with Loopback(latency=0.05) as server: ... server.base_url
@@ -49,37 +50,56 @@ def _reply_body(schema: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def serve(port: int, latency: float) -> None:
-    """Run the server in this process until killed; prints `READY <port>` when listening."""
+def serve(port: int, latency: float, capture: bool = False) -> None:
+    """Run the server in this process until killed; prints `READY <port>` when listening.
+
+    `GET /stats` gives the chat requests answered and the most ever in flight at once;
+    with `capture`, `GET /take` returns the request bodies received since the last take.
+    """
     from aiohttp import web
 
     replies: dict[bytes, bytes] = {}
-    count = {"chat": 0}
+    stats = {"chat": 0, "in_flight": 0, "peak": 0}
+    bodies: list[Any] = []
     models = orjson.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
     async def chat(request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
+        if capture:
+            bodies.append(body)
         fmt = body.get("response_format") or {}
         schema = (fmt.get("json_schema") or {}).get("schema")
         key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
         payload = replies.get(key)
         if payload is None:
             payload = replies[key] = orjson.dumps(_reply_body(schema))
-        if latency:
-            await asyncio.sleep(latency)
-        count["chat"] += 1
+        stats["in_flight"] += 1
+        stats["peak"] = max(stats["peak"], stats["in_flight"])
+        try:
+            if latency:
+                await asyncio.sleep(latency)
+        finally:
+            stats["in_flight"] -= 1
+        stats["chat"] += 1
         return web.Response(body=payload, content_type="application/json")
 
     async def list_models(_: web.Request) -> web.Response:
         return web.Response(body=models, content_type="application/json")
 
-    async def stats(_: web.Request) -> web.Response:
-        return web.json_response(count)
+    async def get_stats(_: web.Request) -> web.Response:
+        return web.json_response(stats)
+
+    async def take(_: web.Request) -> web.Response:
+        taken = orjson.dumps({"bodies": bodies, "peak": stats["peak"]})
+        bodies.clear()
+        stats["peak"] = 0
+        return web.Response(body=taken, content_type="application/json")
 
     app = web.Application(client_max_size=64 * 2**20)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/v1/models", list_models)
-    app.router.add_get("/stats", stats)
+    app.router.add_get("/stats", get_stats)
+    app.router.add_get("/take", take)
 
     async def main() -> None:
         runner = web.AppRunner(app, access_log=None)
@@ -96,9 +116,10 @@ def serve(port: int, latency: float) -> None:
 class Loopback:
     """The server in a child process, for the length of a `with` block."""
 
-    def __init__(self, latency: float = 0.0, port: int = 0) -> None:
+    def __init__(self, latency: float = 0.0, port: int = 0, capture: bool = False) -> None:
         self.latency = latency
         self.port = port
+        self.capture = capture
         self._proc: subprocess.Popen[str] | None = None
 
     @property
@@ -111,9 +132,25 @@ class Loopback:
 
         return int(httpx.get(f"http://127.0.0.1:{self.port}/stats").json()["chat"])
 
+    def take(self) -> tuple[list[dict[str, Any]], int]:
+        """Request bodies since the last take (needs `capture=True`), and the peak number of
+        requests in flight over the same stretch."""
+        import httpx
+
+        taken = orjson.loads(httpx.get(f"http://127.0.0.1:{self.port}/take", timeout=60).content)
+        return taken["bodies"], int(taken["peak"])
+
     def __enter__(self) -> Loopback:
         self._proc = subprocess.Popen(
-            [sys.executable, __file__, "--port", str(self.port), "--latency", str(self.latency)],
+            [
+                sys.executable,
+                __file__,
+                "--port",
+                str(self.port),
+                "--latency",
+                str(self.latency),
+                *(["--capture"] if self.capture else []),
+            ],
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -141,5 +178,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
+    parser.add_argument("--capture", action="store_true", help="keep request bodies for /take")
     args = parser.parse_args()
-    serve(args.port, args.latency)
+    serve(args.port, args.latency, args.capture)
