@@ -62,7 +62,6 @@ def write_run(folder: Path, count: int, fail_share: float = 0.03) -> None:
     rng = random.Random(7)
     graph = compile_graph(GRAPH)
     judge = graph.nodes["judge"]
-    assert judge.prompt is not None and judge.system is not None
     folder.parent.mkdir(parents=True, exist_ok=True)
     data = folder.parent / "data.jsonl"
     rows = [
@@ -85,10 +84,7 @@ def write_run(folder: Path, count: int, fail_share: float = 0.03) -> None:
     failed = 0
     for row in rows:
         ctx = {**row, "params": params, "run": {}}
-        messages = [
-            {"role": "system", "content": judge.system.render(ctx)},
-            {"role": "user", "content": judge.prompt.render(ctx)},
-        ]
+        messages = judge.messages(ctx)
         tokens = sum(len(m["content"].split()) for m in messages)
         if rng.random() < fail_share:
             failed += 1

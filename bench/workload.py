@@ -125,7 +125,7 @@ def rendered_requests(graph: Path, data: Path) -> list[dict[str, Any]]:
 
     compiled = compile_graph(graph)
     judge = compiled.nodes["judge"]
-    assert judge.model is not None and judge.prompt is not None and judge.system is not None
+    assert judge.model is not None
     schema = json_schema(judge.model)
     params = {**compiled.spec.params}
     requests = []
@@ -133,10 +133,7 @@ def rendered_requests(graph: Path, data: Path) -> list[dict[str, Any]]:
         ctx = {**row.data, "params": params}
         requests.append(
             {
-                "messages": [
-                    {"role": "system", "content": judge.system.render(ctx)},
-                    {"role": "user", "content": judge.prompt.render(ctx)},
-                ],
+                "messages": judge.messages(ctx),
                 "temperature": 0.0,
                 "max_tokens": judge.sampling.max_tokens,
                 "n": 1,

@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-from jinja2 import Template, TemplateError, TemplateNotFound, TemplateSyntaxError
+from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError
 from pydantic import BaseModel
 
 from .compute import ComputeFunction, resolve
 from .errors import GraphError, Problem
 from .schemas import SchemaError, build_model, dynamic_fields
 from .spec import Aggregate, ComputeNode, GraphSpec, LLMNode, Sampling, load_spec
-from .templates import Expression, attribute_uses, make_environment, template_names
+from .templates import Expression, Prompt, attribute_uses, make_environment, template_names
 
 RESERVED = frozenset({"params", "run", "id", "status", "error", "results"})
 RESULT_RESERVED = frozenset({"id", "status", "error"})
@@ -34,8 +34,8 @@ class CompiledNode:
     deps: set[str]
     foreach: Expression | None = None
     when: Expression | None = None
-    prompt: Template | None = None
-    system: Template | None = None
+    prompt: Prompt | None = None
+    system: Prompt | None = None
     model: type[BaseModel] | None = None  # static schema (dynamic enums left open)
     dynamic: dict[str, Expression] = field(default_factory=dict)
     function: ComputeFunction | None = None
@@ -46,6 +46,15 @@ class CompiledNode:
     @property
     def is_llm(self) -> bool:
         return isinstance(self.spec, LLMNode)
+
+    def messages(self, context: dict[str, Any]) -> list[dict[str, str]]:
+        """The chat messages of an LLM node for one call: system (if any), then user."""
+        assert self.prompt is not None, f"{self.name} is not an LLM node"
+        messages = []
+        if self.system is not None:
+            messages.append({"role": "system", "content": self.system.render(context)})
+        messages.append({"role": "user", "content": self.prompt.render(context)})
+        return messages
 
 
 @dataclass
@@ -120,10 +129,11 @@ class _Checker:
             self.problem(f"expression '{source}' does not parse: {exc.message}", node, field)
             return None
 
-    def template(self, name: str, node: str, field: str) -> tuple[Template | None, set[str]]:
+    def template(self, name: str, node: str, field: str) -> tuple[Prompt | None, set[str]]:
         try:
             template = self.env.get_template(name)
-            return template, template_names(self.env, name)
+            names = template_names(self.env, name)
+            return Prompt(template, names), names
         except TemplateNotFound as exc:
             self.problem(f"template '{exc.name}' not found under {self.prompts_dir}", node, field)
         except TemplateSyntaxError as exc:

@@ -56,6 +56,18 @@ def _first_error(group: BaseExceptionGroup) -> Exception:
     return first if isinstance(first, Exception) else RuntimeError(str(first))
 
 
+def _is_chain(graph: CompiledGraph) -> bool:
+    """True when every node (in run order) depends, directly or not, on the one before."""
+    ancestors: dict[str, set[str]] = {}
+    for name in graph.order:  # topological: a node's deps come before it
+        deps = graph.nodes[name].deps
+        ancestors[name] = set(deps).union(*(ancestors[d] for d in deps))
+    return all(
+        before in ancestors[after]
+        for before, after in zip(graph.order, graph.order[1:], strict=False)
+    )
+
+
 class Engine:
     """Runs one compiled graph over rows; one instance per run."""
 
@@ -80,6 +92,7 @@ class Engine:
             "base_url": first.base_url if first else None,
             "model": first.model if first else None,
         }
+        self._chain = _is_chain(graph)
         self._models: dict[tuple[str, tuple[tuple[str, tuple[Any, ...]], ...]], type[BaseModel]]
         self._models = {}
 
@@ -144,6 +157,13 @@ class Engine:
         """Every node of one example as its own task, then the graph outputs."""
         values: dict[str, Any] = {}
         tasks: dict[str, asyncio.Task[None]] = {}
+        if self._chain:
+            # Each node needs the one before it: nothing could overlap, so skip the tasks.
+            for name in self.graph.order:
+                cn = self.graph.nodes[name]
+                ctx = {**base, **{d: values[d] for d in cn.deps}}
+                values[name] = await self._run_node(cn, ctx, row.id)
+            return self._outputs({**base, **values})
 
         async def node_task(name: str) -> None:
             cn = self.graph.nodes[name]
@@ -158,7 +178,9 @@ class Engine:
                     tasks[name] = group.create_task(node_task(name))
         except ExceptionGroup as group_error:
             raise _first_error(group_error) from None
-        ctx = {**base, **values}
+        return self._outputs({**base, **values})
+
+    def _outputs(self, ctx: dict[str, Any]) -> dict[str, Any]:
         return {
             key: _evaluate(expr, ctx, f"outputs.{key}", "output")
             for key, expr in self.graph.outputs.items()
@@ -268,15 +290,10 @@ class Engine:
         return Sampling(**values)
 
     def _messages(self, cn: CompiledNode, ctx: dict[str, Any]) -> list[dict[str, str]]:
-        messages = []
         try:
-            if cn.system is not None:
-                messages.append({"role": "system", "content": cn.system.render(ctx)})
-            assert cn.prompt is not None
-            messages.append({"role": "user", "content": cn.prompt.render(ctx)})
+            return cn.messages(ctx)
         except (TemplateError, TypeError, ValueError) as exc:
             raise NodeError(cn.name, f"rendering the prompt failed: {exc}") from exc
-        return messages
 
     async def _llm(self, cn: CompiledNode, ctx: dict[str, Any], example: str, item: int) -> Any:
         assert isinstance(cn.spec, LLMNode)

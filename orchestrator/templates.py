@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from jinja2 import FileSystemLoader, StrictUndefined, meta, nodes
+from jinja2 import FileSystemLoader, StrictUndefined, Template, meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
 
 # Names a template or expression may use without anything in the graph providing them.
@@ -107,6 +107,23 @@ def _walk(context: dict[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:
             return False, None
         value = value[key]
     return True, value
+
+
+class Prompt:
+    """A loaded prompt template. One that uses no variables at all is rendered once: a
+    fixed system prompt should not cost a Jinja render per request."""
+
+    def __init__(self, template: Template, names: set[str]) -> None:
+        self.template = template
+        self.names = names
+        self._fixed: str | None = None
+
+    def render(self, context: dict[str, Any]) -> str:
+        if self.names:
+            return self.template.render(context)
+        if self._fixed is None:
+            self._fixed = self.template.render()
+        return self._fixed
 
 
 def expression_names(env: SandboxedEnvironment, source: str) -> set[str]:

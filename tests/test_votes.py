@@ -14,7 +14,6 @@ from fakeserver import FakeServer, Reply, schema_responder
 import orchestrator
 from orchestrator.compile import compile_graph
 from orchestrator.compute import votes as v
-from orchestrator.templates import template_names
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH = ROOT / "graphs" / "style_ensemble.yaml"
@@ -205,9 +204,9 @@ def test_judge_prompts_never_see_the_ground_truth() -> None:
     env_names: set[str] = set()
     for node in graph.nodes.values():
         if node.is_llm:
-            for name in (node.spec.prompt, node.spec.system):
-                if name:
-                    env_names |= template_names(node.prompt.environment, name)
+            for prompt in (node.prompt, node.system):
+                if prompt is not None:
+                    env_names |= prompt.names
             assert not {"positive", "setting"} & node.deps
     assert {"reference", "candidate_a", "candidate_b", "shown"} <= env_names
     assert not {"positive", "setting"} & env_names
