@@ -226,7 +226,9 @@ class TraceStore:
         known = self._schema_ids.get(id(schema))
         if known is not None and known[0] is schema:
             return known[1]
-        blob = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        # Key order is kept: it is what the server got, and with structured outputs the
+        # order of `properties` is the order the model must write the fields in.
+        blob = orjson.dumps(schema)
         digest = hashlib.sha256(blob).hexdigest()[:16]
         self._schema_ids[id(schema)] = (schema, digest)
         self._pending_schemas[digest] = blob
