@@ -42,7 +42,7 @@ from openai.types.chat import ChatCompletion
 from rich.console import Console
 
 from orchestrator import RunConfig, execute
-from orchestrator.client import schema_instruction
+from orchestrator.client import request_body, with_schema_instruction
 from orchestrator.trace import TraceStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,7 +199,8 @@ class Bodies:
 
 
 def request_bodies(trace: Path) -> Bodies:
-    """The first request of every LLM node execution in the trace, built like client._request.
+    """The first request of every LLM node execution in the trace, built by the client's own
+    `request_body`.
 
     Re-asks after an invalid reply are not in the node's messages; they are counted from
     the attempts instead (`replies - len(bodies)`).
@@ -219,27 +220,12 @@ def request_bodies(trace: Path) -> Bodies:
         params = rec["request"]["params"]
         messages = rec["messages"]
         schema = rec["schema"]
-        structured = rec["request"]["structured"]
-        if schema is not None and structured == "prompt":
-            last = messages[-1]
-            text = last["content"] + "\n\n" + schema_instruction(schema)
-            messages = [*messages[:-1], {**last, "content": text}]
-        body: dict[str, Any] = {
-            "model": rec["model"],
-            "messages": messages,
-            "n": params.get("n") or 1,
-        }
-        for name in ("temperature", "max_tokens", "top_p", "seed"):
-            if params.get(name) is not None:
-                body[name] = params[name]
-        if params.get("logprobs"):
-            body["logprobs"] = True
-            body["top_logprobs"] = params["logprobs"]
-        if schema is not None and structured == "server":
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "output", "schema": schema, "strict": True},
-            }
+        server_schema = None
+        if schema is not None and rec["request"]["structured"] == "prompt":
+            messages = with_schema_instruction(messages, schema)
+        elif schema is not None:
+            server_schema = schema
+        body = request_body(rec["model"], messages, params, params.get("n") or 1, server_schema)
         bodies.append(body)
     return Bodies(bodies, replies, kinds)
 

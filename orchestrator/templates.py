@@ -114,6 +114,10 @@ class Prompt:
     fixed system prompt should not cost a Jinja render per request."""
 
     def __init__(self, template: Template, names: set[str]) -> None:
+        # Jinja keeps a template's globals as a ChainMap over the environment's and copies
+        # it key by key on every render (a third of the render time for a short prompt);
+        # the environment's globals are fixed once made, so a plain dict is equivalent.
+        template.globals = dict(template.globals)
         self.template = template
         self.names = names
         self._fixed: str | None = None
