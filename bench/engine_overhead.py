@@ -72,11 +72,24 @@ def main() -> None:
             print(
                 f"round {i + 1}: "
                 + "   ".join(f"{name} {runs[name][-1].rate:6.0f} req/s" for name in LABELS)
+                + f"   ours/bare_post {runs['ours'][-1].rate / runs['bare_post'][-1].rate:.2f}"
             )
     rates = {name: statistics.median(t.rate for t in runs[name]) for name in LABELS}
     print(f"{args.rows} rows, concurrency {args.concurrency}, instant loopback server")
     for name, label in LABELS.items():
         print(f"{label:<58}{rates[name]:7.0f} req/s (median of {args.repeat})")
+    # On a shared machine the speed drifts between rounds; a ratio within one round (runs
+    # seconds apart) is steadier than a ratio of medians, so both are shown.
+    paired = {
+        name: statistics.median(
+            o.rate / b.rate for o, b in zip(runs["ours"], runs[name], strict=True)
+        )
+        for name in ("bare", "bare_aiohttp", "bare_post")
+    }
+    print(
+        "median of per-round ratios: "
+        + ", ".join(f"ours/{name} {value:.2f}" for name, value in paired.items())
+    )
     print(
         f"ratios orchestrator / bare: SDK default {rates['ours'] / rates['bare']:.2f}, "
         f"aiohttp {rates['ours'] / rates['bare_aiohttp']:.2f}, "
