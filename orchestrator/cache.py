@@ -36,7 +36,9 @@ def cache_key(
             "model": model,
             "messages": messages,
             "params": params,
-            "schema": schema,
+            # In its own key order: the server makes the model write the properties in that
+            # order (reason before score or after), so a reordered schema is a new question.
+            "schema": orjson.dumps(schema).decode() if schema is not None else None,
             "sample": sample_index,
         },
         option=orjson.OPT_SORT_KEYS,

@@ -16,7 +16,7 @@ import pytest
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, results, run_graph, user_text, write_graph, write_rows
 
-from orchestrator.cache import ResponseCache
+from orchestrator.cache import ResponseCache, cache_key
 from orchestrator.trace import NodeRecord, TraceStore
 
 GRAPH: dict[str, Any] = {
@@ -160,3 +160,13 @@ def test_cache_serves_queued_replies_and_shares_them_once_flushed(tmp_path: Path
     assert second.get("k") == {"choice": {"content": "x"}}
     first.close()
     second.close()
+
+
+def test_cache_key_tells_apart_schemas_that_differ_only_in_property_order():
+    reason_first = {"type": "object", "properties": {"reason": {}, "score": {}}}
+    score_first = {"type": "object", "properties": {"score": {}, "reason": {}}}
+    messages = [{"role": "user", "content": "rate"}]
+    params = {"temperature": 0.0}
+    first = cache_key("m", messages, params, reason_first, 0)
+    assert first != cache_key("m", messages, params, score_first, 0)
+    assert first == cache_key("m", messages, dict(params), dict(reason_first), 0)
