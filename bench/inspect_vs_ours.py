@@ -56,7 +56,13 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 from loopback import MODEL, Loopback  # noqa: E402
-from workload import rendered_requests, run_ours, write_judge_graph, write_rows  # noqa: E402
+from workload import (  # noqa: E402
+    rendered_requests,
+    run_command,
+    run_ours,
+    write_judge_graph,
+    write_rows,
+)
 
 DEFAULT_VENV = Path(tempfile.gettempdir()) / "inspect-venv"
 INSPECT_PACKAGES = ["inspect-ai", "openai"]
@@ -254,23 +260,8 @@ def run_ours_cli(
     graph: Path, data: Path, out: Path, base_url: str, concurrency: int
 ) -> tuple[float, dict[str, Any]]:
     """`python -m orchestrator run` with its defaults (a fresh cache file so nothing hits)."""
-    command = [
-        sys.executable,
-        "-m",
-        "orchestrator",
-        "run",
-        str(graph),
-        "--data",
-        str(data),
-        "--base-url",
-        base_url,
-        "--out",
-        str(out),
-        "--cache",
-        str(out.parent / f"{out.name}-cache.sqlite"),
-        "--concurrency",
-        str(concurrency),
-    ]
+    cache = out.parent / f"{out.name}-cache.sqlite"
+    command = run_command(graph, data, out, base_url, concurrency, cache)
     env = {**os.environ, "OPENAI_API_KEY": "EMPTY"}
     started = time.perf_counter()
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)

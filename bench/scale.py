@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loopback import Loopback
-from workload import ROOT, write_rows
+from workload import ROOT, run_command, write_rows
 
 
 @dataclass
@@ -87,23 +87,8 @@ def main() -> None:
         cache = folder / "cache.sqlite"
 
         def command(out: Path) -> list[str]:
-            return [
-                sys.executable,
-                "-m",
-                "orchestrator",
-                "run",
-                str(ROOT / "graphs" / "pointwise.yaml"),
-                "--data",
-                str(data),
-                "--out",
-                str(out),
-                "--base-url",
-                server.base_url,
-                "--concurrency",
-                str(args.concurrency),
-                "--cache",
-                str(cache),
-            ]
+            graph = ROOT / "graphs" / "pointwise.yaml"
+            return run_command(graph, data, out, server.base_url, args.concurrency, cache)
 
         before = server.requests()
         fresh = run_and_watch(command(folder / "run1"), folder / "run1" / "results.jsonl", marks)

@@ -11,6 +11,7 @@ import asyncio
 import os
 import random
 import sqlite3
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,29 @@ def run_ours(
     with sqlite3.connect(out / "traces.sqlite") as db:
         first, last = db.execute("SELECT MIN(started), MAX(finished) FROM node_runs").fetchone()
     return Timing(seconds, counts["requests"] + counts["cache_hits"], last - first)
+
+
+def run_command(
+    graph: Path, data: Path, out: Path, base_url: str, concurrency: int, cache: Path
+) -> list[str]:
+    """The `orchestrator run` command line, with its defaults otherwise (canary included)."""
+    return [
+        sys.executable,
+        "-m",
+        "orchestrator",
+        "run",
+        str(graph),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--base-url",
+        base_url,
+        "--concurrency",
+        str(concurrency),
+        "--cache",
+        str(cache),
+    ]
 
 
 def rendered_requests(graph: Path, data: Path) -> list[dict[str, Any]]:
