@@ -40,8 +40,9 @@ import yaml
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 from rich.console import Console
+from workload import execute_timed
 
-from orchestrator import RunConfig, execute
+from orchestrator import RunConfig
 from orchestrator.client import request_body, with_schema_instruction
 from orchestrator.trace import TraceStore
 
@@ -143,26 +144,19 @@ def run_graph(
     out: Path,
 ) -> GraphRun:
     """graphs/… over data on the server with a fresh response cache; figures from the run."""
-    quiet = Console(stderr=True, quiet=True)
     before = scrape(base_url)
-    started = time.perf_counter()
-    outcome = asyncio.run(
-        execute(
-            RunConfig(
-                graph=graph,
-                data=data,
-                out=out,
-                base_url=base_url,
-                limit=limit,
-                cache=out.parent / f"{out.name}-cache.sqlite",
-                concurrency=concurrency,
-                timeout=REQUEST_TIMEOUT,
-                progress=False,
-            ),
-            console=quiet,
-        )
+    config = RunConfig(
+        graph=graph,
+        data=data,
+        out=out,
+        base_url=base_url,
+        limit=limit,
+        cache=out.parent / f"{out.name}-cache.sqlite",
+        concurrency=concurrency,
+        timeout=REQUEST_TIMEOUT,
+        progress=False,
     )
-    wall = time.perf_counter() - started
+    outcome, wall = execute_timed(config, Console(stderr=True, quiet=True))
     after = scrape(base_url)
     counts = outcome.manifest["counts"]
     store = TraceStore(out / "traces.sqlite")

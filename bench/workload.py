@@ -15,10 +15,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import yaml
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator import RunConfig, RunOutcome
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,6 +83,22 @@ class Timing:
         return self.requests / (self.span or self.seconds)
 
 
+def execute_timed(config: RunConfig, console: Console | None = None) -> tuple[RunOutcome, float]:
+    """`orchestrator run` in this process, as configured; its outcome and wall seconds.
+
+    Without a console the progress bar is drawn, to nowhere, as a user's terminal would.
+    """
+    from rich.console import Console
+
+    from orchestrator import execute
+
+    with open(os.devnull, "w") as sink:
+        console = console or Console(file=sink, force_terminal=True, width=120)
+        started = time.perf_counter()
+        outcome = asyncio.run(execute(config, console=console))
+        return outcome, time.perf_counter() - started
+
+
 def run_ours(
     graph: Path,
     data: Path,
@@ -87,29 +108,19 @@ def run_ours(
     cache: Path | None = None,
 ) -> Timing:
     """One `orchestrator run` in this process; time from start to summary written."""
-    from rich.console import Console
+    from orchestrator import RunConfig
 
-    from orchestrator import RunConfig, execute
-
-    with open(os.devnull, "w") as sink:
-        console = Console(file=sink, force_terminal=True, width=120)
-        started = time.perf_counter()
-        outcome = asyncio.run(
-            execute(
-                RunConfig(
-                    graph=graph,
-                    data=data,
-                    out=out,
-                    base_url=base_url,
-                    concurrency=concurrency,
-                    cache=cache or out.parent / f"{out.name}-cache.sqlite",
-                    structured="server",  # no canary: the bare loop sends none either
-                    overwrite=True,
-                ),
-                console=console,
-            )
-        )
-        seconds = time.perf_counter() - started
+    config = RunConfig(
+        graph=graph,
+        data=data,
+        out=out,
+        base_url=base_url,
+        concurrency=concurrency,
+        cache=cache or out.parent / f"{out.name}-cache.sqlite",
+        structured="server",  # no canary: the bare loop sends none either
+        overwrite=True,
+    )
+    outcome, seconds = execute_timed(config)
     counts = outcome.manifest["counts"]
     if counts["examples_failed"]:
         raise SystemExit(f"our run had {counts['examples_failed']} failed examples")
