@@ -37,8 +37,10 @@ from vllm_saturation import (
     DEFAULT_BASE_URL,
     GENERATED,
     REQUESTS,
+    hit_rate,
     load,
     requests_by_reason,
+    reset_prefix_cache,
     run_graph,
     scrape,
 )
@@ -82,6 +84,11 @@ def main() -> None:
     limit = args.limit if args.limit is not None else rows
     print(f"ExPerT on {rows} examples of {args.data.name} at {args.base_url}; load {load()}")
 
+    # Neither side may reuse prefix blocks an earlier run left in vLLM's cache (needs
+    # VLLM_SERVER_DEV_MODE=1 on the server; without it, our repeated prompts may gain).
+    if not reset_prefix_cache(args.base_url):
+        print("note: no POST /reset_prefix_cache on this server; its prefix cache is not emptied")
+
     # -- ours ---------------------------------------------------------------------------
     with tempfile.TemporaryDirectory(prefix="expert-real-") as tmp:
         reasons_before = requests_by_reason(args.base_url)
@@ -99,10 +106,12 @@ def main() -> None:
         f" requests {ours.metrics.get(REQUESTS, 0):.0f} by the server ({ours_reasons};"
         f" our counter {ours.manifest_requests}, canary included), examples finished"
         f" {ours.examples_ok} ok / {ours.examples_failed} failed, tokens generated"
-        f" {ours.metrics.get(GENERATED, 0):.0f}; load {load()}"
+        f" {ours.metrics.get(GENERATED, 0):.0f}, prefix-cache hit rate"
+        f" {hit_rate(ours.metrics, {})[0]:.1%}; load {load()}"
     )
 
     # -- the reference -----------------------------------------------------------------
+    reset_prefix_cache(args.base_url)
     before = scrape(args.base_url)
     reasons_before = requests_by_reason(args.base_url)
     out, ref_wall = reference_process(
