@@ -277,6 +277,17 @@ def _print_summary(manifest: dict[str, Any], folder: Path) -> None:
     )
 
 
+def _describe_request(rec: dict[str, Any]) -> str:
+    """One line on how a call was asked: sampling values, and the schema it had to follow."""
+    params = {k: v for k, v in rec["request"].get("params", {}).items() if v is not None}
+    sent = " ".join(f"{k}={v}" for k, v in params.items())
+    schema = rec.get("schema") or {}
+    fields = list(schema.get("properties", {}))
+    mode = rec["request"].get("structured")
+    enforced = "enforced by the server" if mode == "server" else "given in the prompt"
+    return f"{sent}; schema {enforced}, fields in order: {', '.join(fields) or '—'}"
+
+
 def _abridge(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
@@ -339,6 +350,10 @@ def trace(
             if f
         )
         console.print(f"\n[bold cyan]{label}[/] ({flags})")
+        if rec.get("request"):
+            console.print(
+                f"  [dim]sent:[/] {_describe_request(rec)}", highlight=False, soft_wrap=True
+            )
         for message in rec["messages"] or []:
             console.print(f"  [dim]{message['role']}:[/]")
             body = _abridge(message["content"], prompt_chars).replace("\n", "\n    ")

@@ -41,10 +41,16 @@ def test_run_pointwise_then_trace(tmp_path: Path) -> None:
     assert trace.exit_code == 0, trace.output
     assert "judge" in trace.output and "score" in trace.output
     assert "Friday standup" in trace.output  # the rendered prompt, abridged or not
+    assert "temperature=0.0 max_tokens=300" in trace.output
+    assert (
+        "schema enforced by the server, fields in order: content_reason, content, "
+        "style_reason, style" in trace.output
+    )
     jsonl = runner.invoke(app, ["trace", str(out), "--format", "jsonl", "--node", "judge"])
     records = [json.loads(line) for line in jsonl.output.splitlines()]
     assert len(records) == 6 and all(r["node"] == "judge" for r in records)
     assert all(r["attempts"][-1]["kind"] == "ok" for r in records)
+    assert all(list(r["schema"]["properties"])[0] == "content_reason" for r in records)
 
 
 def test_failed_examples_give_exit_code_2_and_csv_rows(tmp_path: Path) -> None:
