@@ -50,7 +50,7 @@ def test_run_pointwise_then_trace(tmp_path: Path) -> None:
     records = [json.loads(line) for line in jsonl.output.splitlines()]
     assert len(records) == 6 and all(r["node"] == "judge" for r in records)
     assert all(r["attempts"][-1]["kind"] == "ok" for r in records)
-    assert all(list(r["schema"]["properties"])[0] == "content_reason" for r in records)
+    assert all(next(iter(r["schema"]["properties"])) == "content_reason" for r in records)
 
 
 def test_failed_examples_give_exit_code_2_and_csv_rows(tmp_path: Path) -> None:
