@@ -1,10 +1,65 @@
-"""Shared test setup: make tests/ importable (fakeserver) from any test folder."""
+"""Shared test setup: tests/ importable (fakeserver) from any folder; reliability figures."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 TESTS = Path(__file__).parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
+
+# Where reliability tests' figures go (bench/reliability_table.py sets it and builds the
+# table of docs/RELIABILITY.md from the file); unset, figures are only asserted on.
+FIGURES_ENV = "ORCHESTRATOR_RELIABILITY_FIGURES"
+_figures: list[dict[str, Any]] = []
+
+Figure = Callable[..., None]
+
+
+@pytest.fixture
+def figure(request: pytest.FixtureRequest) -> Figure:
+    """Record one row of the reliability table, measured by the calling test.
+
+    fault: what went wrong; injected: how the test caused it; runs: commands run;
+    lost: finished examples missing at the end (must be 0); max_requests: most requests the
+    server saw for one node call (None when not meaningful); recover_s: seconds from the fault
+    to the run going on or stopping cleanly (None when not meaningful).
+    """
+
+    def record(
+        fault: str,
+        injected: str,
+        *,
+        runs: int,
+        lost: int,
+        max_requests: int | None = None,
+        recover_s: float | None = None,
+        note: str = "",
+    ) -> None:
+        _figures.append(
+            {
+                "test": request.node.nodeid,
+                "fault": fault,
+                "injected": injected,
+                "runs": runs,
+                "lost": lost,
+                "max_requests": max_requests,
+                "recover_s": None if recover_s is None else round(recover_s, 2),
+                "note": note,
+            }
+        )
+
+    return record
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    target = os.environ.get(FIGURES_ENV)
+    if target and _figures:
+        Path(target).write_text(json.dumps(_figures, indent=1), encoding="utf-8")

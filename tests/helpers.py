@@ -51,3 +51,18 @@ def user_text(body: dict[str, Any]) -> str:
 def is_canary(body: dict[str, Any]) -> bool:
     schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema", {})
     return "token" in schema.get("properties", {}) and "count" in schema.get("properties", {})
+
+
+def requests_per_call(bodies: list[dict[str, Any]]) -> dict[str, int]:
+    """How many requests the server saw for each node call, canary excluded.
+
+    A call is named by its first user message: re-asks append turns after it, so every
+    request one call sends (first try, transport retries, re-asks) counts toward it.
+    """
+    counts: dict[str, int] = {}
+    for body in bodies:
+        if is_canary(body):
+            continue
+        first = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        counts[first] = counts.get(first, 0) + 1
+    return counts
