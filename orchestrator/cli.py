@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import DatasetError, GraphError, RunFolderError
+from .outage import DEFAULT_SERVER_WAIT, ServerGone
 
 if TYPE_CHECKING:
     from .compile import CompiledGraph
@@ -108,6 +109,13 @@ def run(
         float | None,
         typer.Option(help="Seconds per request (default 120; 600 on the embedded CPU server)."),
     ] = None,
+    server_wait: Annotated[
+        float,
+        typer.Option(
+            help="Seconds to wait for a server that stops answering mid-run before stopping "
+            "the run (finished work is kept; re-run to resume)."
+        ),
+    ] = DEFAULT_SERVER_WAIT,
     port: Annotated[int | None, typer.Option(help="Port of the embedded server.")] = None,
 ) -> None:
     """Run a graph over a dataset into a run folder; re-running the same command resumes."""
@@ -135,6 +143,7 @@ def run(
             structured=structured,
             params=_parse_params(param or []),
             timeout=timeout or (EMBEDDED_TIMEOUT if embedded_default else 120.0),
+            server_wait=server_wait,
         )
     finally:
         _stop(server)
@@ -206,6 +215,13 @@ def _execute(**fields: Any) -> RunOutcome:
             f"({config.out})."
         )
         raise typer.Exit(130) from None
+    except ServerGone as exc:
+        _fail(
+            f"stopped: {exc}. Finished examples are saved in {config.out}; re-run the same "
+            "command to resume once the server is back.",
+            code=3,
+        )
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     _print_summary(outcome.manifest, outcome.folder)

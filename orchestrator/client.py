@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,13 +19,13 @@ from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 from tenacity import (
     AsyncRetrying,
-    RetryCallState,
     retry_if_exception,
     stop_after_attempt,
     wait_exponential_jitter,
 )
 
 from .cache import ResponseCache, cache_key
+from .outage import DEFAULT_SERVER_WAIT, ServerGone, ServerWatch
 from .schemas import json_schema
 from .spec import Sampling
 from .stats import RunStats
@@ -34,6 +35,8 @@ DEFAULT_RETRIES = 2
 DEFAULT_MAX_TOKENS = 512
 MAX_TOKENS_GROWTH = 4  # a truncated reply is re-asked with up to 4x the node's max_tokens
 CANARY_TOKEN = "canary-7f3a9"
+MAX_OUTAGES_PER_TRY = 3  # outages one try may wait out before it counts as failed
+PROBE_TIMEOUT = 5.0  # seconds a liveness probe (GET /models) may take
 
 StructuredMode = Literal["server", "prompt"]
 
@@ -48,6 +51,10 @@ class LLMCallError(Exception):
 
 class ServerError(Exception):
     """The server cannot be used at all (unreachable, refuses the model…)."""
+
+
+class MalformedReply(Exception):
+    """HTTP 200 whose body is not a usable completion (e.g. no choices); retried like a 5xx."""
 
 
 @dataclass
@@ -85,22 +92,30 @@ class _Choice:
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
-    return isinstance(
-        exc,
-        openai.APIConnectionError  # includes APITimeoutError
-        | openai.APIResponseValidationError
-        | json.JSONDecodeError
-        | httpx.TransportError,
+    return _is_connection_failure(exc) or isinstance(
+        exc, openai.APIResponseValidationError | json.JSONDecodeError | MalformedReply
     )
 
 
+def _is_connection_failure(exc: BaseException) -> bool:
+    """No HTTP answer at all: refused, reset, cut off mid-body or timed out."""
+    return isinstance(exc, openai.APIConnectionError | httpx.TransportError)
+
+
 def _describe(exc: BaseException) -> str:
+    """One line naming the fault, as it goes into the trace and a failed example's error."""
     if isinstance(exc, openai.APIStatusError):
         return f"HTTP {exc.status_code}: {exc.message}"
-    if isinstance(exc, openai.APITimeoutError):
-        return "request timed out"
     if isinstance(exc, openai.APIConnectionError):
-        return f"cannot connect: {exc.__cause__ or exc}"
+        # The SDK's own text ("Connection error.") hides the fault; its cause names it. Its
+        # aiohttp transport reports a reset connection as a timeout, so the cause decides.
+        cause = exc.__cause__
+        detail = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+        if isinstance(exc, openai.APITimeoutError) and "reset" not in detail.lower():
+            return f"timed out waiting for the reply ({detail})"
+        return f"connection failed ({detail})"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"reply body is not JSON ({exc})"
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -208,6 +223,8 @@ class LLMClient:
         transport_retries: int = 4,
         refresh: bool = False,
         backoff_max: float = 20.0,
+        server_wait: float = DEFAULT_SERVER_WAIT,
+        say: Callable[[str], None] = print,
     ) -> None:
         self.cache = cache
         self.stats = stats
@@ -216,6 +233,9 @@ class LLMClient:
         self.transport_retries = transport_retries
         self.refresh = refresh
         self.backoff_max = backoff_max
+        self.server_wait = server_wait
+        self.say = say
+        self._watches: dict[str, ServerWatch] = {}
         self._endpoints: dict[tuple[str, str], Endpoint] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
         self._clients: dict[str, openai.AsyncOpenAI] = {}
@@ -234,10 +254,35 @@ class LLMClient:
                     http_client=make_http_client(self.concurrency, self.timeout),
                 )
                 self._limits[base_url] = asyncio.Semaphore(self.concurrency)
+                self._watches[base_url] = ServerWatch(
+                    base_url, self._prober(self._clients[base_url]), self.server_wait, self.say
+                )
             self._endpoints[key] = Endpoint(
                 base_url, model, self._clients[base_url], self._limits[base_url]
             )
         return self._endpoints[key]
+
+    def outages(self) -> list[dict[str, Any]]:
+        """Every stretch a server did not answer during the run (for the manifest)."""
+        return [
+            {"base_url": url, "seconds": round(o.seconds, 2), "recovered": o.ended is not None}
+            for url, watch in self._watches.items()
+            for o in watch.outages
+        ]
+
+    @staticmethod
+    def _prober(client: openai.AsyncOpenAI) -> Callable[[], Awaitable[bool]]:
+        """A liveness check: does the server list its models within PROBE_TIMEOUT?"""
+        quick = client.with_options(timeout=PROBE_TIMEOUT)
+
+        async def probe() -> bool:
+            try:
+                await quick.models.list()
+            except (openai.APIError, httpx.HTTPError, OSError):
+                return False
+            return True
+
+        return probe
 
     async def close(self) -> None:
         for client in self._clients.values():
@@ -304,20 +349,19 @@ class LLMClient:
         schema: dict[str, Any] | None,
         attempts: list[Attempt] | None = None,
     ) -> tuple[list[_Choice], tuple[int, int], float]:
-        """One chat completion with transport retries; failures are appended to `attempts`."""
+        """One chat completion with transport retries; every failed try is appended to
+        `attempts`. Tries lost to a server outage are waited out and not counted."""
         body = request_body(
             ep.model, messages, params, n, schema if ep.structured == "server" else None
         )
+        watch = self._watches[ep.base_url]
+        started = time.perf_counter()
 
-        def note_failure(state: RetryCallState) -> None:
-            self.stats.retries += 1
-            if attempts is not None and state.outcome is not None:
-                exc = state.outcome.exception()
-                attempts.append(
-                    Attempt(len(attempts) + 1, "transport", error=_describe(exc) if exc else None)
-                )
+        def record(error: str) -> None:
+            if attempts is not None:
+                attempts.append(Attempt(len(attempts) + 1, "transport", error=error))
 
-        async def send() -> ChatCompletion:
+        async def post_once() -> ChatCompletion:
             nonlocal started
             async with ep.limit:
                 self.stats.requests += 1
@@ -325,9 +369,37 @@ class LLMClient:
                 # `post` sends the body as built: `chat.completions.create` would first walk
                 # every message and the whole JSON schema to "transform" plain dicts, about
                 # a fifth of the client's CPU time at high request rates.
-                return await ep.client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+                response = await ep.client.post(
+                    "/chat/completions", body=body, cast_to=ChatCompletion
+                )
+            if len(response.choices or []) != n:
+                raise MalformedReply(
+                    f"asked for {n} sample(s), the reply has {len(response.choices or [])}"
+                )
+            return response
 
-        started = time.perf_counter()
+        async def send() -> ChatCompletion:
+            """One counted try: a request lost to a server outage is sent again once the
+            server is back (a few times at most, so a flapping server cannot loop us)."""
+            outages_left = MAX_OUTAGES_PER_TRY
+            while True:
+                try:
+                    return await post_once()
+                except Exception as exc:
+                    record(_describe(exc))
+                    if not _is_connection_failure(exc) or outages_left == 0:
+                        raise
+                    seen = len(watch.outages)
+                    if not await watch.after_failure(time.monotonic()):
+                        raise
+                    outages_left -= 1
+                    if attempts and len(watch.outages) > seen:
+                        attempts[
+                            -1
+                        ].error += (
+                            f"; the server was down, waited {watch.outages[-1].seconds:.1f} s"
+                        )
+
         try:
             # Most requests succeed at once, so tenacity (~60 µs of bookkeeping per attempt)
             # is only brought in after a failure.
@@ -340,7 +412,7 @@ class LLMClient:
                 stop=stop_after_attempt(self.transport_retries + 1),
                 wait=wait_exponential_jitter(multiplier=0.5, max=self.backoff_max, jitter=0.5),
                 retry=retry_if_exception(_is_transient),
-                before_sleep=note_failure,
+                before_sleep=lambda _: self._count_retry(),
                 reraise=True,
             ):
                 with attempt:
@@ -360,9 +432,10 @@ class LLMClient:
             _Choice(c.message.content or "", c.finish_reason, _logprobs(c))
             for c in sorted(response.choices, key=lambda c: c.index)
         ]
-        if len(choices) != n:
-            raise LLMCallError(f"asked for {n} samples, server returned {len(choices)}", [])
         return choices, tokens, latency
+
+    def _count_retry(self) -> None:
+        self.stats.retries += 1
 
     # -- a node call ------------------------------------------------------------------
 
@@ -408,11 +481,13 @@ class LLMClient:
                 choices, tokens, _ = await self._request(
                     ep, messages, params, len(pending), schema, result.attempts
                 )
-            except LLMCallError:
+            except (LLMCallError, ServerGone):
                 raise
             except Exception as exc:
+                tries = sum(a.kind == "transport" for a in result.attempts)
                 raise LLMCallError(
-                    f"request failed after {self.transport_retries + 1} tries: {_describe(exc)}",
+                    f"request failed after {tries} tr{'y' if tries == 1 else 'ies'}: "
+                    f"{_describe(exc)}",
                     result.attempts,
                 ) from exc
             result.prompt_tokens += tokens[0]
@@ -499,6 +574,8 @@ class LLMClient:
                 choices, tokens, _ = await self._request(
                     ep, reask, asked, 1, schema, result.attempts
                 )
+            except ServerGone:
+                raise
             except Exception as exc:
                 raise LLMCallError(f"re-ask failed: {_describe(exc)}", result.attempts) from exc
             result.prompt_tokens += tokens[0]

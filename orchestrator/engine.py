@@ -17,6 +17,7 @@ from .client import Endpoint, LLMCallError, LLMClient, request_params
 from .compile import CompiledGraph, CompiledNode
 from .dataset import Row
 from .errors import NodeError
+from .outage import ServerGone
 from .schemas import build_model, json_schema
 from .spec import SAMPLING_TYPES, LLMNode, Sampling
 from .stats import RunStats
@@ -49,6 +50,9 @@ def _first_error(group: BaseExceptionGroup) -> Exception:
             stack.extend(current.exceptions)
         else:
             leaves.append(current)
+    for leaf in leaves:
+        if isinstance(leaf, ServerGone):
+            raise leaf  # not this example's fault: the whole run stops
     for leaf in leaves:
         if isinstance(leaf, NodeError):
             return leaf
@@ -141,6 +145,8 @@ class Engine:
             self.stats.examples_failed += 1
             message = exc.message if exc.node.startswith("outputs.") else str(exc)
             return {"id": row.id, "status": "failed", "row": row.number, "error": message}
+        except ServerGone:
+            raise  # the example is not done: it must run again when the run is resumed
         except Exception as exc:
             # A bug in a user function or in us fails this example, not the whole run.
             self.stats.examples_failed += 1

@@ -24,6 +24,7 @@ from .client import Endpoint, LLMClient, ServerError
 from .compile import CompiledGraph, compile_graph
 from .dataset import check_fields, file_hash, read_rows
 from .engine import Engine, EngineOptions
+from .outage import DEFAULT_SERVER_WAIT, ServerGone
 from .runfolder import RunFolder, iter_results, read_results
 from .spec import LLMNode
 from .stats import RunStats
@@ -53,6 +54,7 @@ class RunConfig:
     structured: StructuredChoice = "auto"
     params: dict[str, Any] = field(default_factory=dict)
     timeout: float = 120.0
+    server_wait: float = DEFAULT_SERVER_WAIT
     progress: bool = True
 
 
@@ -155,6 +157,8 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         concurrency=config.concurrency,
         timeout=config.timeout,
         refresh=config.refresh,
+        server_wait=config.server_wait,
+        say=say,
     )
     run_id = uuid.uuid4().hex[:12]
     trace = TraceStore(folder.traces_path, run_id, graph.content_hash)
@@ -171,6 +175,8 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
             "cache": str(cache.path) if cache else None,
             "refresh": config.refresh,
             "structured": config.structured,
+            "timeout": config.timeout,
+            "server_wait": config.server_wait,
         },
         "package": {
             "name": "orchestrator",
@@ -223,6 +229,10 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
     except (asyncio.CancelledError, KeyboardInterrupt):
         manifest["status"] = "interrupted"
         raise
+    except ServerGone as exc:
+        manifest["status"] = "server gone"
+        manifest["error"] = str(exc)
+        raise
     except Exception as exc:
         manifest["status"] = "error"
         manifest["error"] = str(exc)
@@ -232,6 +242,7 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         folder.close()
         manifest["ended"] = time.time()
         manifest["wall_seconds"] = round(manifest["ended"] - manifest["started"], 3)
+        manifest["outages"] = client.outages()
         # Streamed from the file, twice, rather than held: runs can have millions of lines.
         manifest["counts"] = {**stats.as_dict(), **status_counts(iter_results(folder.path))}
         manifest["means"] = output_means(iter_results(folder.path))

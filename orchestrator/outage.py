@@ -1,0 +1,95 @@
+"""Riding out a server that goes away mid-run: wait for it, or stop the run cleanly.
+
+A request that gets no HTTP answer (refused, reset, timed out) asks the server's watch
+whether the server is down. One probe tells a lost request (the server answers: the call
+spends one of its retries) from an outage (it does not: every call waits here, without
+spending retries, until the server is back or the run's patience runs out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+Probe = Callable[[], Awaitable[bool]]
+
+DEFAULT_SERVER_WAIT = 600.0  # seconds: long enough for a GPU server to restart and load
+FIRST_WAIT = 0.5  # seconds before the first re-probe; doubles up to MAX_WAIT
+MAX_WAIT = 5.0  # so a server that comes back is noticed within this many seconds
+
+
+class ServerGone(Exception):
+    """The server stayed unreachable for longer than the run's patience; the run stops and
+    keeps what finished."""
+
+
+@dataclass
+class Outage:
+    """One stretch of time the server did not answer its probe."""
+
+    started: float
+    ended: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+
+@dataclass
+class ServerWatch:
+    """Shared by every request to one server URL; at most one caller probes at a time."""
+
+    url: str
+    probe: Probe
+    patience: float
+    say: Callable[[str], None] = print
+    outages: list[Outage] = field(default_factory=list)
+    _last_ok: float = float("-inf")
+    _gone: ServerGone | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def after_failure(self, failed_at: float) -> bool:
+        """Called when a request got no answer at `failed_at` (time.monotonic()).
+
+        False: the server answers, so that request was lost on its own (count it as a
+        retry). True: the server was down and is back now (retry without counting).
+        Raises ServerGone once the server has been down for longer than `patience`.
+        """
+        async with self._lock:
+            if self._gone is not None:
+                raise self._gone
+            if self._last_ok >= failed_at:
+                # Someone probed since our failure and the server answered; if an outage
+                # ended in between, ours was part of it.
+                return bool(self.outages) and (self.outages[-1].ended or 0) >= failed_at
+            if await self.probe():
+                self._last_ok = time.monotonic()
+                return False
+            await self._wait_until_back()
+            return True
+
+    async def _wait_until_back(self) -> None:
+        outage = Outage(time.monotonic())
+        self.outages.append(outage)
+        self.say(
+            f"{self.url} does not answer; waiting up to {self.patience:.0f} s for it "
+            "to come back (--server-wait)."
+        )
+        delay = FIRST_WAIT
+        while True:
+            left = self.patience - outage.seconds
+            if left <= 0:
+                outage.ended = time.monotonic()
+                self._gone = ServerGone(
+                    f"{self.url} did not answer for {outage.seconds:.0f} s (--server-wait "
+                    f"{self.patience:.0f})"
+                )
+                raise self._gone
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, MAX_WAIT)
+            if await self.probe():
+                break
+        outage.ended = self._last_ok = time.monotonic()
+        self.say(f"{self.url} is back after {outage.seconds:.1f} s; going on.")
