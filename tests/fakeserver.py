@@ -14,6 +14,8 @@ import argparse
 import itertools
 import json
 import math
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -37,6 +39,8 @@ class Reply:
     logprobs: list[dict] | None = None
     raw_body: bytes | None = None
     usage: tuple[int, int] | None = None
+    reset: bool = False  # drop the connection without answering
+    cut_at: int | None = None  # send only this many bytes of the body, then drop the connection
 
 
 Responder = Callable[[dict], Reply]
@@ -274,9 +278,20 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Stay quiet; tests inspect ``FakeServer.requests`` instead of logs."""
 
+    def _hung(self) -> bool:
+        """While the server plays dead, take the request and never answer it."""
+        fake = self.server.fake
+        if not fake.hanging.is_set():
+            return False
+        fake._stopping.wait()
+        self.close_connection = True
+        return True
+
     def do_GET(self) -> None:
         """Serve the model list."""
         fake = self.server.fake
+        if self._hung():
+            return
         if self.path.rstrip("/") == "/v1/models":
             data = [{"id": fake.model, "object": "model", "created": 0, "owned_by": "fake"}]
             self._send_json(200, {"object": "list", "data": data})
@@ -286,6 +301,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         """Serve chat completions and tokenization."""
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self._hung():
+            return
         try:
             body = json.loads(raw or b"{}")
         except ValueError as exc:
@@ -313,13 +330,15 @@ class _Handler(BaseHTTPRequestHandler):
             fake._record_error(exc)
             self._send(500, _error_body(500, f"responder failed: {type(exc).__name__}: {exc}"))
             return
-        if reply.raw_body is not None:
-            self._send(reply.status, reply.raw_body)
+        if reply.reset:
+            self._reset()
+        elif reply.raw_body is not None:
+            self._send(reply.status, reply.raw_body, reply.cut_at)
         elif reply.status != 200:
             message = reply.content or HTTPStatus(reply.status).phrase
-            self._send(reply.status, _error_body(reply.status, message))
+            self._send(reply.status, _error_body(reply.status, message), reply.cut_at)
         else:
-            self._send_json(200, payload)
+            self._send(200, json.dumps(payload).encode(), reply.cut_at)
 
     def _tokenize(self, body: dict) -> None:
         """Mimic vLLM's ``/tokenize``: one stable fake token id per whitespace-separated word."""
@@ -334,17 +353,31 @@ class _Handler(BaseHTTPRequestHandler):
         """Send ``payload`` as JSON."""
         self._send(status, json.dumps(payload).encode())
 
-    def _send(self, status: int, data: bytes) -> None:
-        """Send a complete response; a client that already hung up (timeouts) is ignored."""
+    def _send(self, status: int, data: bytes, cut_at: int | None = None) -> None:
+        """Send a response; with `cut_at`, announce all of `data` but send only its start and
+        hang up (a reply truncated mid-body). A client that already left is ignored."""
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            self.wfile.write(data if cut_at is None else data[:cut_at])
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        if cut_at is not None:
+            self._reset()
+
+    def _reset(self) -> None:
+        """Drop the connection at once with a TCP reset (SO_LINGER 0), as a crashing peer does."""
+        self.close_connection = True
+        try:
+            self.connection.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            self.connection.close()
+        except OSError:
+            pass
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -364,6 +397,9 @@ class FakeServer:
     Use as a context manager, or call :meth:`start` and :meth:`stop`. ``responder`` may be
     reassigned between test phases; ``requests`` holds every chat-completion body received and
     ``errors`` every exception a responder raised (each also answered with HTTP 500).
+    Setting ``hanging`` makes every route (the model list too) accept requests and never
+    answer, like a wedged process; :meth:`stop` then :meth:`start` on the same port plays a
+    crash and restart.
     """
 
     def __init__(self, responder: Responder | None = None, model: str = "fake-model") -> None:
@@ -376,6 +412,7 @@ class FakeServer:
         self.port = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self.hanging = threading.Event()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._ids = itertools.count(1)
