@@ -1,12 +1,21 @@
 """Datasets read lazily, one row at a time, from JSONL or CSV.
 
-A row that cannot be used (bad JSON, a missing field) becomes a failed example with its
-row number; it never stops the run.
+A row that cannot be used becomes a failed example whose error names the file and line; it
+never stops the run. That covers bad JSON, a line that is not a JSON object, bytes that are
+not UTF-8, malformed CSV quoting, a CSV row with more values than the header has columns,
+a duplicate id, and a field the graph reads that is missing or null.
+
+Values are otherwise passed through as they are: numbers, lists and objects are legitimate
+inputs (profiles, candidate lists), and a template that prints one gets Jinja's rendering of
+it (``str(value)``: ``7``, ``['a', 'b']``); use ``|tojson`` for JSON. Text is never
+rendered as a template, so Jinja syntax or instructions inside a row reach the model as
+written.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +26,18 @@ import orjson
 from .errors import DatasetError
 from .paths import sha256_file
 
+# A CSV cell may hold a whole document; the csv module's default cap (128 KiB) would turn a
+# long text into an error, and JSONL lines have no cap either. 2**31 - 1 fits a C long
+# everywhere.
+_CSV_FIELD_LIMIT = 2**31 - 1
+# What `surrogateescape` decodes each byte of an invalid UTF-8 sequence to.
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+_BOM = b"\xef\xbb\xbf"
+
 
 @dataclass
 class Row:
-    """One dataset row: its 1-based number in the file, its id and fields, or why it is bad."""
+    """One dataset row: its 1-based line in the file, its id and fields, or why it is bad."""
 
     number: int
     id: str
@@ -33,15 +50,28 @@ def _row_id(data: dict[str, Any], number: int) -> str:
     return str(value) if value not in (None, "") else f"row-{number}"
 
 
+def _json_problem(line: bytes, exc: orjson.JSONDecodeError) -> str:
+    """Why a JSONL line was rejected: bad UTF-8 is named as such, not as bad JSON."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        byte = line[bad.start]
+        return f"not valid UTF-8 (byte 0x{byte:02x} at position {bad.start + 1} of the line)"
+    return f"not valid JSON ({exc})"
+
+
 def _jsonl(path: Path) -> Iterator[Row]:
     with path.open("rb") as handle:
         for number, line in enumerate(handle, start=1):
+            if number == 1 and line.startswith(_BOM):
+                line = line[len(_BOM) :]  # written by some Windows tools; not part of the row
             if not line.strip():
                 continue
             try:
                 data = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
-                yield Row(number, f"row-{number}", error=f"{path}:{number}: not valid JSON ({exc})")
+                problem = _json_problem(line, exc)
+                yield Row(number, f"row-{number}", error=f"{path}:{number}: {problem}")
                 continue
             if not isinstance(data, dict):
                 yield Row(
@@ -51,11 +81,70 @@ def _jsonl(path: Path) -> Iterator[Row]:
             yield Row(number, _row_id(data, number), data)
 
 
+def _undecodable(text: str) -> str | None:
+    """The first byte that was not UTF-8 in a `surrogateescape`-decoded string, as 0xNN."""
+    if text.isascii():
+        return None
+    found = _ESCAPED_BYTE.search(text)
+    return None if found is None else f"0x{ord(found.group()) - 0xDC00:02x}"
+
+
+def _csv_row(path: Path, number: int, header: list[str], values: list[str]) -> Row:
+    """One CSV record as a Row, or a failed Row saying what is wrong with it."""
+    where = f"{path}:{number}"
+    # A short row lacks its last columns (check_fields fails it if the graph reads them).
+    data = dict(zip(header, values, strict=False))
+    raw_id = data.get("id")
+    row_id = f"row-{number}" if raw_id and _undecodable(raw_id) else _row_id(data, number)
+    if len(values) > len(header):
+        return Row(
+            number,
+            row_id,
+            error=f"{where}: {len(values)} values but the header has {len(header)} columns",
+        )
+    for name, value in data.items():
+        byte = _undecodable(value)
+        if byte is not None:
+            problem = f"not valid UTF-8 (byte {byte} in column '{name}')"
+            return Row(number, row_id, error=f"{where}: {problem}")
+    return Row(number, row_id, data)
+
+
 def _csv(path: Path) -> Iterator[Row]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        # Row 1 is the header, so data rows are numbered as a spreadsheet shows them.
-        for number, data in enumerate(csv.DictReader(handle), start=2):
-            yield Row(number, _row_id(data, number), dict(data))
+    csv.field_size_limit(max(csv.field_size_limit(), _CSV_FIELD_LIMIT))
+    # surrogateescape keeps an invalid byte as a marker in its row instead of failing the
+    # whole file; utf-8-sig drops a byte-order mark in front of the header.
+    with path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as handle:
+        # strict: a quote left open would otherwise swallow every later line into one cell.
+        reader = csv.reader(handle, strict=True)
+        try:
+            header = next(reader, None)
+        except csv.Error as exc:
+            raise DatasetError(f"{path}:1: the header is not valid CSV ({exc})") from exc
+        if header is None:
+            return
+        for name in header:
+            byte = _undecodable(name)
+            if byte is not None:
+                raise DatasetError(f"{path}:1: the header is not valid UTF-8 (byte {byte})")
+        # Numbers are lines as an editor shows them: a record starts after the previous one.
+        start = reader.line_num + 1
+        while True:
+            try:
+                values = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                end = reader.line_num
+                span = f"; the record runs from line {start} to {end}" if end > start else ""
+                yield Row(
+                    start, f"row-{start}", error=f"{path}:{start}: not valid CSV ({exc}){span}"
+                )
+                start = end + 1
+                continue
+            number, start = start, reader.line_num + 1
+            if values:  # a blank line is no row
+                yield _csv_row(path, number, header, values)
 
 
 def read_rows(path: Path, limit: int | None = None) -> Iterator[Row]:
@@ -80,13 +169,22 @@ def read_rows(path: Path, limit: int | None = None) -> Iterator[Row]:
 
 
 def check_fields(row: Row, required: list[str], path: Path) -> None:
-    """Mark the row failed when a field the graph reads is missing."""
+    """Mark the row failed when a field the graph reads is missing or null.
+
+    Null is treated as missing: rendered, it would put the word "None" in the prompt.
+    """
     if row.error is not None:
         return
     missing = [name for name in required if name not in row.data]
+    null = [name for name in required if name in row.data and row.data[name] is None]
     if missing:
         row.error = (
             f"{path}:{row.number}: row '{row.id}' lacks field(s) {', '.join(missing)} "
+            "that the graph reads"
+        )
+    elif null:
+        row.error = (
+            f"{path}:{row.number}: row '{row.id}' has null in field(s) {', '.join(null)} "
             "that the graph reads"
         )
 
