@@ -108,10 +108,11 @@ def _describe(exc: BaseException) -> str:
         return f"HTTP {exc.status_code}: {exc.message}"
     if isinstance(exc, openai.APIConnectionError):
         # The SDK's own text ("Connection error.") hides the fault; its cause names it. Its
-        # aiohttp transport reports a reset connection as a timeout, so the cause decides.
+        # aiohttp transport reports refused and reset connections as ConnectTimeout, so the
+        # cause, not the class, tells a slow reply from a failed connection.
         cause = exc.__cause__
         detail = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
-        if isinstance(exc, openai.APITimeoutError) and "reset" not in detail.lower():
+        if cause is None or "ReadTimeout" in type(cause).__name__:
             return f"timed out waiting for the reply ({detail})"
         return f"connection failed ({detail})"
     if isinstance(exc, json.JSONDecodeError):
@@ -265,7 +266,7 @@ class LLMClient:
     def outages(self) -> list[dict[str, Any]]:
         """Every stretch a server did not answer during the run (for the manifest)."""
         return [
-            {"base_url": url, "seconds": round(o.seconds, 2), "recovered": o.ended is not None}
+            {"base_url": url, "seconds": round(o.seconds, 2), "recovered": o.recovered}
             for url, watch in self._watches.items()
             for o in watch.outages
         ]

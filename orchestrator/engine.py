@@ -109,15 +109,26 @@ class Engine:
         skip = skip or set()
         slots = asyncio.Semaphore(self.options.window)
         running: set[asyncio.Task[None]] = set()
+        stop: list[Exception] = []
 
         async def one(row: Row) -> None:
             try:
                 sink(await self.run_example(row))
+            except Exception as exc:
+                # The server is gone for good, or the sink cannot write (disk full): nothing
+                # more can finish, so the rest is called off and the run stops with this.
+                if not stop:
+                    stop.append(exc)
+                    for task in running:
+                        if task is not asyncio.current_task():
+                            task.cancel()
             finally:
                 slots.release()
 
         try:
             for row in rows:
+                if stop:
+                    break
                 if row.id in skip and row.error is None:
                     self.stats.examples_resumed += 1
                     continue
@@ -126,10 +137,12 @@ class Engine:
                 running.add(task)
                 task.add_done_callback(running.discard)
             if running:
-                await asyncio.gather(*running)
+                await asyncio.gather(*running, return_exceptions=True)
         finally:
             for task in running:
                 task.cancel()
+        if stop:
+            raise stop[0]
 
     # -- one example ------------------------------------------------------------------
 

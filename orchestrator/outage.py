@@ -17,7 +17,7 @@ Probe = Callable[[], Awaitable[bool]]
 
 DEFAULT_SERVER_WAIT = 600.0  # seconds: long enough for a GPU server to restart and load
 FIRST_WAIT = 0.5  # seconds before the first re-probe; doubles up to MAX_WAIT
-MAX_WAIT = 5.0  # so a server that comes back is noticed within this many seconds
+MAX_WAIT = 2.0  # so a server that comes back is noticed within this many seconds
 
 
 class ServerGone(Exception):
@@ -31,6 +31,7 @@ class Outage:
 
     started: float
     ended: float | None = None
+    recovered: bool = False
 
     @property
     def seconds(self) -> float:
@@ -63,7 +64,8 @@ class ServerWatch:
             if self._last_ok >= failed_at:
                 # Someone probed since our failure and the server answered; if an outage
                 # ended in between, ours was part of it.
-                return bool(self.outages) and (self.outages[-1].ended or 0) >= failed_at
+                last = self.outages[-1] if self.outages else None
+                return last is not None and last.recovered and last.ended >= failed_at
             if await self.probe():
                 self._last_ok = time.monotonic()
                 return False
@@ -92,4 +94,5 @@ class ServerWatch:
             if await self.probe():
                 break
         outage.ended = self._last_ok = time.monotonic()
+        outage.recovered = True
         self.say(f"{self.url} is back after {outage.seconds:.1f} s; going on.")

@@ -278,6 +278,14 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Stay quiet; tests inspect ``FakeServer.requests`` instead of logs."""
 
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        self.server.fake._track(self.connection, add=False)
+        super().finish()
+
     def _hung(self) -> bool:
         """While the server plays dead, take the request and never answer it."""
         fake = self.server.fake
@@ -413,6 +421,7 @@ class FakeServer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self.hanging = threading.Event()
+        self._connections: set[socket.socket] = set()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._ids = itertools.count(1)
@@ -455,6 +464,15 @@ class FakeServer:
         self._stopping.set()
         httpd.shutdown()
         httpd.server_close()
+        # Kept-alive connections would go on being served by their threads; a stopped
+        # server must drop them, as a crashed one does.
+        with self._lock:
+            open_connections = list(self._connections)
+        for connection in open_connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -501,6 +519,13 @@ class FakeServer:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
+
+    def _track(self, connection: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
 
     def _record(self, body: dict) -> None:
         with self._lock:

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from orchestrator import RunConfig, RunOutcome, execute
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def write_graph(root: Path, graph: dict[str, Any], templates: dict[str, str]) -> Path:
@@ -66,3 +72,36 @@ def requests_per_call(bodies: list[dict[str, Any]]) -> dict[str, int]:
         first = next(m["content"] for m in body["messages"] if m["role"] == "user")
         counts[first] = counts.get(first, 0) + 1
     return counts
+
+
+def start_cli_run(
+    graph: Path, data: Path, out: Path, base_url: str, *extra: str
+) -> subprocess.Popen[str]:
+    """`orchestrator run` in a child process (so it can be killed), output on one pipe.
+
+    Uses a cache next to the run folder unless `extra` passes `--cache`.
+    """
+    command = [sys.executable, "-m", "orchestrator", "run", str(graph)]
+    command += ["--data", str(data), "--out", str(out), "--base-url", base_url]
+    if "--cache" not in extra:
+        command += ["--cache", str(out.parent / "cache.sqlite")]
+    return subprocess.Popen(
+        [*command, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+    )
+
+
+def wait_for_lines(path: Path, count: int, proc: subprocess.Popen[str] | None = None) -> None:
+    """Poll until `path` has `count` lines (finished work is flushed every half second)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_bytes().splitlines()) >= count:
+            return
+        if proc is not None and proc.poll() is not None:
+            output = proc.stdout.read() if proc.stdout else ""
+            raise AssertionError(f"the run ended before {count} lines:\n{output}")
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never reached {count} lines")
