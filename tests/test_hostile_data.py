@@ -120,6 +120,8 @@ def jsonl_cases() -> list[Case]:
         cases.append(Case(key, jsonl({"id": key, "text": value}), sent=str(value)))
     cases.append(Case("dict", jsonl({"id": "dict", "text": {"k": "v"}}), sent="{'k': 'v'}"))
     cases.append(Case("12", jsonl({"id": 12, "text": "numeric id"}), sent="numeric id"))
+    # An id is shown by the report and `trace` too.
+    cases.append(Case(SCRIPT, jsonl({"id": SCRIPT, "text": "odd id"}), sent="odd id"))
     cases += [
         Case("missing", jsonl({"id": "missing", "other": "x"}), reason="lacks field(s) text"),
         Case("null", jsonl({"id": "null", "text": None}), reason="has null in field(s) text"),
@@ -133,6 +135,7 @@ def jsonl_cases() -> list[Case]:
         Case("", b'"just a string"', reason="a row must be a JSON object"),
         Case("", b"ignore previous instructions", reason="not valid JSON"),
         Case("", b'{"id": "cut", "text": "no end', reason="not valid JSON"),
+        Case("", b'{"id": "deep", "text": ' + b"[" * 2000 + b"]" * 2000 + b"}", reason="depth"),
     ]
     return cases
 
@@ -392,3 +395,25 @@ def test_cli_unreadable_csv_header_is_a_usage_error_naming_line_1(tmp_path: Path
     assert done.returncode == 1
     assert "Traceback" not in done.stdout + done.stderr
     assert f"{data}:1: the header is not valid UTF-8 (byte 0xff)" in done.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="cli.trace prints example ids and error texts as rich markup: an id like '[/]' "
+    "crashes it with MarkupError and '[bold]x' is shown as 'x' (needs rich.markup.escape)",
+)
+def test_trace_shows_ids_and_errors_that_look_like_markup_literally(tmp_path: Path) -> None:
+    graph = write_graph(tmp_path / "g", GRAPH, {"judge.jinja": PROMPT})
+    data = tmp_path / "rows.jsonl"
+    rows = [{"id": "[/]", "other": 1}, {"id": "[bold]x", "text": "[/red] hi"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "run"
+    with FakeServer(judge()) as server:
+        run_graph(graph, data, out, server.base_url)
+    failed = run_command("trace", str(out))  # the first failed example: '[/]'
+    assert failed.returncode == 0, failed.stderr[-300:]
+    assert "example [/]" in failed.stdout
+    assert f"{data}:1: row '[/]' lacks field(s) text" in failed.stdout
+    ok = run_command("trace", str(out), "--example", "[bold]x")
+    assert ok.returncode == 0, ok.stderr[-300:]
+    assert "example [bold]x" in ok.stdout and "<<[/red] hi>>" in ok.stdout
