@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .errors import DatasetError, GraphError, RunFolderError
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals of a crash could hold an API key
     no_args_is_help=True,
     help="Run LLM-judge evaluation protocols (graph files) against a vLLM server.",
 )
@@ -34,7 +36,7 @@ err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {message}")
+    err.print(f"[bold red]error:[/] {escape(message)}")
     raise typer.Exit(code)
 
 
@@ -343,11 +345,12 @@ def trace(
     if format != "text":
         _fail("--format must be text or jsonl")
     result = next((r for r in results if str(r.get("id")) == example), None)
-    console.rule(f"example {example}")
+    # Ids, errors and node labels come from data and servers: shown as text, never markup.
+    console.rule(f"example {escape(example)}")
     if result:
         console.print(
-            f"status: [bold]{result.get('status')}[/]"
-            + (f" — {result.get('error')}" if result.get("error") else "")
+            f"status: [bold]{escape(str(result.get('status')))}[/]"
+            + (f" — {escape(str(result.get('error')))}" if result.get("error") else "")
         )
     if not records:
         console.print("no node executions recorded for this example")
@@ -365,7 +368,7 @@ def trace(
             )
             if f
         )
-        console.print(f"\n[bold cyan]{label}[/] ({flags})")
+        console.print(f"\n[bold cyan]{escape(label)}[/] ({flags})")
         if rec.get("request"):
             console.print(
                 f"  [dim]sent:[/] {_describe_request(rec)}", highlight=False, soft_wrap=True
@@ -392,7 +395,7 @@ def trace(
                     highlight=False,
                 )
         if rec["error"]:
-            console.print(f"  [red]error:[/] {rec['error']}")
+            console.print(f"  [red]error:[/] {escape(rec['error'])}")
 
 
 @app.command()

@@ -237,31 +237,54 @@ class LLMClient:
         self.server_wait = server_wait
         self.say = say
         self._watches: dict[str, ServerWatch] = {}
-        self._endpoints: dict[tuple[str, str], Endpoint] = {}
+        self._endpoints: dict[tuple[str, str, str], Endpoint] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
-        self._clients: dict[str, openai.AsyncOpenAI] = {}
+        self._clients: dict[tuple[str, str], openai.AsyncOpenAI] = {}
+        # API keys in use: a server may quote one back in an error, and nothing a server
+        # says may carry a key into the trace, results, manifest or logs.
+        self._secrets: set[str] = set()
 
     def endpoint(self, base_url: str, model: str, api_key: str = "EMPTY") -> Endpoint:
-        """The Endpoint for (base_url, model); the in-flight limit is per server URL."""
-        key = (base_url, model)
+        """The Endpoint for (base_url, model, key); the in-flight limit is per server URL."""
+        self._keep_secret(api_key)
+        key = (base_url, model, api_key)
         if key not in self._endpoints:
-            if base_url not in self._clients:
+            if base_url not in self._limits:
+                self._limits[base_url] = asyncio.Semaphore(self.concurrency)
+            if (base_url, api_key) not in self._clients:
                 # Retries are ours (tenacity, recorded in the trace), not the SDK's.
-                self._clients[base_url] = openai.AsyncOpenAI(
+                self._clients[base_url, api_key] = openai.AsyncOpenAI(
                     base_url=base_url,
                     api_key=api_key,
                     timeout=self.timeout,
                     max_retries=0,
                     http_client=make_http_client(self.concurrency, self.timeout),
                 )
-                self._limits[base_url] = asyncio.Semaphore(self.concurrency)
+            if base_url not in self._watches:
                 self._watches[base_url] = ServerWatch(
-                    base_url, self._prober(self._clients[base_url]), self.server_wait, self.say
+                    base_url,
+                    self._prober(self._clients[base_url, api_key]),
+                    self.server_wait,
+                    self.say,
                 )
             self._endpoints[key] = Endpoint(
-                base_url, model, self._clients[base_url], self._limits[base_url]
+                base_url, model, self._clients[base_url, api_key], self._limits[base_url]
             )
         return self._endpoints[key]
+
+    def _keep_secret(self, api_key: str) -> None:
+        if api_key and api_key != "EMPTY":
+            self._secrets.add(api_key)
+
+    def redact(self, text: str) -> str:
+        """`text` with every API key of this client replaced by a placeholder."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, "[api key]")
+        return text
+
+    def _describe(self, exc: BaseException) -> str:
+        return self.redact(_describe(exc))
 
     def outages(self) -> list[dict[str, Any]]:
         """Every stretch a server did not answer during the run (for the manifest)."""
@@ -293,13 +316,14 @@ class LLMClient:
 
     async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[str]:
         """Model ids the server serves; ServerError with a next step if it is unreachable."""
+        self._keep_secret(api_key)
         client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=15, max_retries=2)
         try:
             page = await client.models.list()
             return [m.id for m in page.data]
         except openai.APIError as exc:
             raise ServerError(
-                f"cannot list models at {base_url} ({_describe(exc)}). Is the server running? "
+                f"cannot list models at {base_url} ({self._describe(exc)}). Is the server running? "
                 "Start the embedded one with `orchestrator serve`, or pass --base-url."
             ) from exc
         finally:
@@ -329,7 +353,7 @@ class LLMClient:
             except Exception as exc:
                 raise ServerError(
                     f"the first request to {ep.base_url} ({ep.model}) failed after "
-                    f"{self.transport_retries + 1} tries: {_describe(exc)}"
+                    f"{self.transport_retries + 1} tries: {self._describe(exc)}"
                 ) from exc
             try:
                 data = json.loads(choices[0].content)
@@ -387,7 +411,7 @@ class LLMClient:
                 try:
                     return await post_once()
                 except Exception as exc:
-                    record(_describe(exc))
+                    record(self._describe(exc))
                     if not _is_connection_failure(exc) or outages_left == 0:
                         raise
                     seen = len(watch.outages)
@@ -430,7 +454,7 @@ class LLMClient:
         if getattr(response, "system_fingerprint", None):
             ep.server_info.setdefault("system_fingerprint", response.system_fingerprint)
         choices = [
-            _Choice(c.message.content or "", c.finish_reason, _logprobs(c))
+            _Choice(self.redact(c.message.content or ""), c.finish_reason, _logprobs(c))
             for c in sorted(response.choices, key=lambda c: c.index)
         ]
         return choices, tokens, latency
@@ -488,7 +512,7 @@ class LLMClient:
                 tries = sum(a.kind == "transport" for a in result.attempts)
                 raise LLMCallError(
                     f"request failed after {tries} tr{'y' if tries == 1 else 'ies'}: "
-                    f"{_describe(exc)}",
+                    f"{self._describe(exc)}",
                     result.attempts,
                 ) from exc
             result.prompt_tokens += tokens[0]
@@ -578,7 +602,8 @@ class LLMClient:
             except ServerGone:
                 raise
             except Exception as exc:
-                raise LLMCallError(f"re-ask failed: {_describe(exc)}", result.attempts) from exc
+                message = f"re-ask failed: {self._describe(exc)}"
+                raise LLMCallError(message, result.attempts) from exc
             result.prompt_tokens += tokens[0]
             result.completion_tokens += tokens[1]
             choice = choices[0]

@@ -44,7 +44,7 @@ class RunConfig:
     out: Path
     base_url: str
     model: str | None = None
-    api_key: str = "EMPTY"
+    api_key: str = field(default="EMPTY", repr=False)  # never printed with the config
     concurrency: int = 64
     limit: int | None = None
     cache: Path | None = None

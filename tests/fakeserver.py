@@ -11,6 +11,7 @@ Run it standalone (for benchmarks) with ``python tests/fakeserver.py --port 9000
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -469,10 +470,8 @@ class FakeServer:
         with self._lock:
             open_connections = list(self._connections)
         for connection in open_connections:
-            try:
+            with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None

@@ -397,11 +397,6 @@ def test_cli_unreadable_csv_header_is_a_usage_error_naming_line_1(tmp_path: Path
     assert f"{data}:1: the header is not valid UTF-8 (byte 0xff)" in done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.trace prints example ids and error texts as rich markup: an id like '[/]' "
-    "crashes it with MarkupError and '[bold]x' is shown as 'x' (needs rich.markup.escape)",
-)
 def test_trace_shows_ids_and_errors_that_look_like_markup_literally(tmp_path: Path) -> None:
     graph = write_graph(tmp_path / "g", GRAPH, {"judge.jinja": PROMPT})
     data = tmp_path / "rows.jsonl"

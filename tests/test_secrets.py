@@ -34,12 +34,6 @@ GRAPH: dict[str, Any] = {
 }
 TEMPLATES = {"judge.jinja": "Rate <<{{ text }}>>", "other.jinja": "Rate again <<{{ text }}>>"}
 ROWS = 3
-FIX_REDACT = (
-    "client.py echoes a server's error text verbatim (_describe → ServerError, LLMCallError, "
-    "Attempt.error): a server that repeats the Authorization header puts the key into stderr, "
-    "manifest.json, results.jsonl, traces.sqlite and the report. Needs the client to replace "
-    "every key it was given with a marker in the messages it builds."
-)
 
 
 def secret(label: str) -> str:
@@ -251,11 +245,6 @@ def test_node_api_key_env_goes_to_its_own_server_and_nowhere_else(tmp_path: Path
     assert_no_leak([default_key, node_key], tmp_path, outputs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="client.py keeps one AsyncOpenAI per base_url, made with the first node's key: a "
-    "second node on the same server with its own api_key_env is sent the first key",
-)
 def test_node_api_key_env_on_the_same_server_sends_that_nodes_key(tmp_path: Path) -> None:
     default_key, node_key = secret("default"), secret("node")
     graph = {
@@ -299,7 +288,6 @@ def test_plain_401_stops_the_run_with_a_message_and_no_key(tmp_path: Path) -> No
     assert_no_leak([key], tmp_path, [done.stdout + done.stderr])
 
 
-@pytest.mark.xfail(strict=True, reason=FIX_REDACT)
 def test_server_echoing_the_key_in_a_401_does_not_leak_it(tmp_path: Path) -> None:
     key = secret("echo401")
     graph, data = write_case(tmp_path)
@@ -310,7 +298,6 @@ def test_server_echoing_the_key_in_a_401_does_not_leak_it(tmp_path: Path) -> Non
     assert_no_leak([key], tmp_path, [done.stdout + done.stderr])
 
 
-@pytest.mark.xfail(strict=True, reason=FIX_REDACT)
 @pytest.mark.parametrize("status", [400, 401])
 def test_server_echoing_the_key_on_each_call_does_not_leak_it(tmp_path: Path, status: int) -> None:
     key = secret(f"echo{status}")
