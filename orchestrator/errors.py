@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# Line breaks and other control characters (Unicode category Cc, plus the Unicode line and
+# paragraph separators) that would split a problem over several lines or drive the terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def visible(text: str) -> str:
+    """`text` with every control character written as an escape, e.g. a newline as \\n."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def one_line(text: str) -> str:
+    """A message on one line: line breaks become spaces, other control characters escapes."""
+    return visible(re.sub(r"\s*\n\s*", " ", text.strip()))
 
 
 @dataclass
@@ -15,12 +30,15 @@ class Problem:
     field: str | None = None
 
     def __str__(self) -> str:
-        where = self.file
-        if self.node:
-            where += f": node '{self.node}'"
-        if self.field:
-            where += f", field '{self.field}'"
-        return f"{where}: {self.message}"
+        # One line per problem, whatever a hostile file put in its names or values.
+        where = visible(self.file)
+        if self.node is not None:
+            where += f": node '{visible(self.node)}'"
+            if self.field:
+                where += f", field '{visible(self.field)}'"
+        elif self.field:
+            where += f": field '{visible(self.field)}'"
+        return f"{where}: {one_line(self.message)}"
 
 
 class GraphError(Exception):
