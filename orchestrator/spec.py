@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from yaml.composer import ComposerError
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from yaml.nodes import Node as YamlNode
 
 from .errors import GraphError, Problem
+
+# Limits that keep a hostile or runaway graph file from hanging `validate` or eating memory.
+# The shipped graphs are under 10 kB, with under 500 YAML values nested at most 11 deep.
+MAX_GRAPH_BYTES = 1_000_000  # 1 MB
+MAX_YAML_DEPTH = 64  # nested mappings and lists
+MAX_YAML_VALUES = 20_000  # scalars, mappings and lists, counting every alias expansion
+MAX_NODES = 1_000
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _Strict(BaseModel):
@@ -54,6 +75,16 @@ class Sampling(_Strict):
     logprobs: int | str | None = Field(default=None, description="top_logprobs per token")
     retries: int | str | None = Field(default=None, description="re-asks after an invalid reply")
 
+    @field_validator(
+        "temperature", "max_tokens", "top_p", "seed", "n", "logprobs", "retries", mode="before"
+    )
+    @classmethod
+    def _not_a_boolean(cls, value: Any) -> Any:
+        # YAML `true` would otherwise pass as the number 1.
+        if isinstance(value, bool):
+            raise ValueError("expected a number or an expression string, not true/false")
+        return value
+
 
 # The Python type each sampling value is coerced to once resolved.
 SAMPLING_TYPES: dict[str, type] = {
@@ -64,6 +95,17 @@ SAMPLING_TYPES: dict[str, type] = {
     "n": int,
     "logprobs": int,
     "retries": int,
+}
+
+# Allowed values, checked on literals at compile time: (lowest, highest, lowest excluded).
+# seed takes any integer.
+SAMPLING_RANGES: dict[str, tuple[float | None, float | None, bool]] = {
+    "temperature": (0, None, False),
+    "max_tokens": (1, None, False),
+    "top_p": (0, 1, True),
+    "n": (1, None, False),
+    "logprobs": (0, None, False),
+    "retries": (0, None, False),
 }
 
 
@@ -121,35 +163,233 @@ class GraphSpec(_Strict):
     outputs: dict[str, str]
     aggregates: dict[str, Aggregate] = Field(default_factory=dict)
 
+    @field_validator("prompts")
+    @classmethod
+    def _plain_path(cls, value: str) -> str:
+        # A NUL byte would make every later path operation raise.
+        if any(ord(c) < 32 for c in value):
+            raise ValueError("the prompts folder path contains control characters")
+        return value
+
+
+class _GraphLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, bounded in nesting and size while composing, before any object
+    is built. Pure Python on purpose: libyaml's composer recurses in C with no depth check."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+
+    def compose_node(self, parent: YamlNode | None, index: Any) -> YamlNode | None:
+        self._values += 1
+        if self._values > MAX_YAML_VALUES:
+            mark = self.peek_event().start_mark
+            raise ComposerError(None, None, f"more than {MAX_YAML_VALUES} values", mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark)
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self._depth -= 1
+
+
+class _TooBig(Exception):
+    """A YAML value whose alias expansion is cyclic, too large or too deep."""
+
+    def __init__(self, message: str, node: YamlNode) -> None:
+        super().__init__(message)
+        self.line = node.start_mark.line + 1
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _inspect(root: YamlNode, file: str) -> list[Problem]:
+    """Duplicate keys anywhere in the document (PyYAML silently keeps the last), and aliases
+    that expand into something cyclic, huge or deep (the "billion laughs").
+
+    Size and height are memoised per composed node, so a shared anchor is measured once and
+    the walk recurses no deeper than the text itself nests.
+    """
+    problems: list[Problem] = []
+    measured: dict[int, tuple[int, int]] = {}  # id(node) -> (values, height) once expanded
+    active: set[int] = set()
+
+    def measure(node: YamlNode, path: tuple[str, ...]) -> tuple[int, int]:
+        if id(node) in measured:
+            return measured[id(node)]
+        if id(node) in active:
+            raise _TooBig("an alias refers to the value that contains it", node)
+        active.add(id(node))
+        parts: list[tuple[int, int]] = []
+        if isinstance(node, SequenceNode):
+            parts = [measure(child, (*path, str(i))) for i, child in enumerate(node.value)]
+        elif isinstance(node, MappingNode):
+            first_line: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                child_path = path
+                if isinstance(key, ScalarNode) and key.tag != _MERGE_TAG:
+                    ident = (key.tag, key.value)
+                    line = key.start_mark.line + 1
+                    if ident in first_line:
+                        problems.append(_duplicate(file, path, key.value, first_line[ident], line))
+                    first_line.setdefault(ident, line)
+                    child_path = (*path, key.value)
+                parts += [measure(key, path), measure(value, child_path)]
+        active.discard(id(node))
+        size = 1 + sum(p[0] for p in parts)
+        height = 1 + max((p[1] for p in parts), default=0)
+        if size > MAX_YAML_VALUES:
+            raise _TooBig(f"aliases expand to more than {MAX_YAML_VALUES} values", node)
+        if height > MAX_YAML_DEPTH:
+            raise _TooBig(f"aliases nest deeper than {MAX_YAML_DEPTH} levels", node)
+        measured[id(node)] = (size, height)
+        return size, height
+
+    try:
+        measure(root, ())
+    except _TooBig as exc:
+        return [Problem(file, f"not usable YAML (line {exc.line}): {exc}")]
+    return problems
+
+
+def _duplicate(file: str, path: tuple[str, ...], key: str, first: int, again: int) -> Problem:
+    lines = f"lines {first} and {again}"
+    if path == ("nodes",):
+        return Problem(file, f"node id defined twice ({lines})", node=key)
+    if len(path) >= 2 and path[0] == "nodes":
+        field = ".".join((*path[2:], key))
+        return Problem(file, f"key '{key}' appears twice ({lines})", node=path[1], field=field)
+    return Problem(file, f"key '{key}' appears twice ({lines})", field=".".join((*path, key)))
+
+
+def _yaml_message(exc: yaml.YAMLError, text: str) -> str:
+    """A YAML error on one line, with the line (and column) it points at."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        what = exc.problem or ""
+        if exc.context:
+            at = f" at line {exc.context_mark.line + 1}" if exc.context_mark else ""
+            what = f"{exc.context}{at}, {what}" if what else exc.context
+        if "constructor for the tag" in what:
+            what += " (graph files are plain YAML: no !!python or other tags)"
+        return f"not valid YAML{where}: {what}"
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text[: exc.position].count("\n") + 1
+        return f"not valid YAML (line {line}): character #x{exc.character:04x} is not allowed"
+    return f"not valid YAML: {exc}"
+
+
+def _read_text(path: Path, file: str) -> str:
+    """The file as text, refusing what is missing, too large or not UTF-8."""
+    try:
+        if not path.is_file():
+            message = "not a regular file" if path.exists() else "graph file not found"
+            raise GraphError([Problem(file, message)])
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            data = handle.read(MAX_GRAPH_BYTES + 1)  # never more than the limit, even if growing
+    except OSError as exc:
+        raise GraphError([Problem(file, f"cannot be read: {exc.strerror or exc}")]) from exc
+    if len(data) > MAX_GRAPH_BYTES:
+        message = f"the file is {size:,} bytes; graph files are limited to 1 MB"
+        raise GraphError([Problem(file, f"{message} ({MAX_GRAPH_BYTES:,} bytes)")])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        message = f"not UTF-8 text: byte {data[exc.start]:#04x} on line {line} (save it as UTF-8)"
+        raise GraphError([Problem(file, message)]) from exc
+
+
+def _load_yaml(path: Path) -> Any:
+    """Parse the file with every YAML-level limit applied; raise GraphError if any fails."""
+    file = str(path)
+    text = _read_text(path, file)
+    loader = _GraphLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        problems = _inspect(root, file)
+        if problems:
+            raise GraphError(problems)
+        return loader.construct_document(root)
+    except yaml.YAMLError as exc:
+        raise GraphError([Problem(file, _yaml_message(exc, text))]) from exc
+    except (ValueError, OverflowError) as exc:
+        # Scalars PyYAML resolves but Python refuses: a 5000-digit integer, 2024-13-45.
+        raise GraphError([Problem(file, f"a value cannot be read: {exc}")]) from exc
+    finally:
+        loader.dispose()
+
+
+def _type_name(value: Any) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+_TAGS = ("llm", "compute")
+
 
 def _loc_to_place(loc: tuple[Any, ...]) -> tuple[str | None, str | None]:
     """Turn a pydantic error location into (node, field) for the message."""
     parts = [str(p) for p in loc]
     if len(parts) >= 2 and parts[0] == "nodes":
-        # Drop the discriminator tag pydantic inserts ('llm'/'compute').
-        rest = [p for p in parts[2:] if p not in ("llm", "compute")]
+        # Drop the discriminator tag pydantic inserts after the node id.
+        rest = parts[3:] if len(parts) > 2 and parts[2] in _TAGS else parts[2:]
         return parts[1], ".".join(rest) or None
     return None, ".".join(parts) or None
+
+
+def _problem(file: str, err: Any) -> Problem:
+    """One pydantic error as a Problem, in the words of the graph file."""
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    if loc and loc[-1] == "[key]":
+        if len(loc) == 3 and loc[0] == "nodes":
+            return Problem(file, "a node id must be a string", node=str(loc[1]))
+        field = ".".join(str(p) for p in loc[:-2]) or None
+        return Problem(file, f"key {loc[-2]!r} must be a string", field=field)
+    node, field = _loc_to_place(loc)
+    message = err["msg"]
+    if kind == "union_tag_invalid":
+        field, message = "kind", f"unknown kind '{ctx.get('tag')}': use 'llm' or 'compute'"
+    elif kind == "union_tag_not_found":
+        field, message = "kind", "no kind given: use 'llm' or 'compute'"
+    elif kind == "extra_forbidden":
+        message = "unknown key (misspelt, or not allowed here)"
+    elif kind == "missing":
+        message = "required but missing"
+    elif kind == "value_error" and "error" in ctx:
+        message = str(ctx["error"])
+    elif kind == "literal_error" and "input" in err:
+        message = f"{message}, got {err['input']!r}"
+    elif "input" in err and kind.endswith("_type"):
+        message = f"{message}, got {_type_name(err['input'])}"
+    return Problem(file, message, node=node, field=field)
 
 
 def load_spec(path: Path) -> GraphSpec:
     """Parse a graph file; raise GraphError naming the file, node and field of each problem."""
     file = str(path)
-    if not path.is_file():
-        raise GraphError([Problem(file, "graph file not found")])
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise GraphError([Problem(file, f"not valid YAML{where}: {exc}")]) from exc
+    raw = _load_yaml(path)
+    shape = "a graph file is a YAML mapping with name, nodes and outputs"
+    if raw is None:
+        raise GraphError([Problem(file, f"the file is empty; {shape}")])
     if not isinstance(raw, dict):
-        raise GraphError([Problem(file, "a graph file must be a YAML mapping")])
+        raise GraphError([Problem(file, f"the top level is a {_type_name(raw)}; {shape}")])
+    nodes = raw.get("nodes")
+    if isinstance(nodes, dict) and len(nodes) > MAX_NODES:
+        message = f"{len(nodes)} nodes; a graph may have at most {MAX_NODES}"
+        raise GraphError([Problem(file, message, field="nodes")])
     try:
         return GraphSpec.model_validate(raw)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            node, field = _loc_to_place(err["loc"])
-            problems.append(Problem(file, err["msg"], node=node, field=field))
-        raise GraphError(problems) from exc
+        raise GraphError([_problem(file, err) for err in exc.errors()]) from exc
