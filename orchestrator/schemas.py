@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from .spec import FieldSpec
 
 _SCALARS: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
+# Lists and objects inside one another; the shipped graphs nest at most 3 deep.
+MAX_SCHEMA_DEPTH = 10
 
 
 class SchemaError(ValueError):
@@ -30,12 +32,38 @@ def _model_name(path: str) -> str:
     return "".join(p.capitalize() for p in re.split(r"[^A-Za-z0-9]+", path) if p) or "Output"
 
 
+def _matches(value: Any, kind: str) -> bool:
+    """Whether an enum value has the field's type (true/false is not a number)."""
+    if isinstance(value, bool):
+        return kind == "boolean"
+    if kind == "number":
+        return isinstance(value, int | float)
+    return isinstance(value, _SCALARS.get(kind, object))
+
+
+def _check_name(path: str, name: str) -> None:
+    if not name:
+        raise SchemaError(path, "a field needs a non-empty name")
+    if name.startswith(("_", "model_")):
+        # pydantic drops `_x` fields and reserves `model_*` (model_config would vanish).
+        raise SchemaError(path, f"field names may not start with '_' or 'model_' ('{name}')")
+
+
 def _check(path: str, spec: FieldSpec) -> None:
     numeric = spec.type in ("integer", "number")
     if (spec.min is not None or spec.max is not None) and not numeric:
         raise SchemaError(path, "min/max apply to integer and number fields only")
     if spec.min is not None and spec.max is not None and spec.min > spec.max:
         raise SchemaError(path, f"min {spec.min} is greater than max {spec.max}")
+    for key in ("min_length", "max_length", "min_items", "max_items"):
+        if (getattr(spec, key) or 0) < 0:
+            raise SchemaError(path, f"{key} cannot be negative")
+    if (
+        spec.min_length is not None
+        and spec.max_length is not None
+        and spec.min_length > spec.max_length
+    ):
+        raise SchemaError(path, f"min_length {spec.min_length} > max_length {spec.max_length}")
     if (spec.min_length is not None or spec.max_length is not None) and spec.type != "string":
         raise SchemaError(path, "min_length/max_length apply to string fields only")
     if (spec.min_items is not None or spec.max_items is not None) and spec.type != "list":
@@ -60,10 +88,17 @@ def _check(path: str, spec: FieldSpec) -> None:
         raise SchemaError(path, "`enum` must list at least one value")
     if (spec.enum is not None or spec.enum_from is not None) and spec.type not in _SCALARS:
         raise SchemaError(path, "enums apply to string, integer, number or boolean fields")
+    for value in spec.enum or []:
+        if not _matches(value, spec.type):
+            raise SchemaError(path, f"enum value {value!r} is not of type {spec.type}")
 
 
-def _annotation(path: str, spec: FieldSpec, dynamic: dict[str, Sequence[Any]]) -> tuple[Any, Any]:
+def _annotation(
+    path: str, spec: FieldSpec, dynamic: dict[str, Sequence[Any]], depth: int = 1
+) -> tuple[Any, Any]:
     """The (type, FieldInfo) pair for one field, recursing into lists and objects."""
+    if depth > MAX_SCHEMA_DEPTH:
+        raise SchemaError(path, f"lists and objects nest more than {MAX_SCHEMA_DEPTH} deep")
     _check(path, spec)
     choices: Sequence[Any] | None = spec.enum
     if spec.enum_from is not None:
@@ -91,7 +126,7 @@ def _annotation(path: str, spec: FieldSpec, dynamic: dict[str, Sequence[Any]]) -
             kwargs["max_length"] = spec.max_length
     elif spec.type == "list":
         assert spec.items is not None
-        inner, inner_info = _annotation(f"{path}[]", spec.items, dynamic)
+        inner, inner_info = _annotation(f"{path}[]", spec.items, dynamic, depth + 1)
         base = list[Annotated[inner, inner_info]]
         if spec.min_items is not None:
             kwargs["min_length"] = spec.min_items
@@ -99,7 +134,7 @@ def _annotation(path: str, spec: FieldSpec, dynamic: dict[str, Sequence[Any]]) -
             kwargs["max_length"] = spec.max_items
     else:
         assert spec.fields is not None
-        base = build_model(_model_name(path), spec.fields, dynamic, prefix=path)
+        base = build_model(_model_name(path), spec.fields, dynamic, prefix=path, depth=depth + 1)
     if not spec.required:
         return base | None, Field(default=None, **kwargs)
     return base, Field(**kwargs)
@@ -110,16 +145,18 @@ def build_model(
     fields: dict[str, FieldSpec],
     dynamic: dict[str, Sequence[Any]] | None = None,
     prefix: str = "",
+    depth: int = 1,
 ) -> type[BaseModel]:
     """Compile a mapping of field specs into a Pydantic model (extra keys forbidden).
 
     `dynamic` maps a dotted field path to the values its `enum_from` produced for one call.
     """
     dynamic = dynamic or {}
-    defs = {
-        fname: _annotation(f"{prefix}.{fname}" if prefix else fname, spec, dynamic)
-        for fname, spec in fields.items()
-    }
+    defs = {}
+    for fname, spec in fields.items():
+        path = f"{prefix}.{fname}" if prefix else fname
+        _check_name(path, fname)
+        defs[fname] = _annotation(path, spec, dynamic, depth)
     return create_model(  # type: ignore[call-overload,no-any-return]
         _model_name(name), __config__=ConfigDict(extra="forbid"), **defs
     )
