@@ -7,19 +7,41 @@ graph in one pass instead of one error at a time.
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
-from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError
+from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError, nodes
 from pydantic import BaseModel
 
 from .compute import ComputeFunction, resolve
 from .errors import GraphError, Problem
 from .schemas import SchemaError, build_model, dynamic_fields
-from .spec import Aggregate, ComputeNode, GraphSpec, LLMNode, Sampling, load_spec
-from .templates import Expression, Prompt, attribute_uses, make_environment, template_names
+from .spec import (
+    IDENTIFIER,
+    SAMPLING_RANGES,
+    Aggregate,
+    ComputeNode,
+    FieldSpec,
+    GraphSpec,
+    LLMNode,
+    Sampling,
+    load_spec,
+)
+from .templates import (
+    BUILTIN_NAMES,
+    Expression,
+    Prompt,
+    attribute_uses,
+    make_environment,
+    names_in,
+    parse_expression,
+    plain_path,
+    shorten,
+    template_sources,
+)
 
 RESERVED = frozenset({"params", "run", "id", "status", "error", "results"})
 RESULT_RESERVED = frozenset({"id", "status", "error"})
@@ -111,6 +133,10 @@ class _Checker:
         self.spec = spec
         self.problems: list[Problem] = []
         self.prompts_dir = (path.parent / spec.prompts).resolve()
+        # node -> {name it uses -> first field that uses it}: places cycles precisely.
+        self.refs: dict[str, dict[str, str]] = {}
+        # (node, field) -> template sources (with includes), for the attribute check.
+        self.sources: dict[tuple[str, str], dict[str, str]] = {}
         self.env = make_environment(self.prompts_dir)
         self.env.globals["params"] = spec.params
         # `run` (base_url, model of the run's server) is filled in by the engine.
@@ -126,39 +152,67 @@ class _Checker:
         try:
             return Expression(self.env, source)
         except TemplateSyntaxError as exc:
-            self.problem(f"expression '{source}' does not parse: {exc.message}", node, field)
-            return None
+            message = f"expression '{shorten(source)}' does not parse: {exc.message}"
+            self.problem(message, node, field)
+        except TemplateError as exc:
+            self.problem(str(exc), node, field)
+        except RecursionError:
+            self.problem(f"expression '{shorten(source)}' nests too deeply", node, field)
+        return None
 
     def template(self, name: str, node: str, field: str) -> tuple[Prompt | None, set[str]]:
         try:
+            # Read and check every template it pulls in before Jinja compiles any of them.
+            sources = template_sources(self.env, name)
+            names = names_in(self.env, sources)
             template = self.env.get_template(name)
-            names = template_names(self.env, name)
+            self.sources[(node, field)] = sources
             return Prompt(template, names), names
         except TemplateNotFound as exc:
             self.problem(f"template '{exc.name}' not found under {self.prompts_dir}", node, field)
         except TemplateSyntaxError as exc:
-            self.problem(
-                f"template '{exc.filename or name}' line {exc.lineno}: {exc.message}", node, field
-            )
+            where = exc.name or exc.filename or name
+            self.problem(f"template '{where}' line {exc.lineno}: {exc.message}", node, field)
         except TemplateError as exc:
-            self.problem(f"template '{name}': {exc}", node, field)
+            # Our own loader and safety errors already name the template.
+            message = str(exc) if "template '" in str(exc) else f"template '{name}': {exc}"
+            self.problem(message, node, field)
+        except RecursionError:
+            self.problem(f"template '{name}' nests too deeply to compile", node, field)
         return None, set()
 
 
 def compile_graph(path: Path | str) -> CompiledGraph:
     """Load, check and compile a graph file; raise GraphError listing every problem."""
     path = Path(path)
+    try:
+        return _compile(path)
+    except RecursionError:
+        # Every known way to nest deeply is bounded and reported earlier; this is the net.
+        raise GraphError([Problem(str(path), "nested too deeply to check")]) from None
+
+
+def _compile(path: Path) -> CompiledGraph:
     spec = load_spec(path)
     ck = _Checker(path, spec)
     inputs = set(spec.inputs) | set(spec.optional_inputs)
     node_names = set(spec.nodes)
 
-    for name in sorted(node_names & (inputs | RESERVED)):
+    for name in sorted(node_names):
+        if not IDENTIFIER.fullmatch(name):
+            ck.problem(
+                "a node id must be a plain name (letters, digits and _, not starting with a "
+                "digit) so that expressions can refer to it",
+                name,
+            )
+    taken = inputs | RESERVED | BUILTIN_NAMES | set(ck.env.globals)
+    for name in sorted(node_names & taken):
         ck.problem("node name clashes with a dataset input or a reserved name", name)
     for name in sorted(inputs & RESERVED - {"id"}):
         ck.problem(f"input name '{name}' is reserved", field="inputs")
     if not ck.prompts_dir.is_dir():
         ck.problem(f"prompts folder {ck.prompts_dir} does not exist", field="prompts")
+    _check_sampling(ck, spec.defaults, None, "defaults.")
 
     compiled: dict[str, CompiledNode] = {}
     graph = nx.DiGraph()
@@ -169,8 +223,10 @@ def compile_graph(path: Path | str) -> CompiledGraph:
         for dep in cn.deps:
             graph.add_edge(dep, name)
 
-    for cycle in list(nx.simple_cycles(graph))[:5]:
-        ck.problem("nodes form a cycle: " + " -> ".join([*cycle, cycle[0]]), cycle[0])
+    _check_cycles(ck, graph)
+    for name, cn in compiled.items():
+        if cn.foreach is not None:
+            _check_foreach(ck, name, cn.foreach)
 
     outputs: dict[str, Expression] = {}
     for key, source in spec.outputs.items():
@@ -179,6 +235,7 @@ def compile_graph(path: Path | str) -> CompiledGraph:
         expr = ck.expression(source, None, f"outputs.{key}")
         if expr:
             _check_names(ck, expr.names, inputs | node_names, None, f"outputs.{key}")
+            _check_attributes(ck, None, [(f"outputs.{key}", "{{ " + source + " }}")])
             outputs[key] = expr
     if not spec.outputs:
         ck.problem("the graph declares no outputs", field="outputs")
@@ -196,11 +253,111 @@ def compile_graph(path: Path | str) -> CompiledGraph:
     )
 
 
+def _check_cycles(ck: _Checker, graph: nx.DiGraph) -> None:
+    """One problem per group of nodes that wait on each other, naming who uses whom where.
+
+    Strongly connected components keep this polynomial: listing every simple cycle is
+    exponential in a densely connected graph.
+    """
+    uses = graph.reverse(copy=False)  # edge a -> b: a uses b
+    groups = sorted(
+        (sorted(group) for group in nx.strongly_connected_components(uses) if len(group) > 1),
+        key=lambda group: group[0],
+    )
+    for group in groups[:5]:
+        chain = _shortest_cycle(uses, set(group), group[0])
+        edges = list(zip(chain, [*chain[1:], chain[0]], strict=True))
+        steps = ", ".join(f"{a} uses {b} ({ck.refs[a].get(b, 'after')})" for a, b in edges)
+        first, second = edges[0]
+        ck.problem(f"nodes form a cycle: {steps}", first, ck.refs[first].get(second, "after"))
+
+
+def _shortest_cycle(uses: nx.DiGraph, group: set[str], start: str) -> list[str]:
+    """Nodes of a shortest cycle from `start` back to itself (ties broken by name)."""
+    parent: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for nxt in sorted(set(uses.successors(node)) & group):
+            if nxt == start:
+                chain = [node]
+                while chain[-1] != start:
+                    chain.append(parent[chain[-1]])
+                return chain[::-1]
+            if nxt not in parent:
+                parent[nxt] = node
+                queue.append(nxt)
+    raise AssertionError(f"{start} is in a strongly connected group, so on a cycle")
+
+
+def _check_sampling(ck: _Checker, values: Sampling, node: str | None, prefix: str) -> None:
+    """Literal sampling values in range (expression values are checked per call)."""
+    for key, (low, high, low_open) in SAMPLING_RANGES.items():
+        value = getattr(values, key)
+        if not isinstance(value, int | float):
+            continue
+        if low is not None and (value <= low if low_open else value < low):
+            bound = f"greater than {low}" if low_open else f"at least {low}"
+            ck.problem(f"{key} must be {bound}, got {value}", node, prefix + key)
+        elif high is not None and value > high:
+            ck.problem(f"{key} must be at most {high}, got {value}", node, prefix + key)
+
+
+def _check_foreach(ck: _Checker, name: str, expr: Expression) -> None:
+    """`foreach` over something that is known, before any call, not to be a list."""
+    what = _static_kind(ck, parse_expression(ck.env, expr.source), expr.source)
+    if what is not None:
+        ck.problem(f"foreach needs a list, but '{shorten(expr.source)}' is {what}", name, "foreach")
+
+
+def _static_kind(ck: _Checker, ast: nodes.Expr, source: str) -> str | None:
+    """What a foreach expression gives when that is known now and is not a list, else None.
+
+    Known now: a literal; a param's default; a field of a single-call LLM node's schema.
+    """
+    if isinstance(ast, nodes.Const):
+        return None if isinstance(ast.value, list | tuple) else _kind(ast.value)
+    if isinstance(ast, nodes.Dict):
+        return "a mapping"
+    path = plain_path(source)
+    if not path:
+        return None
+    head, rest = path[0], path[1:]
+    if head == "params":
+        value: Any = ck.spec.params
+        for part in rest:
+            if not isinstance(value, dict) or part not in value:
+                return None
+            value = value[part]
+        # null is a placeholder that `--param` fills in.
+        return None if value is None or isinstance(value, list) else _kind(value)
+    other = ck.spec.nodes.get(head)
+    if not isinstance(other, LLMNode) or other.foreach or not _single_call(ck, other):
+        return None
+    spec: FieldSpec | None = None  # None: the node's whole output object
+    for part in rest:
+        fields = other.output if spec is None else spec.fields
+        if fields is None or part not in fields:
+            return None  # a missing field is the attribute check's to report
+        spec = fields[part]
+    if spec is None:
+        return "an object (the node's whole output)"
+    return None if spec.type == "list" else f"a field of type {spec.type}"
+
+
+def _kind(value: Any) -> str:
+    names = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return names.get(type(value), "a mapping" if isinstance(value, dict) else "not a list")
+
+
+def _single_call(ck: _Checker, node: LLMNode) -> bool:
+    """An LLM node whose value is one output object (not a list of samples)."""
+    return (node.n or ck.spec.defaults.n or 1) == 1
+
+
 def _check_names(
     ck: _Checker, names: set[str], known: set[str], node: str | None, field: str
 ) -> None:
-    from .templates import BUILTIN_NAMES
-
     for missing in sorted(names - known - BUILTIN_NAMES - set(ck.env.globals)):
         ck.problem(
             f"variable '{missing}' is not provided by the dataset inputs, params or any node",
@@ -216,21 +373,30 @@ def _compile_node(
     known = inputs | node_names
     item_names = {node.as_, f"{node.as_}_index"} if node.foreach else set()
     used: set[str] = set()
+    refs = ck.refs.setdefault(name, {})
+
+    def use(names: set[str], field: str) -> None:
+        nonlocal used
+        used |= names
+        for ref in sorted(names):
+            refs.setdefault(ref, field)
 
     if node.foreach:
+        if not IDENTIFIER.fullmatch(node.as_):
+            ck.problem(f"'{node.as_}' is not a plain name to bind each element to", name, "as")
         cn.foreach = ck.expression(node.foreach, name, "foreach")
         if cn.foreach:
-            used |= cn.foreach.names
+            use(cn.foreach.names, "foreach")
             _check_names(ck, cn.foreach.names, known, name, "foreach")
     if node.when:
         cn.when = ck.expression(node.when, name, "when")
         if cn.when:
-            used |= cn.when.names
+            use(cn.when.names, "when")
             _check_names(ck, cn.when.names, known | item_names, name, "when")
     for dep in node.after:
         if dep not in node_names:
             ck.problem(f"unknown node '{dep}'", name, "after")
-    used |= set(node.after)
+    use(set(node.after), "after")
 
     if isinstance(node, LLMNode):
         cn.sampling = _merge_sampling(ck.spec.defaults, node)
@@ -239,8 +405,10 @@ def _compile_node(
                 continue
             template, tnames = ck.template(tname, name, fld)
             setattr(cn, fld, template)
-            used |= tnames
+            use(tnames, fld)
             _check_names(ck, tnames, known | item_names, name, f"{fld} ({tname})")
+        if not node.output:
+            ck.problem("the output declares no fields", name, "output")
         try:
             cn.model = build_model(name, node.output)
         except SchemaError as exc:
@@ -251,19 +419,16 @@ def _compile_node(
             expr = ck.expression(source, name, f"output.{fpath}.enum_from")
             if expr:
                 cn.dynamic[fpath] = expr
-                used |= expr.names
+                use(expr.names, f"output.{fpath}.enum_from")
                 _check_names(ck, expr.names, known | item_names, name, f"output.{fpath}")
+        _check_sampling(ck, node, name, "")
         for key, value in cn.sampling.model_dump(exclude_none=True).items():
             if isinstance(value, str):
                 expr = ck.expression(value, name, key)
                 if expr:
                     cn.sampling_exprs[key] = expr
-                    used |= expr.names
+                    use(expr.names, key)
                     _check_names(ck, expr.names, known | item_names, name, key)
-        if isinstance(cn.sampling.n, int) and cn.sampling.n < 1:
-            ck.problem("n must be at least 1", name, "n")
-        if isinstance(cn.sampling.retries, int) and cn.sampling.retries < 0:
-            ck.problem("retries must be 0 or more", name, "retries")
     else:
         cn.function = _resolve_function(ck, node.function, name, "function")
         for arg, value in node.args.items():
@@ -271,52 +436,53 @@ def _compile_node(
                 expr = ck.expression(value, name, f"args.{arg}")
                 if expr:
                     cn.args[arg] = expr
-                    used |= expr.names
+                    use(expr.names, f"args.{arg}")
                     _check_names(ck, expr.names, known | item_names, name, f"args.{arg}")
             else:
                 cn.args[arg] = value
 
     cn.deps = (used & node_names) - {name} - item_names
     if name in used - item_names:
-        ck.problem("node refers to itself", name)
-    _check_attributes(ck, cn, node_names)
+        ck.problem("node refers to itself", name, refs.get(name))
+    _check_attributes(ck, name, _node_sources(ck, cn))
     return cn
 
 
-def _check_attributes(ck: _Checker, cn: CompiledNode, node_names: set[str]) -> None:
-    """`judge.scoer` typos: an attribute of an LLM node that its schema lacks."""
+def _node_sources(ck: _Checker, cn: CompiledNode) -> list[tuple[str, str]]:
+    """(field, template text) for every template and expression of a node."""
     sources: list[tuple[str, str]] = []
-    spec = cn.spec
-    if isinstance(spec, LLMNode):
-        assert ck.env.loader is not None
-        for fld, tname in (("prompt", spec.prompt), ("system", spec.system)):
-            if tname and (ck.prompts_dir / tname).is_file():
-                sources.append((fld, (ck.prompts_dir / tname).read_text(encoding="utf-8")))
-    for fld, expr in (("when", cn.when), ("foreach", cn.foreach)):
-        if expr:
-            sources.append((fld, "{{ " + expr.source + " }}"))
-    for arg, value in cn.args.items():
-        if isinstance(value, Expression):
-            sources.append((f"args.{arg}", "{{ " + value.source + " }}"))
+    for fld in ("prompt", "system"):
+        for text in ck.sources.get((cn.name, fld), {}).values():
+            sources.append((fld, text))
+    exprs: list[tuple[str, Expression | None]] = [("when", cn.when), ("foreach", cn.foreach)]
+    exprs += [(f"args.{arg}", v) for arg, v in cn.args.items() if isinstance(v, Expression)]
+    exprs += [(f"output.{path}.enum_from", v) for path, v in cn.dynamic.items()]
+    exprs += list(cn.sampling_exprs.items())
+    sources += [(fld, "{{ " + expr.source + " }}") for fld, expr in exprs if expr is not None]
+    return sources
+
+
+def _check_attributes(ck: _Checker, owner: str | None, sources: list[tuple[str, str]]) -> None:
+    """`judge.scoer` typos: an attribute of an LLM node that its schema lacks."""
     for fld, source in sources:
         try:
             uses = list(attribute_uses(ck.env, source))
-        except TemplateSyntaxError:
-            continue
+        except (TemplateSyntaxError, RecursionError):
+            continue  # reported where the source was first parsed
         for target, attr in uses:
             other = ck.spec.nodes.get(target)
             if (
-                target in node_names
-                and isinstance(other, LLMNode)
+                isinstance(other, LLMNode)
                 and not other.foreach
-                and (other.n or ck.spec.defaults.n or 1) == 1
+                and _single_call(ck, other)
                 and attr not in other.output
                 and attr not in ("failed", "error")
+                and not hasattr(dict, attr)  # judge.get('score'): a method of the value
             ):
                 ck.problem(
                     f"'{target}.{attr}': node '{target}' has no output field '{attr}' "
                     f"(fields: {', '.join(other.output)})",
-                    cn.name,
+                    owner,
                     fld,
                 )
 
@@ -328,6 +494,9 @@ def _resolve_function(
         function = resolve(fname)
     except LookupError as exc:
         ck.problem(str(exc), node, field)
+        return None
+    except Exception as exc:  # importing a user's module can fail in any way
+        ck.problem(f"cannot load function '{fname}': {type(exc).__name__}: {exc}", node, field)
         return None
     missing = function.missing()
     if missing:

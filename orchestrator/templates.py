@@ -2,20 +2,44 @@
 
 Dataset values are passed in as *values*, never rendered as templates, so text such as
 ``{{ 7*7 }}`` inside a review stays literal. The sandbox refuses access to Python
-internals (``__class__``, ``__globals__`` …) from templates and expressions alike.
+internals (``__class__``, ``__globals__`` …) from templates and expressions alike, and
+`unsafe_uses` finds such attempts in the source, so `validate` rejects them up front.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+import os
+import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from jinja2 import FileSystemLoader, StrictUndefined, Template, meta, nodes
+from jinja2 import (
+    FileSystemLoader,
+    StrictUndefined,
+    Template,
+    TemplateError,
+    TemplateNotFound,
+    TemplateSyntaxError,
+    meta,
+    nodes,
+    pass_context,
+)
+from jinja2 import sandbox as jinja_sandbox
+from jinja2.exceptions import SecurityError
+from jinja2.parser import Parser
+from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment
+
+MAX_TEMPLATE_BYTES = 1_000_000  # 1 MB, as for graph files
+# What one `*`, `**` or `%` in a template or expression may build; more is refused.
+MAX_REPEAT_ITEMS = 1_000_000
+MAX_POWER_BITS = 100_000
 
 # Names a template or expression may use without anything in the graph providing them.
 BUILTIN_NAMES = frozenset(
@@ -42,10 +66,122 @@ def _to_json(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent, default=str)
 
 
+class UnsafeTemplateError(TemplateError):
+    """A template or expression that reaches for Python internals or leaves its folder."""
+
+
+class PromptLoader(FileSystemLoader):
+    """Templates from one folder and nothing outside it: no `..`, no absolute paths, no
+    symlink that resolves elsewhere; at most MAX_TEMPLATE_BYTES of UTF-8 text each."""
+
+    def get_source(self, environment: Any, template: str) -> tuple[str, str, Callable[[], bool]]:
+        if template.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", template):
+            raise UnsafeTemplateError(
+                f"template '{template}' is an absolute path; name it relative to the prompts folder"
+            )
+        pieces = template.replace("\\", "/").split("/")
+        if ".." in pieces:
+            raise UnsafeTemplateError(f"template '{template}' leaves the prompts folder (..)")
+        root = Path(self.searchpath[0]).resolve()
+        filename = posixpath.join(self.searchpath[0], *(p for p in pieces if p not in ("", ".")))
+        if not os.path.isfile(filename):
+            raise TemplateNotFound(template)
+        real = Path(filename).resolve()
+        if not real.is_relative_to(root):
+            raise UnsafeTemplateError(
+                f"template '{template}' is a link to {real}, outside the prompts folder {root}"
+            )
+        with open(real, "rb") as handle:
+            data = handle.read(MAX_TEMPLATE_BYTES + 1)
+        if len(data) > MAX_TEMPLATE_BYTES:
+            raise TemplateError(
+                f"template '{template}' is over 1 MB ({MAX_TEMPLATE_BYTES:,} bytes), the limit"
+            )
+        try:
+            contents = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            raise TemplateError(
+                f"template '{template}' is not UTF-8 text: byte {data[exc.start]:#04x} on line "
+                f"{line}"
+            ) from exc
+        mtime = os.path.getmtime(filename)
+
+        def uptodate() -> bool:
+            try:
+                return os.path.getmtime(filename) == mtime
+            except OSError:
+                return False
+
+        return contents, os.path.normpath(filename), uptodate
+
+
+def _check_repeat(left: Any, right: Any) -> None:
+    sized = (str, bytes, list, tuple)
+    for seq, count in ((left, right), (right, left)):
+        if (
+            isinstance(seq, sized)
+            and isinstance(count, int)
+            and len(seq) * count > MAX_REPEAT_ITEMS
+        ):
+            raise SecurityError(f"`*` would build more than {MAX_REPEAT_ITEMS:,} items")
+
+
+def _check_power(left: Any, right: Any) -> None:
+    big = isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0
+    if big and left.bit_length() * right > MAX_POWER_BITS:
+        raise SecurityError(f"`**` would build a number over {MAX_POWER_BITS:,} bits")
+
+
+# A `%` format with a `*` or a five-digit width or precision: '%0999999999d' % 1.
+_WIDE_FORMAT = re.compile(r"%[^%a-zA-Z]*?(\*|\d{5,})")
+
+
+class _Sandbox(SandboxedEnvironment):
+    """The sandbox, with `*`, `**` and `%` bounded so one operator cannot build gigabytes.
+
+    Intercepted operators are also never folded at compile time, so `validate` does not
+    evaluate `'a' * 10**10` while reading the template.
+    """
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            _check_repeat(left, right)
+        elif operator == "**":
+            _check_power(left, right)
+        elif operator == "%" and isinstance(left, str) and _WIDE_FORMAT.search(left):
+            raise SecurityError("`%` formats with a width or precision of 10000 or more")
+        return super().call_binop(context, operator, left, right)
+
+
+def _unfoldable(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`func` (a filter or test) as one Jinja never calls while compiling.
+
+    Jinja folds filters over constants at compile time, so `{{ 'a' | center(10**9) }}`
+    would run inside `validate`; it never folds one that takes the render context.
+    """
+    passes = getattr(getattr(func, "jinja_pass_arg", None), "name", None)
+    if passes == "context":
+        return func
+
+    @pass_context
+    @functools.wraps(func)
+    def call(context: Context, *args: Any, **kwargs: Any) -> Any:
+        if passes == "environment":
+            return func(context.environment, *args, **kwargs)
+        if passes == "eval_context":
+            return func(context.eval_ctx, *args, **kwargs)
+        return func(*args, **kwargs)
+
+    return call
+
+
 def make_environment(prompts_dir: Path | None) -> SandboxedEnvironment:
     """The one Jinja environment for a graph: sandboxed, strict, no autoescape."""
-    env = SandboxedEnvironment(
-        loader=FileSystemLoader(str(prompts_dir)) if prompts_dir else None,
+    env = _Sandbox(
+        loader=PromptLoader(str(prompts_dir)) if prompts_dir else None,
         undefined=StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -56,7 +192,120 @@ def make_environment(prompts_dir: Path | None) -> SandboxedEnvironment:
     env.globals["enumerate"] = enumerate
     env.globals["zip"] = zip
     env.globals["len"] = len
+    env.filters = {name: _unfoldable(f) for name, f in env.filters.items()}
+    env.tests = {name: _unfoldable(f) for name, f in env.tests.items()}
     return env
+
+
+# Attribute names the sandbox refuses besides those starting with `_`.
+_INTERNAL_ATTRIBUTES = frozenset(
+    {"mro", "func_globals", "func_code", "f_globals", "f_locals", "f_builtins", "f_back"}
+    | {"f_code", "tb_frame", "tb_next", "gi_yieldfrom", "cr_await"}
+    | jinja_sandbox.UNSAFE_FUNCTION_ATTRIBUTES
+    | jinja_sandbox.UNSAFE_METHOD_ATTRIBUTES
+    | jinja_sandbox.UNSAFE_GENERATOR_ATTRIBUTES
+    | jinja_sandbox.UNSAFE_COROUTINE_ATTRIBUTES
+    | jinja_sandbox.UNSAFE_ASYNC_GENERATOR_ATTRIBUTES
+)
+# Filters that read an attribute named by a string argument: the position of that argument
+# (None: by keyword `attribute=` only).
+_ATTRIBUTE_FILTERS: dict[str, int | None] = {
+    "attr": 0,
+    "selectattr": 0,
+    "rejectattr": 0,
+    "groupby": 0,
+    "sum": 0,
+    "sort": 2,
+    "unique": 1,
+    "min": 1,
+    "max": 1,
+    "join": 1,
+    "map": None,
+}
+
+
+def _internal(name: str) -> bool:
+    return name.startswith("_") or name in _INTERNAL_ATTRIBUTES
+
+
+def unsafe_uses(ast: nodes.Node) -> list[str]:
+    """What in a parsed template or expression reaches for Python internals, e.g.
+    ``''.__class__``, ``x['__dict__']``, ``x | attr('__class__')``, ``map(attribute='_x')``,
+    or builds something huge from constants (``'a' * 10**10``).
+
+    The sandbox refuses these at render time anyway; finding them here means a graph that
+    tries is rejected by `validate` rather than failing on the first example.
+    """
+    found: list[str] = []
+    for node in itertools.chain([ast], ast.find_all(nodes.Expr)):
+        if isinstance(node, nodes.Getattr) and _internal(node.attr):
+            found.append(f"attribute '{node.attr}' (a Python internal)")
+        elif isinstance(node, nodes.Getitem):
+            key = node.arg
+            if isinstance(key, nodes.Const) and isinstance(key.value, str) and _internal(key.value):
+                found.append(f"item '{key.value}' (a Python internal)")
+        elif isinstance(node, nodes.Filter):
+            found += _filter_uses(node)
+        elif isinstance(node, nodes.Mul | nodes.Pow | nodes.Mod):
+            found += _constant_bomb(node)
+    return found
+
+
+def _constant_bomb(node: nodes.BinExpr) -> list[str]:
+    """The operator's own runtime bound, applied now when both sides are literals."""
+    if not (isinstance(node.left, nodes.Const) and isinstance(node.right, nodes.Const)):
+        return []
+    left, right = node.left.value, node.right.value
+    try:
+        if isinstance(node, nodes.Mul):
+            _check_repeat(left, right)
+        elif isinstance(node, nodes.Pow):
+            _check_power(left, right)
+        elif isinstance(left, str) and _WIDE_FORMAT.search(left):
+            return ["a `%` format 10000 or more characters wide"]
+    except SecurityError as exc:
+        return [str(exc)]
+    return []
+
+
+def _filter_uses(node: nodes.Filter) -> list[str]:
+    name, args = node.name, list(node.args)
+    # map('attr', '__class__') applies the attr filter to every element.
+    first = args[0].value if name == "map" and args and isinstance(args[0], nodes.Const) else None
+    if first in _ATTRIBUTE_FILTERS and first != "map":
+        name, args = first, args[1:]
+    if name not in _ATTRIBUTE_FILTERS:
+        return []
+    if node.dyn_args is not None or node.dyn_kwargs is not None:
+        return [f"the {name} filter with * or ** arguments (unchecked attribute names)"]
+    position = _ATTRIBUTE_FILTERS[name]
+    named = [kw.value for kw in node.kwargs if kw.key == "attribute"]
+    if position is not None and len(args) > position:
+        named.append(args[position])
+    found = []
+    for arg in named:
+        if isinstance(arg, nodes.Const) and isinstance(arg.value, str):
+            found += [
+                f"attribute '{p}' (a Python internal)" for p in arg.value.split(".") if _internal(p)
+            ]
+        elif name == "attr":
+            found.append("the attr filter with a computed attribute name (write it literally)")
+    return found
+
+
+def parse_expression(env: SandboxedEnvironment, source: str) -> nodes.Expr:
+    """The AST of one expression, parsed exactly as `compile_expression` parses it."""
+    parser = Parser(env, source, state="variable")
+    expr = parser.parse_expression()
+    if not parser.stream.eos:
+        raise TemplateSyntaxError("chunk after expression", parser.stream.current.lineno)
+    return expr
+
+
+def _refuse_unsafe(ast: nodes.Node, what: str) -> None:
+    found = unsafe_uses(ast)
+    if found:
+        raise UnsafeTemplateError(f"{what} is not allowed: {'; '.join(dict.fromkeys(found))}")
 
 
 class Expression:
@@ -64,9 +313,10 @@ class Expression:
 
     def __init__(self, env: SandboxedEnvironment, source: str) -> None:
         self.source = source
+        _refuse_unsafe(parse_expression(env, source), f"expression '{shorten(source)}'")
         self._compiled = env.compile_expression(source, undefined_to_none=False)
         self.names = expression_names(env, source)
-        self._path = _plain_path(source)
+        self._path = plain_path(source)
 
     def __call__(self, context: dict[str, Any]) -> Any:
         if self._path is not None:
@@ -85,7 +335,7 @@ class Expression:
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _plain_path(source: str) -> tuple[str, ...] | None:
+def plain_path(source: str) -> tuple[str, ...] | None:
     """`a.b.c` as ("a", "b", "c") when every step is a plain dict key lookup in Jinja.
 
     Names that are also dict attributes (`items`, `keys`…) resolve to the method in Jinja,
@@ -140,22 +390,51 @@ def _cached_source(path: str, mtime: float) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
+def template_sources(env: SandboxedEnvironment, name: str) -> dict[str, str]:
+    """Source of a template and of every template it includes, imports or extends.
+
+    Raises UnsafeTemplateError for a template that reaches for Python internals and for
+    templates that include each other in a loop (rendering would never end).
+    """
+    assert env.loader is not None
+    sources: dict[str, str] = {}
+    done: set[str] = set()
+
+    def visit(current: str, chain: tuple[str, ...]) -> None:
+        if current in chain:
+            loop = " -> ".join((*chain[chain.index(current) :], current))
+            raise UnsafeTemplateError(f"templates include each other in a loop: {loop}")
+        if current in done:
+            return
+        source, _, _ = env.loader.get_source(env, current)  # type: ignore[union-attr]
+        ast = env.parse(source, current)
+        _refuse_unsafe(ast, f"template '{current}'")
+        sources[current] = source
+        for child in meta.find_referenced_templates(ast):
+            if child:
+                visit(child, (*chain, current))
+        done.add(current)
+
+    visit(name, ())
+    return sources
+
+
+def names_in(env: SandboxedEnvironment, sources: dict[str, str]) -> set[str]:
+    """Free variable names across templates (name -> source)."""
+    found: set[str] = set()
+    for current, source in sources.items():
+        found |= meta.find_undeclared_variables(env.parse(source, current))
+    return found
+
+
 def template_names(env: SandboxedEnvironment, name: str) -> set[str]:
     """Free variable names of a template and every template it includes or extends."""
-    seen: set[str] = set()
-    found: set[str] = set()
-    stack = [name]
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        assert env.loader is not None
-        source, _, _ = env.loader.get_source(env, current)
-        ast = env.parse(source)
-        found |= meta.find_undeclared_variables(ast)
-        stack.extend(t for t in meta.find_referenced_templates(ast) if t)
-    return found
+    return names_in(env, template_sources(env, name))
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    """`text` cut to about `limit` characters for an error message."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
 def attribute_uses(env: SandboxedEnvironment, source: str) -> Iterable[tuple[str, str]]:
