@@ -7,11 +7,14 @@ from typing import Any
 
 import pytest
 from helpers import write_graph
+from jinja2.exceptions import SecurityError
 from typer.testing import CliRunner
 
 from orchestrator import GraphError, compile_graph
 from orchestrator.cli import app
 from orchestrator.compute import register
+from orchestrator.errors import Problem
+from orchestrator.templates import Expression, make_environment
 
 JUDGE = {"kind": "llm", "prompt": "judge.jinja", "output": {"reason": "string", "score": "integer"}}
 BASE: dict[str, Any] = {
@@ -182,3 +185,92 @@ def test_shipped_graphs_validate() -> None:
             # A graph whose optional extra is missing here is fine; anything else is a bug.
             assert all("pip install" in p.message for p in exc.problems), str(exc)
         assert (root / "examples" / f"{graph.stem}.jsonl").is_file(), graph.stem
+
+
+# --- hardening against hostile files: what must keep working, and what is refused at render --
+
+
+def test_yaml_anchors_and_merge_keys_still_work(tmp_path: Path) -> None:
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "judge.jinja").write_text("Judge {{ text }}")
+    path = tmp_path / "graph.yaml"
+    path.write_text(
+        "name: t\n"
+        "prompts: prompts\n"
+        "inputs: [text]\n"
+        "params: {shared: &common {kind: llm, prompt: judge.jinja}}\n"
+        "nodes:\n"
+        "  a: {<<: *common, output: {score: integer}}\n"
+        "  b: {<<: *common, output: {score: integer}}\n"
+        "outputs: {a: a.score, b: b.score}\n"
+    )
+    graph = compile_graph(path)
+    assert sorted(graph.nodes) == ["a", "b"]
+    assert all(n.is_llm and n.spec.prompt == "judge.jinja" for n in graph.nodes.values())
+
+
+def test_duplicate_top_level_key_names_the_field(tmp_path: Path) -> None:
+    path = write_graph(tmp_path, BASE, {"judge.jinja": "Judge {{ text }}"})
+    path.write_text(path.read_text() + "name: again\n")
+    with pytest.raises(GraphError) as info:
+        compile_graph(path)
+    (problem,) = info.value.problems
+    assert problem.field == "name" and "appears twice" in problem.message
+
+
+def test_ordinary_templates_are_not_mistaken_for_escapes(tmp_path: Path) -> None:
+    template = (
+        "{% for word in text.split() %}{{ loop.index }}:{{ word }} {% endfor %}\n"
+        "{{ ['a', 'b'] | join('_') }} {{ [{'name': 'x'}] | map(attribute='name') | list }}\n"
+        "{{ '%.2f' % 1.5 }} {{ '-' * 40 }} {{ 2 ** 10 }}{% include 'part.jinja' %}"
+    )
+    templates = {"judge.jinja": template, "part.jinja": "{{ text | upper }}"}
+    graph = {
+        **BASE,
+        "nodes": {
+            "judge": JUDGE,
+            "f": {"kind": "compute", "function": "identity", "args": {"value": "judge.get('x')"}},
+        },
+    }
+    path = write_graph(tmp_path, graph, templates)
+    compiled = compile_graph(path)
+    text = compiled.nodes["judge"].messages({"text": "two words", "params": {}, "run": {}})
+    assert "1:two 2:words" in text[0]["content"] and "a_b ['x']" in text[0]["content"]
+    assert "1.50 " + "-" * 40 + " 1024TWO WORDS" in text[0]["content"]
+
+
+def test_filters_over_constants_are_not_run_while_compiling() -> None:
+    # Folded, `{{ 'a' | center(2000000000) }}` would build 2 GB inside `validate`.
+    env = make_environment(None)
+    code = env.compile("{{ 'a' | center(9) }}", raw=True)
+    assert "center" in code and "'    a    '" not in code
+    assert env.from_string("{{ 'a' | center(5) }}").render() == "  a  "
+
+
+@pytest.mark.parametrize(
+    ("source", "values"),
+    [
+        ("text * n", {"text": "ab", "n": 10_000_000}),
+        ("base ** n", {"base": 7, "n": 10_000_000}),
+        ("fmt % 1", {"fmt": "%0999999999d"}),
+    ],
+)
+def test_operators_refuse_huge_results_at_render(source: str, values: dict[str, Any]) -> None:
+    expr = Expression(make_environment(None), source)
+    with pytest.raises(SecurityError):
+        expr(values)
+
+
+def test_sandbox_still_refuses_internals_named_at_render() -> None:
+    # A name that only the data supplies cannot be checked before the run.
+    expr = Expression(make_environment(None), "value[key]")
+    assert expr({"value": {"a": 1}, "key": "a"}) == 1
+    with pytest.raises(SecurityError):
+        expr({"value": "text", "key": "__class__"})
+
+
+def test_problem_is_one_line_whatever_the_names() -> None:
+    problem = Problem("g.yaml", "bad\nvalue \x1b[31mred", node="a\nb", field="x\ty")
+    text = str(problem)
+    assert "\n" not in text and "\x1b" not in text and "\t" not in text
+    assert text == "g.yaml: node 'a\\nb', field 'x\\ty': bad value \\x1b[31mred"
