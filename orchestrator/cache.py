@@ -83,11 +83,18 @@ class ResponseCache:
             return
         now = time.time()
         self._db.execute("BEGIN")
-        self._db.executemany(
-            "INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)",
-            [(key, blob, now) for key, blob in self._pending.items()],
-        )
-        self._db.execute("COMMIT")
+        try:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)",
+                [(key, blob, now) for key, blob in self._pending.items()],
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            # A failed write (lock held past busy_timeout, disk full, …) must not leave its
+            # transaction open, or every later BEGIN fails; the replies stay queued.
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
         self._pending.clear()
 
     def __len__(self) -> int:

@@ -190,23 +190,31 @@ class TraceStore:
         if not self._pending_runs:
             return
         self._db.execute("BEGIN")
-        self._db.executemany(
-            "INSERT INTO node_runs (id, run_id, example_id, node, item, status, value, error,"
-            " messages, raw, model, endpoint, cached, prompt_tokens, completion_tokens,"
-            " latency, started, finished, graph_hash, request, schema_hash)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            self._pending_runs,
-        )
-        self._db.executemany(
-            "INSERT OR IGNORE INTO schemas (hash, schema) VALUES (?,?)",
-            self._pending_schemas.items(),
-        )
-        self._db.executemany(
-            "INSERT INTO attempts (node_run_id, number, kind, error, raw, finish_reason, latency,"
-            " prompt_tokens, completion_tokens, cached) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            self._pending_attempts,
-        )
-        self._db.execute("COMMIT")
+        try:
+            self._db.executemany(
+                "INSERT INTO node_runs (id, run_id, example_id, node, item, status, value,"
+                " error, messages, raw, model, endpoint, cached, prompt_tokens,"
+                " completion_tokens, latency, started, finished, graph_hash, request,"
+                " schema_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                self._pending_runs,
+            )
+            self._db.executemany(
+                "INSERT OR IGNORE INTO schemas (hash, schema) VALUES (?,?)",
+                self._pending_schemas.items(),
+            )
+            self._db.executemany(
+                "INSERT INTO attempts (node_run_id, number, kind, error, raw, finish_reason,"
+                " latency, prompt_tokens, completion_tokens, cached)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                self._pending_attempts,
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            # A failed write (lock held past the timeout, disk full, …) must not leave its
+            # transaction open, or every later BEGIN fails; the records stay queued.
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
         self._pending_runs.clear()
         self._pending_attempts.clear()
         self._pending_schemas.clear()
