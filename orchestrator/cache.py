@@ -16,6 +16,25 @@ import orjson
 from .paths import cache_root
 
 FLUSH_EVERY = 1000  # queued replies that force a write even between the runner's flushes
+BUSY_SECONDS = 30.0  # how long a statement waits for another connection's lock
+
+
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Put the file in WAL mode, waiting for other connections like busy_timeout does.
+
+    SQLite refuses a journal-mode change that could deadlock with another connection's
+    write at once ("database is locked"), without calling the busy handler: two runs that
+    open a new cache file together would otherwise have one of them fail.
+    """
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 def default_cache_path() -> Path:
@@ -54,10 +73,12 @@ class ResponseCache:
         self.path = path
         # One connection used from the event loop thread; WAL lets other processes
         # read and write the same file at the same time.
-        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = sqlite3.connect(
+            path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False
+        )
+        _use_wal(self._db)
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.execute(f"PRAGMA busy_timeout={int(BUSY_SECONDS * 1000)}")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS responses ("
             " key TEXT PRIMARY KEY, value BLOB NOT NULL, created REAL NOT NULL)"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -189,6 +190,38 @@ def test_run_waits_for_another_process_holding_the_cache_write_lock(
             "sent before the run waited on it; no error (busy_timeout 30 s)"
         ),
     )
+
+
+def test_a_new_cache_file_opened_while_another_connection_writes_waits(tmp_path: Path) -> None:
+    """Opening a cache file that is not yet in WAL mode while another connection writes to
+    it waits for that write, as busy_timeout promises, instead of failing at once.
+
+    SQLite answers a journal-mode change that could deadlock with "database is locked"
+    without calling the busy handler. Two runs started together on a new cache file hit
+    it: one failed with "database is locked" in tests/test_concurrent_runs.py's same-data
+    case, in a full-suite run. Here the other writer is pinned down so it happens every
+    time: a plain connection creates the file and holds a write for 0.3 s.
+    """
+    path = tmp_path / "cache.sqlite"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE other (x)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO other VALUES (1)")
+    release = threading.Timer(0.3, writer.execute, ("COMMIT",))
+    release.start()
+    try:
+        cache = ResponseCache(path)
+    finally:
+        release.join()
+        writer.close()
+    cache.put("k", {"choice": {"content": "{}"}})
+    cache.close()
+    assert cache_rows(path) == [("k", b'{"choice":{"content":"{}"}}')]
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        db.close()
 
 
 @pytest.mark.parametrize("kind", ["cache", "trace"])
