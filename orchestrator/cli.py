@@ -36,7 +36,7 @@ err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {escape(message)}")
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -62,8 +62,8 @@ def validate(graph: Annotated[Path, typer.Argument(help="Graph file (YAML).")]) 
         compiled = compile_graph(graph)
     except GraphError as exc:
         for problem in exc.problems:
-            err.print(f"[red]✗[/] {problem}")
-        err.print(f"{len(exc.problems)} problem(s) in {graph}")
+            err.print(f"[red]✗[/] {escape(str(problem))}", soft_wrap=True)
+        err.print(f"{len(exc.problems)} problem(s) in {escape(str(graph))}", soft_wrap=True)
         raise typer.Exit(1) from None
     llm = sum(n.is_llm for n in compiled.nodes.values())
     console.print(
@@ -160,7 +160,7 @@ def _compile_or_exit(graph: Path) -> CompiledGraph:
         return compile_graph(graph)
     except GraphError as exc:
         for problem in exc.problems:
-            err.print(f"[red]✗[/] {problem}")
+            err.print(f"[red]✗[/] {escape(str(problem))}", soft_wrap=True)
         raise typer.Exit(1) from None
 
 

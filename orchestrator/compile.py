@@ -29,6 +29,7 @@ from .spec import (
     LLMNode,
     Sampling,
     load_spec,
+    sampling_problem,
 )
 from .templates import (
     BUILTIN_NAMES,
@@ -292,15 +293,10 @@ def _shortest_cycle(uses: nx.DiGraph, group: set[str], start: str) -> list[str]:
 
 def _check_sampling(ck: _Checker, values: Sampling, node: str | None, prefix: str) -> None:
     """Literal sampling values in range (expression values are checked per call)."""
-    for key, (low, high, low_open) in SAMPLING_RANGES.items():
-        value = getattr(values, key)
-        if not isinstance(value, int | float):
-            continue
-        if low is not None and (value <= low if low_open else value < low):
-            bound = f"greater than {low}" if low_open else f"at least {low}"
-            ck.problem(f"{key} must be {bound}, got {value}", node, prefix + key)
-        elif high is not None and value > high:
-            ck.problem(f"{key} must be at most {high}, got {value}", node, prefix + key)
+    for key in SAMPLING_RANGES:
+        problem = sampling_problem(key, getattr(values, key))
+        if problem is not None:
+            ck.problem(problem, node, prefix + key)
 
 
 def _check_foreach(ck: _Checker, name: str, expr: Expression) -> None:

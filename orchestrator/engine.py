@@ -19,7 +19,7 @@ from .dataset import Row
 from .errors import NodeError
 from .outage import ServerGone
 from .schemas import build_model, json_schema
-from .spec import SAMPLING_TYPES, LLMNode, Sampling
+from .spec import SAMPLING_TYPES, LLMNode, Sampling, sampling_problem
 from .stats import RunStats
 from .templates import Expression
 from .trace import WHOLE, NodeRecord, TraceStore
@@ -306,6 +306,9 @@ class Engine:
                     cn.name,
                     f"{key} `{expr.source}` gave {raw!r}, not a {SAMPLING_TYPES[key].__name__}",
                 ) from exc
+            problem = sampling_problem(key, values[key])
+            if problem is not None:
+                raise NodeError(cn.name, f"{key} `{expr.source}`: {problem}")
         return Sampling(**values)
 
     def _messages(self, cn: CompiledNode, ctx: dict[str, Any]) -> list[dict[str, str]]:

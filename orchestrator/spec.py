@@ -109,6 +109,19 @@ SAMPLING_RANGES: dict[str, tuple[float | None, float | None, bool]] = {
 }
 
 
+def sampling_problem(key: str, value: object) -> str | None:
+    """Why a sampling value is out of range, or None (non-numbers are typed elsewhere)."""
+    if key not in SAMPLING_RANGES or not isinstance(value, int | float):
+        return None
+    low, high, low_open = SAMPLING_RANGES[key]
+    if low is not None and (value <= low if low_open else value < low):
+        bound = f"greater than {low}" if low_open else f"at least {low}"
+        return f"{key} must be {bound}, got {value}"
+    if high is not None and value > high:
+        return f"{key} must be at most {high}, got {value}"
+    return None
+
+
 class NodeBase(_Strict):
     foreach: str | None = None
     as_: str = Field(default="item", alias="as")

@@ -13,7 +13,7 @@ import pytest
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, results, run_graph, user_text, write_graph, write_rows
 
-from orchestrator import RunConfig, RunFolderError, execute
+from orchestrator import GraphError, RunConfig, RunFolderError, execute
 
 JUDGE_OUT = {"reason": "string", "score": {"type": "integer", "min": 1, "max": 10}}
 GRAPH: dict[str, Any] = {
@@ -361,11 +361,12 @@ def test_dataset_text_stays_literal_and_sandbox_refuses_internals(tmp_path: Path
         GRAPH,
         {"judge.jinja": "{{ text.__class__.__mro__[1].__subclasses__() }}"},
     )
+    # Refused when the graph is checked, before the run folder or any request exists.
     with FakeServer(by_text({}, lambda b: good())) as server:
-        run_graph(evil, data, tmp_path / "run2", server.base_url)
-        assert judge_requests(server) == []
-    row = results(tmp_path / "run2")["x"]
-    assert row["status"] == "failed" and "unsafe" in row["error"]
+        with pytest.raises(GraphError, match="Python internal"):
+            run_graph(evil, data, tmp_path / "run2", server.base_url)
+        assert server.requests == []
+    assert not (tmp_path / "run2").exists()
 
 
 def test_bad_rows_fail_with_row_number_and_others_run(graph: Path, tmp_path: Path):
@@ -480,3 +481,15 @@ def test_server_that_fails_every_request_is_a_clear_error(graph: Path, data: Pat
         run_graph(graph, data, tmp_path / "run", server.base_url)
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["status"] == "error" and "HTTP 503" in manifest["error"]
+
+
+def test_sampling_value_from_an_expression_is_range_checked_per_call(tmp_path: Path):
+    spec = {**GRAPH, "params": {"samples": 1}, "defaults": {"n": "params.samples"}}
+    graph = write_graph(tmp_path / "g", spec, TEMPLATES)
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": "e0", "text": "t0"}])
+    with FakeServer(by_text({}, lambda b: good(2))) as server:
+        run_graph(graph, data, tmp_path / "run", server.base_url, params={"samples": 0})
+        assert judge_requests(server) == []
+    line = results(tmp_path / "run")["e0"]
+    assert line["status"] == "failed"
+    assert line["error"] == "node 'judge': n `params.samples`: n must be at least 1, got 0"
