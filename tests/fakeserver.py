@@ -381,9 +381,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Drop the connection at once with a TCP reset (SO_LINGER 0), as a crashing peer does."""
         self.close_connection = True
         try:
-            self.connection.setsockopt(
-                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-            )
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
         except OSError:
             pass

@@ -139,9 +139,7 @@ def resume_and_check(
 
 
 @pytest.mark.parametrize("how", ["crashed", "wedged"])
-def test_server_that_stays_away_stops_the_run_cleanly_then_resume(
-    tmp_path: Path, how: str, figure
-):
+def test_server_that_stays_away_stops_the_run_cleanly_then_resume(tmp_path: Path, how: str, figure):
     """Crashed: the port refuses connections. Wedged: it accepts and never answers, not
     even the liveness probe."""
     graph, data, ids = setup(tmp_path, 60)
