@@ -5,6 +5,7 @@ Only replies that passed validation are stored, so a cache hit is always usable.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
 import time
@@ -96,7 +97,10 @@ class ResponseCache:
         """Queue a reply; the next `flush` writes it (a commit per reply cost ~60 µs)."""
         self._pending[key] = orjson.dumps(value)
         if len(self._pending) >= FLUSH_EVERY:
-            self.flush()
+            # A cache another process keeps locked must not fail the call that found a
+            # reply; the runner's next flush tries again and reports it.
+            with contextlib.suppress(sqlite3.OperationalError):
+                self.flush()
 
     def flush(self) -> None:
         """Write every queued reply in one transaction, visible to other processes after."""
@@ -128,5 +132,10 @@ class ResponseCache:
         return n
 
     def close(self) -> None:
-        self.flush()
-        self._db.close()
+        """Write what is queued and close; a cache still locked by another process loses
+        its queued replies (they are only a saving; the runner has said so)."""
+        try:
+            with contextlib.suppress(sqlite3.OperationalError):
+                self.flush()
+        finally:
+            self._db.close()

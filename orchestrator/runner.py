@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 import platform
+import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -162,6 +163,7 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
     )
     run_id = uuid.uuid4().hex[:12]
     trace = TraceStore(folder.traces_path, run_id, graph.content_hash)
+    flush = _Flusher(cache, trace, folder, say)
     manifest: dict[str, Any] = {
         "run_id": run_id,
         "identity": identity,
@@ -219,7 +221,7 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         with _fewer_gc_passes():
             await _drive(
                 engine.run(rows(), folder.write_result, folder.done),
-                lambda: _flush(cache, trace, folder),
+                flush,
                 stats,
                 total,
                 config.progress and console.is_terminal,
@@ -238,7 +240,9 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         manifest["error"] = str(exc)
         raise
     finally:
-        _flush(cache, trace, folder)
+        flush()
+        if flush.cache_error is not None:
+            manifest["cache_error"] = f"replies not saved to the cache: {flush.cache_error}"
         folder.close()
         manifest["ended"] = time.time()
         manifest["wall_seconds"] = round(manifest["ended"] - manifest["started"], 3)
@@ -281,13 +285,37 @@ def _fewer_gc_passes() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
-def _flush(cache: ResponseCache | None, trace: TraceStore, folder: RunFolder) -> None:
-    """Write what has finished: replies, then traces, then result lines, so every result
+class _Flusher:
+    """Writes what has finished: replies, then traces, then result lines, so every result
     line on disk has its trace, and a kill loses at most one flush interval of work."""
-    if cache is not None:
-        cache.flush()
-    trace.flush()
-    folder.flush()
+
+    def __init__(
+        self,
+        cache: ResponseCache | None,
+        trace: TraceStore,
+        folder: RunFolder,
+        say: Callable[[str], None],
+    ) -> None:
+        self.cache, self.trace, self.folder, self.say = cache, trace, folder, say
+        self.cache_error: str | None = None
+
+    def __call__(self) -> None:
+        if self.cache is not None:
+            try:
+                self.cache.flush()
+            except sqlite3.OperationalError as exc:
+                # The cache only saves requests (resume reads the trace): a cache another
+                # process keeps locked costs its writes, not the run. Replies stay queued.
+                if self.cache_error is None:
+                    self.say(
+                        f"[yellow]warning:[/] cannot write the response cache {self.cache.path}"
+                        f" ({exc}); the run goes on and retries at every flush."
+                    )
+                self.cache_error = str(exc)
+            else:
+                self.cache_error = None
+        self.trace.flush()
+        self.folder.flush()
 
 
 async def _drive(

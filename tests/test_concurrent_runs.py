@@ -8,7 +8,7 @@ both processes writing through most of their runs instead of one finishing first
 A third case holds a write transaction on the cache from another process while a run
 starts: the run must wait for it (busy_timeout is 30 s) rather than fail. Past that
 timeout, in-process cases: a write that gives up must leave the cache and the trace
-usable, and (xfail until runner.py handles it) must not end the run.
+usable, and must not end the run.
 """
 
 from __future__ import annotations
@@ -260,12 +260,6 @@ def test_a_write_that_times_out_on_the_lock_loses_nothing(tmp_path: Path, kind: 
     assert integrity(path) == "ok"
 
 
-@pytest.mark.xfail(
-    reason="runner._flush lets a cache write that gives up on the lock end the run, and then "
-    "skips writing the trace and result lines (the fix belongs in orchestrator/runner.py)",
-    raises=sqlite3.OperationalError,
-    strict=True,
-)
 def test_a_cache_locked_past_the_timeout_does_not_end_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -298,6 +292,7 @@ def test_a_cache_locked_past_the_timeout_does_not_end_the_run(
         holder.execute("ROLLBACK")
         holder.close()
     assert outcome.manifest["status"] == "complete"
+    assert "database is locked" in outcome.manifest["cache_error"]  # and the user is told
     assert sorted(result_ids(out)) == sorted(work.ids)
     db = sqlite3.connect(out / "traces.sqlite")
     try:
