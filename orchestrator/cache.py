@@ -79,12 +79,16 @@ class ResponseCache:
         )
         _use_wal(self._db)
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(f"PRAGMA busy_timeout={int(BUSY_SECONDS * 1000)}")
+        self.lock_wait(BUSY_SECONDS)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS responses ("
             " key TEXT PRIMARY KEY, value BLOB NOT NULL, created REAL NOT NULL)"
         )
         self._pending: dict[str, bytes] = {}
+
+    def lock_wait(self, seconds: float) -> None:
+        """How long a write waits for another process's lock (it blocks the caller)."""
+        self._db.execute(f"PRAGMA busy_timeout={int(seconds * 1000)}")
 
     def get(self, key: str) -> dict[str, Any] | None:
         blob = self._pending.get(key)

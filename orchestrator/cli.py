@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -217,6 +218,12 @@ def _execute(**fields: Any) -> RunOutcome:
             f"({config.out})."
         )
         raise typer.Exit(130) from None
+    except sqlite3.Error as exc:
+        _fail(
+            f"a database of the run could not be written ({exc}); finished work up to the "
+            f"last write is in {config.out}; re-run the same command to resume."
+        )
+        raise
     except ServerGone as exc:
         _fail(
             f"stopped: {exc}. Finished examples are saved in {config.out}; re-run the same "

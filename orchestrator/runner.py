@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import __version__
-from .cache import ResponseCache, default_cache_path
+from .cache import BUSY_SECONDS, ResponseCache, default_cache_path
 from .client import Endpoint, LLMClient, ServerError
 from .compile import CompiledGraph, compile_graph
 from .dataset import check_fields, file_hash, read_rows
@@ -34,6 +34,7 @@ from .trace import TraceStore
 
 StructuredChoice = Literal["auto", "server", "prompt"]
 FLUSH_SECONDS = 0.5  # how often finished work is written out (and the progress bar redrawn)
+RETRY_LOCK_WAIT = 0.2  # seconds a flush waits for a cache lock once a wait has timed out
 
 
 @dataclass
@@ -311,8 +312,12 @@ class _Flusher:
                         f"[yellow]warning:[/] cannot write the response cache {self.cache.path}"
                         f" ({exc}); the run goes on and retries at every flush."
                     )
+                    # The wait blocks the event loop: after one long wait, try briefly.
+                    self.cache.lock_wait(RETRY_LOCK_WAIT)
                 self.cache_error = str(exc)
             else:
+                if self.cache_error is not None:
+                    self.cache.lock_wait(BUSY_SECONDS)
                 self.cache_error = None
         self.trace.flush()
         self.folder.flush()
