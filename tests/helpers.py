@@ -74,6 +74,24 @@ def requests_per_call(bodies: list[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
+def orchestrator_command(
+    *args: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """`orchestrator ARGS` in a child process, as a user runs it, output captured.
+
+    The console is made very wide so rich wraps no line: a test that looks for a message
+    (or for a leaked key) must not miss it because it was split.
+    """
+    base = {k: v for k, v in os.environ.items() if k not in unset}
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**base, "PYTHONPATH": str(REPO), "COLUMNS": "10000", **(env or {})},
+    )
+
+
 def start_cli_run(
     graph: Path, data: Path, out: Path, base_url: str, *extra: str
 ) -> subprocess.Popen[str]:

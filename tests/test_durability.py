@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
-from helpers import is_canary, results, run_graph, user_text, write_graph, write_rows
+from helpers import (
+    is_canary,
+    results,
+    run_graph,
+    start_cli_run,
+    user_text,
+    wait_for_lines,
+    write_graph,
+    write_rows,
+)
 
 from orchestrator.cache import ResponseCache, cache_key
 from orchestrator.trace import NodeRecord, TraceStore
@@ -53,42 +58,6 @@ def trace_examples(folder: Path) -> set[str]:
         return {row[0] for row in db.execute("SELECT example_id FROM node_runs")}
 
 
-def start_run(graph: Path, data: Path, out: Path, base_url: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "orchestrator",
-            "run",
-            str(graph),
-            "--data",
-            str(data),
-            "--out",
-            str(out),
-            "--base-url",
-            base_url,
-            "--concurrency",
-            "4",
-            "--cache",
-            str(out.parent / "cache.sqlite"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
-    )
-
-
-def wait_for_lines(path: Path, count: int, proc: subprocess.Popen[str]) -> None:
-    for _ in range(600):
-        if path.exists() and len(path.read_bytes().splitlines()) >= count:
-            return
-        if proc.poll() is not None:
-            pytest.fail(f"run ended early:\n{proc.stdout.read() if proc.stdout else ''}")
-        time.sleep(0.05)
-    pytest.fail(f"{path} never reached {count} lines")
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_killed_run_keeps_every_written_line_with_its_trace(tmp_path: Path, sig: signal.Signals):
     graph = write_graph(tmp_path / "g", GRAPH, {"judge.jinja": "Rate <<{{ text }}>>"})
@@ -96,7 +65,7 @@ def test_killed_run_keeps_every_written_line_with_its_trace(tmp_path: Path, sig:
     data = write_rows(tmp_path / "rows.jsonl", rows)
     out = tmp_path / "run"
     with FakeServer(slow_after(fast=6, delay=30)) as server:
-        proc = start_run(graph, data, out, server.base_url)
+        proc = start_cli_run(graph, data, out, server.base_url, "--concurrency", "4")
         wait_for_lines(out / "results.jsonl", 6, proc)
         proc.send_signal(sig)
         code = proc.wait(timeout=30)

@@ -12,16 +12,20 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakeserver import FakeServer, Reply, Responder, schema_responder
-from helpers import is_canary, requests_per_call, run_graph, user_text, write_graph
+from helpers import (
+    is_canary,
+    orchestrator_command,
+    requests_per_call,
+    run_graph,
+    user_text,
+    write_graph,
+)
 
 from orchestrator.report import build_report
 from orchestrator.runfolder import read_results
@@ -351,25 +355,13 @@ def test_csv_quote_left_open_names_the_lines_it_swallowed(tmp_path: Path) -> Non
     assert len(got) == 2
 
 
-def run_command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`orchestrator ARGS` as a separate process, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        # A wide console: rich must not wrap the messages the tests look for.
-        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "10000", **(env or {})},
-    )
-
-
 def test_cli_bad_bytes_fail_their_rows_and_exit_2_without_a_traceback(tmp_path: Path) -> None:
     graph = write_graph(tmp_path / "g", GRAPH, {"judge.jinja": PROMPT})
     data = tmp_path / "rows.csv"
     data.write_bytes(b"id,text\na,fine\nb,caf\xe9\nc,\xff\xfe\nd,also fine\n")
     out = tmp_path / "run"
     with FakeServer(judge()) as server:
-        done = run_command(
+        done = orchestrator_command(
             "run", str(graph), "--data", str(data), "--out", str(out),
             "--base-url", server.base_url, "--cache", str(tmp_path / "cache.sqlite"),
         )  # fmt: skip
@@ -387,7 +379,7 @@ def test_cli_unreadable_csv_header_is_a_usage_error_naming_line_1(tmp_path: Path
     data = tmp_path / "rows.csv"
     data.write_bytes(b"id,te\xffxt\na,fine\n")
     with FakeServer(judge()) as server:
-        done = run_command(
+        done = orchestrator_command(
             "run", str(graph), "--data", str(data), "--out", str(tmp_path / "run"),
             "--base-url", server.base_url, "--no-cache",
         )  # fmt: skip
@@ -405,10 +397,10 @@ def test_trace_shows_ids_and_errors_that_look_like_markup_literally(tmp_path: Pa
     out = tmp_path / "run"
     with FakeServer(judge()) as server:
         run_graph(graph, data, out, server.base_url)
-    failed = run_command("trace", str(out))  # the first failed example: '[/]'
+    failed = orchestrator_command("trace", str(out))  # the first failed example: '[/]'
     assert failed.returncode == 0, failed.stderr[-300:]
     assert "example [/]" in failed.stdout
     assert f"{data}:1: row '[/]' lacks field(s) text" in failed.stdout
-    ok = run_command("trace", str(out), "--example", "[bold]x")
+    ok = orchestrator_command("trace", str(out), "--example", "[bold]x")
     assert ok.returncode == 0, ok.stderr[-300:]
     assert "example [bold]x" in ok.stdout and "<<[/red] hi>>" in ok.stdout

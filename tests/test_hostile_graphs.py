@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from fakeserver import FakeServer
-from helpers import run_graph, write_rows
+from helpers import orchestrator_command, run_graph, write_rows
 
 from orchestrator import GraphError, compile_graph
 from orchestrator.errors import Problem
@@ -619,23 +618,12 @@ class CommandResult:
     requests: int
 
 
-def command(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-
-
 def run_commands(case: Case, root: Path, rows: Path) -> CommandResult:
     path = build(case, root / "case")
     out = root / "run"
-    validate = command("validate", str(path))
+    validate = orchestrator_command("validate", str(path))
     with FakeServer() as server:
-        run = command(
+        run = orchestrator_command(
             "run", str(path), "--data", str(rows), "--out", str(out), "--no-cache",
             "--base-url", server.base_url,
         )  # fmt: skip

@@ -6,9 +6,7 @@ or any command's output, even when a hostile server echoes it back in its errors
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ from typing import Any
 
 import pytest
 from fakeserver import FakeServer, Reply, Responder, _error_body, _Handler, schema_responder
-from helpers import is_canary, requests_per_call, user_text, write_graph
+from helpers import is_canary, orchestrator_command, requests_per_call, user_text, write_graph
 
 from orchestrator.runfolder import read_results
 
@@ -130,15 +128,8 @@ def write_case(root: Path, graph: dict[str, Any] | None = None) -> tuple[Path, P
 
 
 def command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`orchestrator ARGS` in a child process with a wide console (no wrapped lines)."""
-    base = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**base, "PYTHONPATH": str(REPO), "COLUMNS": "10000", **(env or {})},
-    )
+    """`orchestrator ARGS` with no inherited OPENAI_API_KEY: each test says where the key is."""
+    return orchestrator_command(*args, env=env, unset=("OPENAI_API_KEY",))
 
 
 def run_args(graph: Path, data: Path, root: Path, base_url: str, *extra: str) -> list[str]:
