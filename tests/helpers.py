@@ -18,6 +18,24 @@ from orchestrator import RunConfig, RunOutcome, execute
 REPO = Path(__file__).resolve().parent.parent
 
 
+def judge_graph(**defaults: Any) -> dict[str, Any]:
+    """A one-node graph: `judge` rates `text` 1–10 with prompt judge.jinja; `defaults`
+    override the sampling defaults (temperature 0, max_tokens 60)."""
+    return {
+        "name": "judge",
+        "inputs": ["text"],
+        "defaults": {"temperature": 0.0, "max_tokens": 60, **defaults},
+        "nodes": {
+            "judge": {
+                "kind": "llm",
+                "prompt": "judge.jinja",
+                "output": {"score": {"type": "integer", "min": 1, "max": 10}},
+            }
+        },
+        "outputs": {"score": "judge.score"},
+    }
+
+
 def write_graph(root: Path, graph: dict[str, Any], templates: dict[str, str]) -> Path:
     """Write graph.yaml plus its templates under root/prompts; return the graph path."""
     prompts = root / "prompts"

@@ -12,6 +12,7 @@ import pytest
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import (
     is_canary,
+    judge_graph,
     results,
     run_graph,
     start_cli_run,
@@ -24,19 +25,7 @@ from helpers import (
 from orchestrator.cache import ResponseCache, cache_key
 from orchestrator.trace import NodeRecord, TraceStore
 
-GRAPH: dict[str, Any] = {
-    "name": "judge",
-    "inputs": ["text"],
-    "defaults": {"temperature": 0.0, "max_tokens": 100},
-    "nodes": {
-        "judge": {
-            "kind": "llm",
-            "prompt": "judge.jinja",
-            "output": {"score": {"type": "integer", "min": 1, "max": 10}},
-        }
-    },
-    "outputs": {"score": "judge.score"},
-}
+GRAPH = judge_graph(max_tokens=100)
 
 
 def slow_after(fast: int, delay: float):

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
-from helpers import is_canary, requests_per_call, results, run_graph, write_graph, write_rows
+from helpers import (
+    is_canary,
+    judge_graph,
+    requests_per_call,
+    results,
+    run_graph,
+    write_graph,
+    write_rows,
+)
 
 from orchestrator.client import DEFAULT_RETRIES
 from orchestrator.trace import TraceStore
@@ -24,33 +32,34 @@ TRANSPORT_TRIES = 5  # LLMClient's default: 4 transport retries after the first 
 # to TRANSPORT_TRIES tries.
 MAX_REQUESTS_PER_CALL = (DEFAULT_RETRIES + 1) * TRANSPORT_TRIES
 
-GRAPH: dict[str, Any] = {
-    "name": "faults",
-    "inputs": ["text"],
-    "defaults": {"temperature": 0.0, "max_tokens": 60},
-    "nodes": {
-        "judge": {
-            "kind": "llm",
-            "prompt": "judge.jinja",
-            "output": {"score": {"type": "integer", "min": 1, "max": 10}},
-        }
-    },
-    "outputs": {"score": "judge.score"},
-}
+GRAPH = judge_graph()
 
 GOOD = json.dumps({"score": 7})
 EMPTY_CHOICES = json.dumps(
     {"id": "x", "object": "chat.completion", "created": 0, "model": "fake-model", "choices": []}
 ).encode()
 
-# Each fault as the server plays it, and the words a failed example's error must carry.
-FAULTS: dict[str, tuple[Reply, str]] = {
-    "malformed JSON": (Reply(content='{"score": seven'), "invalid JSON output"),
-    "HTTP 500": (Reply(status=500, content="engine crashed"), "HTTP 500"),
-    "timeout": (Reply(content=GOOD, delay=TIMEOUT * 3), "timed out"),
-    "connection reset": (Reply(reset=True), "connection failed"),
-    "truncated body": (Reply(content=GOOD, cut_at=25), "connection failed"),
-    "empty choices": (Reply(raw_body=EMPTY_CHOICES), "the reply has 0"),
+# Each fault: how the server plays it, the words a failed example's error must carry, and
+# how the reliability table describes it.
+FAULTS: dict[str, tuple[Reply, str, str]] = {
+    "malformed JSON": (
+        Reply(content='{"score": seven'),
+        "invalid JSON output",
+        "200 with content that is not valid JSON",
+    ),
+    "HTTP 500": (Reply(status=500, content="engine crashed"), "HTTP 500", "HTTP 500"),
+    "timeout": (
+        Reply(content=GOOD, delay=TIMEOUT * 3),
+        "timed out",
+        f"reply after {TIMEOUT * 3:.0f} s, run timeout {TIMEOUT:.0f} s",
+    ),
+    "connection reset": (Reply(reset=True), "connection failed", "TCP reset, no reply"),
+    "truncated body": (
+        Reply(content=GOOD, cut_at=25),
+        "connection failed",
+        "200 sending 25 bytes of the body it announced, then hanging up",
+    ),
+    "empty choices": (Reply(raw_body=EMPTY_CHOICES), "the reply has 0", "200 with `choices: []`"),
 }
 
 
@@ -123,7 +132,7 @@ def test_each_fault_fails_only_its_example_with_a_reason_and_bounded_retries(
         assert all(words in (a["error"] or "") for a in attempts[f"f{i}"]), name
         figure(
             name,
-            f"every request of one example: {FAULTS[name][0]!r}"[:90],
+            f"every request of one example: {FAULTS[name][2]}",
             runs=1,
             lost=len(rows) - len(got),
             max_requests=sent,
