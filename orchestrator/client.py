@@ -414,15 +414,14 @@ class LLMClient:
                     record(self._describe(exc))
                     if not _is_connection_failure(exc) or outages_left == 0:
                         raise
-                    seen = len(watch.outages)
-                    if not await watch.after_failure(time.monotonic()):
+                    outage = await watch.after_failure(time.monotonic())
+                    if outage is None:
                         raise
                     outages_left -= 1
-                    if attempts and len(watch.outages) > seen:
-                        attempts[
-                            -1
-                        ].error += (
-                            f"; the server was down, waited {watch.outages[-1].seconds:.1f} s"
+                    if attempts:
+                        attempts[-1].error = (
+                            f"{attempts[-1].error}; the server was down, "
+                            f"waited {outage.seconds:.1f} s for it"
                         )
 
         try:

@@ -51,11 +51,11 @@ class ServerWatch:
     _gone: ServerGone | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def after_failure(self, failed_at: float) -> bool:
+    async def after_failure(self, failed_at: float) -> Outage | None:
         """Called when a request got no answer at `failed_at` (time.monotonic()).
 
-        False: the server answers, so that request was lost on its own (count it as a
-        retry). True: the server was down and is back now (retry without counting).
+        None: the server answers, so that request was lost on its own (count it as a
+        retry). An Outage: the server was down and is back now (retry without counting).
         Raises ServerGone once the server has been down for longer than `patience`.
         """
         async with self._lock:
@@ -65,14 +65,15 @@ class ServerWatch:
                 # Someone probed since our failure and the server answered; if an outage
                 # ended in between, ours was part of it.
                 last = self.outages[-1] if self.outages else None
-                return last is not None and last.recovered and last.ended >= failed_at
+                if last is not None and last.recovered and (last.ended or 0) >= failed_at:
+                    return last
+                return None
             if await self.probe():
                 self._last_ok = time.monotonic()
-                return False
-            await self._wait_until_back()
-            return True
+                return None
+            return await self._wait_until_back()
 
-    async def _wait_until_back(self) -> None:
+    async def _wait_until_back(self) -> Outage:
         outage = Outage(time.monotonic())
         self.outages.append(outage)
         self.say(
@@ -96,3 +97,4 @@ class ServerWatch:
         outage.ended = self._last_ok = time.monotonic()
         outage.recovered = True
         self.say(f"{self.url} is back after {outage.seconds:.1f} s; going on.")
+        return outage

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -23,6 +24,7 @@ from helpers import (
     write_rows,
 )
 
+from orchestrator.outage import ServerGone, ServerWatch
 from orchestrator.trace import TraceStore
 
 pytestmark = pytest.mark.reliability
@@ -190,3 +192,45 @@ def test_server_that_stays_away_stops_the_run_cleanly_then_resume(tmp_path: Path
         recover_s=stopped_after,
         note=f"exit 3, {len(kept)} kept; the re-run asked only the other {asked}",
     )
+
+
+def scripted_probe(answers: list[bool]):
+    """A probe that gives `answers` in order (the last one forever) and counts its calls."""
+    calls = {"n": 0}
+
+    async def probe() -> bool:
+        calls["n"] += 1
+        return answers[min(calls["n"], len(answers)) - 1]
+
+    return probe, calls
+
+
+async def test_watch_counts_a_lost_request_when_the_server_answers_its_probe():
+    probe, calls = scripted_probe([True])
+    watch = ServerWatch("http://s/v1", probe, patience=5, say=lambda _: None)
+    assert await watch.after_failure(time.monotonic()) is None
+    assert calls["n"] == 1 and watch.outages == []
+
+
+async def test_watch_waits_once_for_many_callers_then_lets_them_all_retry():
+    probe, calls = scripted_probe([False, False, True])
+    said: list[str] = []
+    watch = ServerWatch("http://s/v1", probe, patience=30, say=said.append)
+    failed_at = time.monotonic()
+    outages = await asyncio.gather(*(watch.after_failure(failed_at) for _ in range(20)))
+    assert len(watch.outages) == 1 and all(o is watch.outages[0] for o in outages)
+    assert watch.outages[0].recovered
+    assert calls["n"] == 3  # one probe per wait, not one per waiting request
+    assert len(said) == 2 and "back after" in said[1]
+
+
+async def test_watch_gives_up_after_its_patience_for_every_caller():
+    probe, _ = scripted_probe([False])
+    watch = ServerWatch("http://s/v1", probe, patience=0.6, say=lambda _: None)
+    failed_at = time.monotonic()
+    tries = [watch.after_failure(failed_at) for _ in range(3)]
+    outcomes = await asyncio.gather(*tries, return_exceptions=True)
+    assert all(isinstance(o, ServerGone) for o in outcomes)
+    assert not watch.outages[0].recovered
+    with pytest.raises(ServerGone, match="did not answer"):
+        await watch.after_failure(time.monotonic())  # later calls stop at once
