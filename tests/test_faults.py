@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,7 @@ def test_each_fault_fails_only_its_example_with_a_reason_and_bounded_retries(
             runs=1,
             lost=len(rows) - len(got),
             max_requests=sent,
-            note=f"example failed with: {line['error'][:70]}",
+            note=f"example failed with: {textwrap.shorten(line['error'], 110)}",
         )
 
 
