@@ -100,9 +100,10 @@ class ResponseCache:
     def put(self, key: str, value: dict[str, Any]) -> None:
         """Queue a reply; the next `flush` writes it (a commit per reply cost ~60 µs)."""
         self._pending[key] = orjson.dumps(value)
-        if len(self._pending) >= FLUSH_EVERY:
+        if len(self._pending) % FLUSH_EVERY == 0:
             # A cache another process keeps locked must not fail the call that found a
-            # reply; the runner's next flush tries again and reports it.
+            # reply; the runner's next flush tries again and reports it. Every FLUSH_EVERY
+            # replies, not every reply past it: each try waits for the lock.
             with contextlib.suppress(sqlite3.OperationalError):
                 self.flush()
 
