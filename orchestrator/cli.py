@@ -8,7 +8,7 @@ import signal
 import sqlite3
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import orjson
 import typer
@@ -36,7 +36,7 @@ EMBEDDED_TIMEOUT = 600.0
 err = Console(stderr=True)
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
@@ -218,10 +218,12 @@ def _execute(**fields: Any) -> RunOutcome:
             f"({config.out})."
         )
         raise typer.Exit(130) from None
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OSError) as exc:
+        what = "a database of the run" if isinstance(exc, sqlite3.Error) else "a file"
         _fail(
-            f"a database of the run could not be written ({exc}); finished work up to the "
-            f"last write is in {config.out}; re-run the same command to resume."
+            f"{what} could not be written ({exc}); finished work up to the last write is in "
+            f"{config.out}. Fix the cause (e.g. free disk space), then re-run the same command "
+            "to resume."
         )
         raise
     except ServerGone as exc:
@@ -338,13 +340,27 @@ def trace(
     if not path.is_file():
         _fail(f"{folder} has no {TRACES}; is it a run folder?")
     results = read_results(folder)
-    # jsonl is an export: without --example it covers every example.
-    if example is None and results and format != "jsonl":
-        failed = [r for r in results if r.get("status") == "failed"]
-        example = str((failed or results)[0]["id"])
-    store = TraceStore(path)
-    records = list(store.node_runs(example, node))
-    store.close()
+    try:
+        store = TraceStore.reader(path)
+    except RunFolderError as exc:
+        _fail(str(exc))
+        raise
+    try:
+        # jsonl is an export: without --example it covers every example.
+        if example is None and format != "jsonl":
+            if results:
+                failed = [r for r in results if r.get("status") == "failed"]
+                example = str((failed or results)[0]["id"])
+            else:
+                example = store.first_example()
+                if example is None:
+                    _fail(
+                        f"no node of {folder} has finished yet (no results, an empty trace); "
+                        "try again once the run has made progress."
+                    )
+        records = list(store.node_runs(example, node))
+    finally:
+        store.close()
     if format == "jsonl":
         for rec in records:
             sys.stdout.write(orjson.dumps(rec, default=str).decode() + "\n")

@@ -35,7 +35,10 @@ from .templates import (
     BUILTIN_NAMES,
     Expression,
     Prompt,
+    PromptLoader,
     attribute_uses,
+    folder_sources,
+    has_dynamic_reference,
     make_environment,
     names_in,
     parse_expression,
@@ -99,21 +102,36 @@ class CompiledGraph:
     outputs: dict[str, Expression]
     aggregates: dict[str, CompiledAggregate]
     content_hash: str
+    source: bytes = b""  # the graph file as read
+    # Every template the graph can render (includes, imports and extends too), as read once
+    # at compile time; rendering serves these, so they are exactly what the run key hashes.
+    templates: dict[str, str] = field(default_factory=dict)
+    prompts_dir: Path | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
 
+    def user_functions(self) -> dict[str, Any]:
+        """Functions named by module path (not built-ins): their code is part of a run's
+        identity."""
+        found: dict[str, Any] = {}
+        functions = [cn.function for cn in self.nodes.values() if cn.function is not None]
+        functions += [agg.function for agg in self.aggregates.values()]
+        for function in functions:
+            module = getattr(function.fn, "__module__", "") or ""
+            if not module.startswith("orchestrator."):
+                found[function.name] = function.fn
+        return found
 
-def _hash_graph(path: Path, spec: GraphSpec, prompts_dir: Path) -> str:
-    """Hash of the graph file plus every template it uses: a prompt edit is a new graph."""
-    digest = hashlib.sha256(path.read_bytes())
-    for node in spec.nodes.values():
-        if isinstance(node, LLMNode):
-            for name in (node.prompt, node.system):
-                if name and (prompts_dir / name).is_file():
-                    digest.update(name.encode())
-                    digest.update((prompts_dir / name).read_bytes())
+
+def _hash_graph(source: bytes, templates: dict[str, str]) -> str:
+    """Hash of the graph file plus every template it can render: a prompt edit, in an
+    included template too, is a new graph."""
+    digest = hashlib.sha256(source)
+    for name in sorted(templates):
+        digest.update(b"\0" + name.encode() + b"\0")
+        digest.update(templates[name].encode("utf-8"))
     return digest.hexdigest()[:16]
 
 
@@ -128,12 +146,15 @@ def _merge_sampling(defaults: Sampling, node: LLMNode) -> Sampling:
 class _Checker:
     """Collects problems while compiling one graph."""
 
-    def __init__(self, path: Path, spec: GraphSpec) -> None:
+    def __init__(
+        self, path: Path, spec: GraphSpec, prompts_dir: Path | None, functions: bool
+    ) -> None:
         self.path = path
         self.file = str(path)
         self.spec = spec
         self.problems: list[Problem] = []
-        self.prompts_dir = (path.parent / spec.prompts).resolve()
+        self.prompts_dir = (prompts_dir or path.parent / spec.prompts).resolve()
+        self.functions = functions
         # node -> {name it uses -> first field that uses it}: places cycles precisely.
         self.refs: dict[str, dict[str, str]] = {}
         # (node, field) -> template sources (with includes), for the attribute check.
@@ -183,19 +204,26 @@ class _Checker:
         return None, set()
 
 
-def compile_graph(path: Path | str) -> CompiledGraph:
-    """Load, check and compile a graph file; raise GraphError listing every problem."""
+def compile_graph(
+    path: Path | str, *, prompts_dir: Path | str | None = None, functions: bool = True
+) -> CompiledGraph:
+    """Load, check and compile a graph file; raise GraphError listing every problem.
+
+    `prompts_dir` overrides the graph's own `prompts:` folder (a run folder's snapshot keeps
+    its templates beside the graph). With `functions=False` compute functions are named but
+    not imported: enough to draw and report a run whose user code is not on this machine.
+    """
     path = Path(path)
     try:
-        return _compile(path)
+        return _compile(path, Path(prompts_dir) if prompts_dir else None, functions)
     except RecursionError:
         # Every known way to nest deeply is bounded and reported earlier; this is the net.
         raise GraphError([Problem(str(path), "nested too deeply to check")]) from None
 
 
-def _compile(path: Path) -> CompiledGraph:
+def _compile(path: Path, prompts_dir: Path | None, functions: bool) -> CompiledGraph:
     spec = load_spec(path)
-    ck = _Checker(path, spec)
+    ck = _Checker(path, spec, prompts_dir, functions)
     inputs = set(spec.inputs) | set(spec.optional_inputs)
     node_names = set(spec.nodes)
 
@@ -246,12 +274,38 @@ def _compile(path: Path) -> CompiledGraph:
         for name, item in spec.aggregates.items()
         if (agg := _compile_aggregate(ck, name, item)) is not None
     }
+    templates = _template_closure(ck)
     if ck.problems:
         raise GraphError(ck.problems)
     order = list(nx.topological_sort(graph))
+    source = path.read_bytes()
     return CompiledGraph(
-        path, spec, compiled, order, outputs, aggregates, _hash_graph(path, spec, ck.prompts_dir)
+        path,
+        spec,
+        compiled,
+        order,
+        outputs,
+        aggregates,
+        _hash_graph(source, templates),
+        source=source,
+        templates=templates,
+        prompts_dir=ck.prompts_dir,
     )
+
+
+def _template_closure(ck: _Checker) -> dict[str, str]:
+    """Every template the run can render, then the loader sealed to exactly those.
+
+    A template that includes a name computed at render time could reach any file of the
+    prompts folder, so then the whole folder is the closure.
+    """
+    loader = ck.env.loader
+    if not isinstance(loader, PromptLoader):
+        return {}
+    if has_dynamic_reference(ck.env, dict(loader.served)):
+        folder_sources(ck.env, ck.prompts_dir)
+    loader.seal()
+    return dict(sorted(loader.served.items()))
 
 
 def _check_cycles(ck: _Checker, graph: nx.DiGraph) -> None:
@@ -486,6 +540,8 @@ def _check_attributes(ck: _Checker, owner: str | None, sources: list[tuple[str, 
 def _resolve_function(
     ck: _Checker, fname: str, node: str | None, field: str
 ) -> ComputeFunction | None:
+    if not ck.functions:
+        return ComputeFunction(fname, _not_loaded)
     try:
         function = resolve(fname)
     except LookupError as exc:
@@ -507,6 +563,10 @@ def _resolve_function(
             field,
         )
     return function
+
+
+def _not_loaded(**_: Any) -> Any:
+    raise RuntimeError("this graph was compiled for reading only; its functions are not loaded")
 
 
 def _compile_aggregate(ck: _Checker, name: str, item: Aggregate) -> CompiledAggregate | None:

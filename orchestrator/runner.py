@@ -10,7 +10,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -23,10 +23,19 @@ from . import __version__
 from .cache import BUSY_SECONDS, ResponseCache, default_cache_path
 from .client import Endpoint, LLMClient, ServerError
 from .compile import CompiledGraph, compile_graph
-from .dataset import check_fields, file_hash, read_rows
+from .dataset import Row, check_fields, file_hash, read_rows
 from .engine import Engine, EngineOptions
 from .outage import DEFAULT_SERVER_WAIT, ServerGone
-from .runfolder import RunFolder, iter_results, read_results
+from .runfolder import (
+    INPUTS,
+    LAYOUT_VERSION,
+    SNAPSHOT,
+    SNAPSHOT_GRAPH,
+    RunFolder,
+    iter_results,
+    read_results,
+)
+from .runkey import RunKey, server_components, static_components
 from .spec import LLMNode
 from .stats import RunStats
 from .summary import output_means, run_aggregates, status_counts
@@ -141,13 +150,30 @@ async def _prepare_endpoints(
 async def execute(config: RunConfig, console: Console | None = None) -> RunOutcome:
     """Run a graph over a dataset into a run folder (resuming it when possible)."""
     console = console or Console()
-    say = console.print
     graph = compile_graph(config.graph)
+    data_hash = file_hash(config.data)
+    static_key = RunKey.from_components(static_components(graph, config.params, data_hash))
     folder = RunFolder(config.out)
-    identity = {"graph_hash": graph.content_hash, "data_hash": file_hash(config.data)}
-    resuming = folder.prepare(identity, config.overwrite)
-    if resuming:
-        say(f"Resuming {config.out}: {len(folder.done)} examples already done.")
+    folder.open(config.overwrite)  # the writer lock, held until the run ends
+    try:
+        return await _execute_locked(config, console, graph, folder, static_key)
+    finally:
+        folder.release()
+
+
+async def _execute_locked(
+    config: RunConfig,
+    console: Console,
+    graph: CompiledGraph,
+    folder: RunFolder,
+    static_key: RunKey,
+) -> RunOutcome:
+    say = console.print
+    took_over = folder.lock.took_over()
+    if took_over:
+        say(f"{config.out}: {took_over}.")
+    # Graph, templates, params and data are compared before any server is asked.
+    folder.check_key(static_key, static_only=True)
 
     stats = RunStats()
     cache = None
@@ -163,13 +189,62 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         say=say,
     )
     run_id = uuid.uuid4().hex[:12]
-    trace = TraceStore(folder.traces_path, run_id, graph.content_hash)
+    try:
+        endpoints, servers = await _prepare_endpoints(graph, client, config, say)
+    except BaseException as exc:
+        await client.close()
+        if cache is not None:
+            cache.close()
+        if not folder.manifest_path.is_file() and isinstance(exc, Exception):
+            # A new folder says why it stayed empty; a resumable run's manifest (and its
+            # key) is never replaced by one of a run that did not start.
+            folder.write_manifest(
+                {
+                    "layout_version": LAYOUT_VERSION,
+                    "run_id": run_id,
+                    "run_key": static_key.model_dump(),
+                    "graph": {"path": str(config.graph), "name": graph.name},
+                    "status": "error",
+                    "error": str(exc),
+                }
+            )
+        raise
+    run_key = RunKey.from_components(
+        {
+            **static_key.components,
+            **server_components(
+                (node, ep.model, ep.base_url, ep.structured) for node, ep in endpoints.items()
+            ),
+        }
+    )
+    try:
+        folder.check_key(run_key)
+        trace = TraceStore(folder.traces_path, run_id, graph.content_hash, run_key.digest)
+    except BaseException:
+        await client.close()
+        if cache is not None:
+            cache.close()
+        raise
+    resuming = folder.begin()
+    if resuming:
+        say(f"Resuming {config.out}: {len(folder.done)} examples already done.")
+    folder.write_snapshot(graph)
     flush = _Flusher(cache, trace, folder, say)
     manifest: dict[str, Any] = {
+        "layout_version": LAYOUT_VERSION,
         "run_id": run_id,
-        "identity": identity,
-        "graph": {"path": str(config.graph), "name": graph.name, "hash": graph.content_hash},
-        "dataset": {"path": str(config.data), "hash": identity["data_hash"]},
+        "run_key": run_key.model_dump(),
+        "graph": {
+            "path": str(config.graph),
+            "name": graph.name,
+            "hash": graph.content_hash,
+            "snapshot": f"{SNAPSHOT}/{SNAPSHOT_GRAPH}",
+        },
+        "dataset": {
+            "path": str(config.data),
+            "hash": static_key.components["data"],
+            "inputs": INPUTS,
+        },
         "model": config.model,
         "parameters": {
             "concurrency": config.concurrency,
@@ -191,7 +266,6 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         "resumed": resuming,
     }
     try:
-        endpoints, servers = await _prepare_endpoints(graph, client, config, say)
         manifest["servers"] = servers
         manifest["model"] = config.model or next((e.model for e in endpoints.values()), None)
         trace.start_run(
@@ -213,9 +287,11 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         )
         required = graph.spec.inputs
 
-        def rows():
+        def rows() -> Iterator[Row]:
             for row in read_rows(config.data, config.limit):
                 check_fields(row, required, config.data)
+                if row.id not in folder.done:
+                    folder.write_input(row)
                 yield row
 
         total = _count_rows(config.data, config.limit)
@@ -241,21 +317,31 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         manifest["error"] = str(exc)
         raise
     finally:
-        flush()
+        # Each step on its own: a full disk that fails the last flush must still leave the
+        # manifest saying "error" (not "running") and close every file.
+        try:
+            flush()
+            folder.close()
+        except (OSError, sqlite3.Error) as exc:
+            manifest["status"] = "error"
+            manifest["error"] = manifest.get("error") or f"could not write the run folder: {exc}"
         if flush.cache_error is not None:
             manifest["cache_error"] = f"replies not saved to the cache: {flush.cache_error}"
-        folder.close()
         manifest["ended"] = time.time()
         manifest["wall_seconds"] = round(manifest["ended"] - manifest["started"], 3)
         manifest["outages"] = client.outages()
         # Streamed from the file, twice, rather than held: runs can have millions of lines.
         manifest["counts"] = {**stats.as_dict(), **status_counts(iter_results(folder.path))}
         manifest["means"] = output_means(iter_results(folder.path))
-        folder.write_manifest(manifest)
-        await client.close()
-        trace.close()
-        if cache is not None:
-            cache.close()
+        try:
+            folder.write_manifest(manifest)
+        finally:
+            await client.close()
+            with suppress(sqlite3.Error):
+                trace.close()
+            if cache is not None:
+                with suppress(sqlite3.Error):
+                    cache.close()
     # Aggregates (Elo, agreement…) need every line at once; most graphs have none.
     aggregates = {}
     if graph.aggregates:

@@ -72,9 +72,34 @@ class UnsafeTemplateError(TemplateError):
 
 class PromptLoader(FileSystemLoader):
     """Templates from one folder and nothing outside it: no `..`, no absolute paths, no
-    symlink that resolves elsewhere; at most MAX_TEMPLATE_BYTES of UTF-8 text each."""
+    symlink that resolves elsewhere; at most MAX_TEMPLATE_BYTES of UTF-8 text each.
+
+    The first read of a template is the one used for the rest of the run: the run key hashes
+    what was read, and an edit on disk mid-run (or between compiling and the first render of
+    an include) must not reach a prompt. Once `seal`ed, a template never read before is
+    refused, so nothing outside the fingerprint can be rendered.
+    """
+
+    def __init__(self, searchpath: str) -> None:
+        super().__init__(searchpath)
+        self.served: dict[str, str] = {}
+        self._filenames: dict[str, str] = {}
+        self.sealed = False
+
+    def seal(self) -> None:
+        self.sealed = True
 
     def get_source(self, environment: Any, template: str) -> tuple[str, str, Callable[[], bool]]:
+        if template in self.served:
+            return self.served[template], self._filenames[template], _always
+        if self.sealed:
+            raise TemplateNotFound(template)
+        contents, filename, _ = self._read(template)
+        self.served[template] = contents
+        self._filenames[template] = filename
+        return contents, filename, _always
+
+    def _read(self, template: str) -> tuple[str, str, Callable[[], bool]]:
         if template.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", template):
             raise UnsafeTemplateError(
                 f"template '{template}' is an absolute path; name it relative to the prompts folder"
@@ -114,6 +139,10 @@ class PromptLoader(FileSystemLoader):
                 return False
 
         return contents, os.path.normpath(filename), uptodate
+
+
+def _always() -> bool:
+    return True
 
 
 def _check_repeat(left: Any, right: Any) -> None:
@@ -417,6 +446,31 @@ def template_sources(env: SandboxedEnvironment, name: str) -> dict[str, str]:
 
     visit(name, ())
     return sources
+
+
+def has_dynamic_reference(env: SandboxedEnvironment, sources: dict[str, str]) -> bool:
+    """True when a template includes, imports or extends a name computed at render time,
+    so which templates a run uses cannot be known before it runs."""
+    return any(
+        child is None
+        for current, source in sources.items()
+        for child in meta.find_referenced_templates(env.parse(source, current))
+    )
+
+
+def folder_sources(env: SandboxedEnvironment, root: Path) -> dict[str, str]:
+    """Every readable template under `root`, by name (for graphs with dynamic includes)."""
+    assert env.loader is not None
+    found: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        if not path.is_file():
+            continue
+        name = path.relative_to(root).as_posix()
+        try:
+            found[name] = env.loader.get_source(env, name)[0]
+        except TemplateError:
+            continue  # not a usable template (binary, too large, a link outside): never rendered
+    return found
 
 
 def names_in(env: SandboxedEnvironment, sources: dict[str, str]) -> set[str]:

@@ -16,17 +16,20 @@ from typing import Any
 
 import orjson
 
+from .errors import RunFolderError
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
   run_id TEXT PRIMARY KEY, started REAL, graph TEXT, graph_hash TEXT, model TEXT,
-  base_url TEXT, server TEXT, structured TEXT, settings BLOB
+  base_url TEXT, server TEXT, structured TEXT, settings BLOB, run_key TEXT
 );
 CREATE TABLE IF NOT EXISTS node_runs (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   run_id TEXT, example_id TEXT, node TEXT, item INTEGER, status TEXT,
   value BLOB, error TEXT, messages BLOB, raw BLOB, model TEXT, endpoint TEXT,
   cached INTEGER, prompt_tokens INTEGER, completion_tokens INTEGER, latency REAL,
-  started REAL, finished REAL, graph_hash TEXT, request BLOB, schema_hash TEXT
+  started REAL, finished REAL, graph_hash TEXT, request BLOB, schema_hash TEXT,
+  run_key TEXT
 );
 CREATE TABLE IF NOT EXISTS schemas (hash TEXT PRIMARY KEY, schema BLOB);
 CREATE INDEX IF NOT EXISTS node_runs_lookup ON node_runs (example_id, node, item);
@@ -93,15 +96,25 @@ def _loads(blob: bytes | None) -> Any:
 class TraceStore:
     """Writes and reads `traces.sqlite` of one run folder."""
 
-    def __init__(self, path: Path, run_id: str = "", graph_hash: str = "") -> None:
+    def __init__(
+        self, path: Path, run_id: str = "", graph_hash: str = "", run_key: str = ""
+    ) -> None:
         self.path = path
         self.run_id = run_id
         self.graph_hash = graph_hash
-        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._add_missing_columns()
+        # Resume reads only rows written under this key (a run folder refuses any other
+        # key, so this is a second guard against mixing two judges' values).
+        self.run_key = run_key
+        try:
+            self._db = sqlite3.connect(
+                path, timeout=30, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._add_missing_columns()
+        except sqlite3.DatabaseError as exc:
+            raise damaged(path, exc) from None
         # Records are written in batches (one transaction per `flush`): a commit per node
         # execution cost ~130 µs, more than the rest of our per-request work together.
         self._pending_runs: list[tuple[Any, ...]] = []
@@ -111,19 +124,43 @@ class TraceStore:
         last = self._db.execute("SELECT MAX(id) FROM node_runs").fetchone()[0]
         self._next_id = (last or 0) + 1
         # Nothing to resume from means no lookups at all on a fresh run.
-        self._resumable = (
+        self._resumable = bool(run_key) and (
             self._db.execute(
-                "SELECT 1 FROM node_runs WHERE graph_hash=? AND status IN ('ok','skipped') LIMIT 1",
-                (graph_hash,),
+                "SELECT 1 FROM node_runs WHERE run_key=? AND status IN ('ok','skipped') LIMIT 1",
+                (run_key,),
             ).fetchone()
             is not None
         )
+
+    @classmethod
+    def reader(cls, path: Path) -> TraceStore:
+        """Open a trace to read only (a run may be writing it): no schema changes, no lock
+        taken beyond SQLite's readers'."""
+        store = cls.__new__(cls)
+        store.path, store.run_id, store.graph_hash, store.run_key = path, "", "", ""
+        if not path.is_file():
+            raise damaged(path, FileNotFoundError("no such file"))
+        try:
+            store._db = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                timeout=30,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            store._db.execute("SELECT COUNT(*) FROM node_runs").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise damaged(path, exc) from None
+        store._pending_runs, store._pending_attempts = [], []
+        store._pending_schemas, store._schema_ids = {}, {}
+        store._next_id, store._resumable = 0, False
+        return store
 
     def start_run(self, **fields: Any) -> None:
         settings = fields.pop("settings", None)
         self._db.execute(
             "INSERT OR REPLACE INTO runs (run_id, started, graph, graph_hash, model, base_url,"
-            " server, structured, settings) VALUES (?,?,?,?,?,?,?,?,?)",
+            " server, structured, settings, run_key) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (
                 self.run_id,
                 time.time(),
@@ -134,6 +171,7 @@ class TraceStore:
                 fields.get("server"),
                 fields.get("structured"),
                 _dumps(settings),
+                self.run_key,
             ),
         )
 
@@ -165,6 +203,7 @@ class TraceStore:
                 self.graph_hash,
                 _dumps(rec.request),
                 self._schema_hash(rec.schema),
+                self.run_key,
             )
         )
         self._pending_attempts.extend(
@@ -195,7 +234,7 @@ class TraceStore:
                 "INSERT INTO node_runs (id, run_id, example_id, node, item, status, value,"
                 " error, messages, raw, model, endpoint, cached, prompt_tokens,"
                 " completion_tokens, latency, started, finished, graph_hash, request,"
-                " schema_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " schema_hash, run_key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 self._pending_runs,
             )
             self._db.executemany(
@@ -222,9 +261,11 @@ class TraceStore:
     def _add_missing_columns(self) -> None:
         """Traces written before a column existed get it (empty), so old run folders resume."""
         have = {row[1] for row in self._db.execute("PRAGMA table_info(node_runs)")}
-        for column, kind in (("request", "BLOB"), ("schema_hash", "TEXT")):
+        for column, kind in (("request", "BLOB"), ("schema_hash", "TEXT"), ("run_key", "TEXT")):
             if column not in have:
                 self._db.execute(f"ALTER TABLE node_runs ADD COLUMN {column} {kind}")
+        if "run_key" not in {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}:
+            self._db.execute("ALTER TABLE runs ADD COLUMN run_key TEXT")
 
     def _schema_hash(self, schema: dict[str, Any] | None) -> str | None:
         """Schemas are stored once each; node runs point at them by content hash."""
@@ -251,8 +292,8 @@ class TraceStore:
             return False, None
         row = self._db.execute(
             "SELECT status, value FROM node_runs WHERE example_id=? AND node=? AND item=?"
-            " AND status IN ('ok','skipped') AND graph_hash=? ORDER BY id DESC LIMIT 1",
-            (example_id, node, item, self.graph_hash),
+            " AND status IN ('ok','skipped') AND run_key=? ORDER BY id DESC LIMIT 1",
+            (example_id, node, item, self.run_key),
         ).fetchone()
         if row is None:
             return False, None
@@ -293,6 +334,11 @@ class TraceStore:
             rec["attempts"] = [dict(zip(names, a, strict=True)) for a in att.fetchall()]
             yield rec
 
+    def first_example(self) -> str | None:
+        """The id of the first example with a recorded node execution, if any."""
+        row = self._db.execute("SELECT example_id FROM node_runs ORDER BY id LIMIT 1").fetchone()
+        return None if row is None else str(row[0])
+
     def schema(self, digest: str | None) -> dict[str, Any] | None:
         """A stored JSON schema by the hash a node run points at."""
         if digest is None:
@@ -313,3 +359,11 @@ class TraceStore:
 
 def attempt_dict(attempt: Attempt) -> dict[str, Any]:
     return asdict(attempt)
+
+
+def damaged(path: Path, exc: BaseException) -> RunFolderError:
+    """The error for a trace that cannot be opened: the folder, not the command, is at fault."""
+    return RunFolderError(
+        f"{path} cannot be read ({exc}): the run folder {path.parent} is damaged and cannot "
+        "be resumed or reported; keep it aside and start a new --out (or --overwrite it)."
+    )

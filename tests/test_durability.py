@@ -96,14 +96,15 @@ def test_trace_keeps_request_params_and_each_schema_once(tmp_path: Path):
 
 def test_trace_from_before_the_request_columns_still_opens(tmp_path: Path):
     path = tmp_path / "traces.sqlite"
-    TraceStore(path, "old", "h").close()
+    TraceStore(path, "old", "h", "key").close()
     with sqlite3.connect(path) as db:
         db.execute("ALTER TABLE node_runs DROP COLUMN request")
         db.execute("ALTER TABLE node_runs DROP COLUMN schema_hash")
-    store = TraceStore(path, "new", "h")
+        db.execute("ALTER TABLE node_runs DROP COLUMN run_key")
+    store = TraceStore(path, "new", "h", "key")
     store.record(NodeRecord("e1", "judge", value={"score": 3}))
     store.close()
-    reopened = TraceStore(path, "again", "h")
+    reopened = TraceStore(path, "again", "h", "key")
     assert reopened.finished_value("e1", "judge") == (True, {"score": 3})
     reopened.close()
 

@@ -278,7 +278,7 @@ def test_other_graph_in_existing_folder_is_refused(graph: Path, data: Path, tmp_
     other = write_graph(tmp_path / "g2", {**GRAPH, "name": "other"}, TEMPLATES)
     with FakeServer(by_text({})) as server:
         run_graph(graph, data, tmp_path / "run", server.base_url)
-        with pytest.raises(RunFolderError, match="different graph_hash"):
+        with pytest.raises(RunFolderError, match="graph changed"):
             run_graph(other, data, tmp_path / "run", server.base_url)
         run_graph(other, data, tmp_path / "run", server.base_url, overwrite=True)
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())

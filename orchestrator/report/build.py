@@ -128,7 +128,7 @@ def embedded_details(
     """The per-example JSON array (in table order), the shared prompt heads, how many fit."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     if run.traces_path.is_file():
-        store = TraceStore(run.traces_path)
+        store = TraceStore.reader(run.traces_path)
         try:
             grouped = records_by_example(store)
         finally:

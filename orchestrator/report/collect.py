@@ -18,7 +18,17 @@ from typing import Any
 
 import orjson
 
-from ..runfolder import MANIFEST, SUMMARY, TRACES, read_json, read_results
+from ..runfolder import (
+    INPUTS,
+    MANIFEST,
+    SUMMARY,
+    TRACES,
+    iter_inputs,
+    read_json,
+    read_results,
+    snapshot_graph,
+    snapshot_prompts,
+)
 from ..summary import numeric_leaves
 from ..trace import WHOLE, TraceStore
 
@@ -123,13 +133,20 @@ def load_graph(manifest: dict[str, Any], run_dir: Path, seen_nodes: Iterable[str
     from ..errors import GraphError
 
     info = manifest.get("graph") or {}
-    path = find_file(info.get("path"), run_dir)
     fallback = [NodeInfo(name, "?") for name in dict.fromkeys(seen_nodes)]
+    snapshot = snapshot_graph(run_dir)
+    path = snapshot or find_file(info.get("path"), run_dir)
     if path is None:
         note = f"graph file {info.get('path')!r} not found: nodes come from the trace, no edges"
         return GraphInfo(fallback, [], note=note)
     try:
-        graph = compile_graph(path)
+        # The snapshot is the graph as the run used it: drawn without the user's functions,
+        # which need not be installed where the folder is read.
+        graph = (
+            compile_graph(path, prompts_dir=snapshot_prompts(run_dir), functions=False)
+            if snapshot
+            else compile_graph(path)
+        )
     except (GraphError, OSError, ValueError) as exc:
         note = f"graph file {path} no longer compiles ({str(exc).splitlines()[0]}): no edges"
         return GraphInfo(fallback, [], path=path, note=note)
@@ -172,6 +189,8 @@ def load_inputs(
     """Dataset fields of every row by id (abridged), row numbers, and a note when unusable."""
     from ..dataset import file_hash, read_rows
 
+    if (run_dir / INPUTS).is_file():
+        return _snapshot_inputs(run_dir, fields, limit)
     info = manifest.get("dataset") or {}
     path = find_file(info.get("path"), run_dir)
     if path is None:
@@ -197,6 +216,29 @@ def load_inputs(
                 }
     except Exception as exc:  # a dataset the run could read but we cannot is only a note
         return {}, {}, f"dataset {path} could not be read: {exc}"
+    return inputs, numbers, None
+
+
+def _snapshot_inputs(
+    run_dir: Path, fields: list[str], limit: int | None
+) -> tuple[dict[str, dict[str, str]], dict[str, int], str | None]:
+    """Inputs as the run read them (inputs.jsonl), so the dataset file is not needed."""
+    inputs: dict[str, dict[str, str]] = {}
+    numbers: dict[str, int] = {}
+    for line in iter_inputs(run_dir):
+        example, data = str(line.get("id")), line.get("data") or {}
+        numbers[example] = int(line.get("number") or 0)
+        wanted = fields or [k for k in data if k != "id"]
+        inputs[example] = {
+            name: abridge(
+                data[name]
+                if isinstance(data[name], str)
+                else orjson.dumps(data[name], default=str).decode(),
+                limit,
+            )
+            for name in wanted
+            if name in data
+        }
     return inputs, numbers, None
 
 
@@ -559,7 +601,7 @@ def load_run(run_dir: Path, full_prompts: bool = False) -> RunData:
     runs: list[dict[str, Any]] = []
     seen_nodes: list[str] = []
     if (run_dir / TRACES).is_file():
-        store = TraceStore(run_dir / TRACES)
+        store = TraceStore.reader(run_dir / TRACES)
         try:
             runs = store.runs()
             # Node names for a drawing without the graph file: those of a few examples.

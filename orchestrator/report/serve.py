@@ -32,7 +32,8 @@ class ReportServer(ThreadingHTTPServer):
         page = Page("serve", full_prompts, [], "", 0)
         self.page = render_page(self.run, self.order, page).encode()
         self.options = DetailOptions(full=full_prompts)
-        self.store = TraceStore(self.run.traces_path) if self.run.traces_path.is_file() else None
+        traces = self.run.traces_path
+        self.store = TraceStore.reader(traces) if traces.is_file() else None
         self.lock = threading.Lock()  # one SQLite connection, shared by the handler threads
         super().__init__(("127.0.0.1", port), _Handler)
 
