@@ -32,7 +32,8 @@ from orchestrator.dataset import file_hash
 from orchestrator.report import build_report, make_server
 from orchestrator.report.browser import CHROMIUM
 from orchestrator.report.browser import CHROMIUM_ARGS as ARGS
-from orchestrator.runfolder import RunFolder
+from orchestrator.runfolder import LAYOUT_VERSION, RunFolder
+from orchestrator.runkey import RunKey, static_components
 from orchestrator.trace import Attempt, NodeRecord, TraceStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,9 +76,11 @@ def write_run(folder: Path, count: int, fail_share: float = 0.03) -> None:
     ]
     data.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     run = RunFolder(folder)
-    identity = {"graph_hash": graph.content_hash, "data_hash": file_hash(data)}
-    run.prepare(identity, overwrite=True)
-    store = TraceStore(run.traces_path, "bench-run", graph.content_hash)
+    key = RunKey.from_components(static_components(graph, {}, file_hash(data)))
+    run.open(overwrite=True)
+    run.begin()
+    run.write_snapshot(graph)
+    store = TraceStore(run.traces_path, "bench-run", graph.content_hash, key.digest)
     store.start_run(graph=str(GRAPH), model="bench-model", base_url="http://127.0.0.1:1/v1")
     params = graph.spec.params
     totals = {"requests": 0, "retries": 0, "cache_hits": 0, "prompt_tokens": 0}
@@ -152,10 +155,11 @@ def write_run(folder: Path, count: int, fail_share: float = 0.03) -> None:
     }
     run.write_manifest(
         {
+            "layout_version": LAYOUT_VERSION,
             "run_id": "bench-run",
-            "identity": identity,
+            "run_key": key.model_dump(),
             "graph": {"path": str(GRAPH), "name": graph.name, "hash": graph.content_hash},
-            "dataset": {"path": str(data), "hash": identity["data_hash"]},
+            "dataset": {"path": str(data), "hash": key.components["data"]},
             "model": "bench-model",
             "status": "complete",
             "started": time.time() - 600,
@@ -165,6 +169,7 @@ def write_run(folder: Path, count: int, fail_share: float = 0.03) -> None:
     )
     run.write_summary({"graph": graph.name, "counts": counts, "means": {}})
     run.close()
+    run.release()
 
 
 def open_in_browser(url: str, search: str) -> dict[str, float]:
