@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,14 +31,15 @@ from .spec import (
     Sampling,
     load_spec,
     sampling_problem,
+    spec_from_raw,
 )
 from .templates import (
     BUILTIN_NAMES,
     Expression,
     Prompt,
-    PromptLoader,
+    SealedLoader,
+    all_sources,
     attribute_uses,
-    folder_sources,
     has_dynamic_reference,
     make_environment,
     names_in,
@@ -146,20 +148,18 @@ def _merge_sampling(defaults: Sampling, node: LLMNode) -> Sampling:
 class _Checker:
     """Collects problems while compiling one graph."""
 
-    def __init__(
-        self, path: Path, spec: GraphSpec, prompts_dir: Path | None, functions: bool
-    ) -> None:
-        self.path = path
-        self.file = str(path)
+    def __init__(self, origin: _Origin, spec: GraphSpec, functions: bool) -> None:
+        self.path = origin.path
+        self.file = origin.file
         self.spec = spec
         self.problems: list[Problem] = []
-        self.prompts_dir = (prompts_dir or path.parent / spec.prompts).resolve()
+        self.prompts_dir = (origin.prompts_dir or origin.path.parent / spec.prompts).resolve()
         self.functions = functions
         # node -> {name it uses -> first field that uses it}: places cycles precisely.
         self.refs: dict[str, dict[str, str]] = {}
         # (node, field) -> template sources (with includes), for the attribute check.
         self.sources: dict[tuple[str, str], dict[str, str]] = {}
-        self.env = make_environment(self.prompts_dir)
+        self.env = make_environment(self.prompts_dir, origin.texts)
         self.env.globals["params"] = spec.params
         # `run` (base_url, model of the run's server) is filled in by the engine.
         self.env.globals["run"] = {}
@@ -191,7 +191,8 @@ class _Checker:
             self.sources[(node, field)] = sources
             return Prompt(template, names), names
         except TemplateNotFound as exc:
-            self.problem(f"template '{exc.name}' not found under {self.prompts_dir}", node, field)
+            where = self.env.loader.where() if isinstance(self.env.loader, SealedLoader) else "?"
+            self.problem(f"template '{exc.name}' not found under {where}", node, field)
         except TemplateSyntaxError as exc:
             where = exc.name or exc.filename or name
             self.problem(f"template '{where}' line {exc.lineno}: {exc.message}", node, field)
@@ -214,16 +215,50 @@ def compile_graph(
     not imported: enough to draw and report a run whose user code is not on this machine.
     """
     path = Path(path)
+    origin = _Origin(path, str(path), prompts_dir=Path(prompts_dir) if prompts_dir else None)
+    return _compile_guarded(origin, lambda: load_spec(path), functions)
+
+
+def compile_dict(
+    spec: dict[str, Any], prompts: dict[str, str] | None = None, *, name: str = "<graph dict>"
+) -> CompiledGraph:
+    """Compile a graph given as a dict (the shape of a graph file) with its templates as
+    texts by name; checked exactly like a file, problems named by `name`."""
+    import yaml
+
     try:
-        return _compile(path, Path(prompts_dir) if prompts_dir else None, functions)
+        text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
+    except yaml.YAMLError as exc:
+        raise GraphError([Problem(name, f"the graph is not plain data: {exc}")]) from None
+    origin = _Origin(Path.cwd() / "graph.yaml", name, texts=dict(prompts or {}))
+    origin.source = text.encode("utf-8")
+    return _compile_guarded(origin, lambda: spec_from_raw(spec, name), functions=True)
+
+
+@dataclass
+class _Origin:
+    """Where a graph comes from: a file (its prompts in a folder) or a dict (prompt texts)."""
+
+    path: Path
+    file: str  # how problems name it
+    prompts_dir: Path | None = None
+    texts: dict[str, str] | None = None
+    source: bytes | None = None  # as hashed and snapshotted; a file's bytes when None
+
+
+def _compile_guarded(
+    origin: _Origin, load: Callable[[], GraphSpec], functions: bool
+) -> CompiledGraph:
+    try:
+        return _compile(origin, load(), functions)
     except RecursionError:
         # Every known way to nest deeply is bounded and reported earlier; this is the net.
-        raise GraphError([Problem(str(path), "nested too deeply to check")]) from None
+        raise GraphError([Problem(origin.file, "nested too deeply to check")]) from None
 
 
-def _compile(path: Path, prompts_dir: Path | None, functions: bool) -> CompiledGraph:
-    spec = load_spec(path)
-    ck = _Checker(path, spec, prompts_dir, functions)
+def _compile(origin: _Origin, spec: GraphSpec, functions: bool) -> CompiledGraph:
+    path = origin.path
+    ck = _Checker(origin, spec, functions)
     inputs = set(spec.inputs) | set(spec.optional_inputs)
     node_names = set(spec.nodes)
 
@@ -239,7 +274,7 @@ def _compile(path: Path, prompts_dir: Path | None, functions: bool) -> CompiledG
         ck.problem("node name clashes with a dataset input or a reserved name", name)
     for name in sorted(inputs & RESERVED - {"id"}):
         ck.problem(f"input name '{name}' is reserved", field="inputs")
-    if not ck.prompts_dir.is_dir():
+    if origin.texts is None and not ck.prompts_dir.is_dir():
         ck.problem(f"prompts folder {ck.prompts_dir} does not exist", field="prompts")
     _check_sampling(ck, spec.defaults, None, "defaults.")
 
@@ -274,11 +309,11 @@ def _compile(path: Path, prompts_dir: Path | None, functions: bool) -> CompiledG
         for name, item in spec.aggregates.items()
         if (agg := _compile_aggregate(ck, name, item)) is not None
     }
-    templates = _template_closure(ck)
     if ck.problems:
         raise GraphError(ck.problems)
+    templates = _template_closure(ck)
     order = list(nx.topological_sort(graph))
-    source = path.read_bytes()
+    source = origin.source if origin.source is not None else path.read_bytes()
     return CompiledGraph(
         path,
         spec,
@@ -300,10 +335,10 @@ def _template_closure(ck: _Checker) -> dict[str, str]:
     prompts folder, so then the whole folder is the closure.
     """
     loader = ck.env.loader
-    if not isinstance(loader, PromptLoader):
+    if not isinstance(loader, SealedLoader):
         return {}
     if has_dynamic_reference(ck.env, dict(loader.served)):
-        folder_sources(ck.env, ck.prompts_dir)
+        all_sources(ck.env)
     loader.seal()
     return dict(sorted(loader.served.items()))
 

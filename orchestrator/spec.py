@@ -226,8 +226,12 @@ def _problem(file: str, err: Any) -> Problem:
 
 def load_spec(path: Path) -> GraphSpec:
     """Parse a graph file; raise GraphError naming the file, node and field of each problem."""
-    file = str(path)
-    raw = load_yaml(path)
+    return spec_from_raw(load_yaml(path), str(path))
+
+
+def spec_from_raw(raw: Any, file: str) -> GraphSpec:
+    """Check a parsed graph (a YAML file's contents or a dict built in Python); `file` is
+    how problems name where it came from."""
     shape = "a graph file is a YAML mapping with name, nodes and outputs"
     if raw is None:
         raise GraphError([Problem(file, f"the file is empty; {shape}")])

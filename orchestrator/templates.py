@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import (
-    FileSystemLoader,
+    BaseLoader,
     StrictUndefined,
     Template,
     TemplateError,
@@ -70,18 +70,15 @@ class UnsafeTemplateError(TemplateError):
     """A template or expression that reaches for Python internals or leaves its folder."""
 
 
-class PromptLoader(FileSystemLoader):
-    """Templates from one folder and nothing outside it: no `..`, no absolute paths, no
-    symlink that resolves elsewhere; at most MAX_TEMPLATE_BYTES of UTF-8 text each.
+class SealedLoader(BaseLoader):
+    """A loader whose first read of each template is the one used for the rest of the run.
 
-    The first read of a template is the one used for the rest of the run: the run key hashes
-    what was read, and an edit on disk mid-run (or between compiling and the first render of
-    an include) must not reach a prompt. Once `seal`ed, a template never read before is
-    refused, so nothing outside the fingerprint can be rendered.
+    The run key hashes what was read, so an edit on disk mid-run (or between compiling and
+    the first render of an include) must not reach a prompt. Once `seal`ed, a template never
+    read before is refused, so nothing outside the fingerprint can be rendered.
     """
 
-    def __init__(self, searchpath: str) -> None:
-        super().__init__(searchpath)
+    def __init__(self) -> None:
         self.served: dict[str, str] = {}
         self._filenames: dict[str, str] = {}
         self.sealed = False
@@ -94,21 +91,62 @@ class PromptLoader(FileSystemLoader):
             return self.served[template], self._filenames[template], _always
         if self.sealed:
             raise TemplateNotFound(template)
-        contents, filename, _ = self._read(template)
+        contents, filename = self._read(_relative_name(template))
         self.served[template] = contents
         self._filenames[template] = filename
         return contents, filename, _always
 
-    def _read(self, template: str) -> tuple[str, str, Callable[[], bool]]:
-        if template.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", template):
-            raise UnsafeTemplateError(
-                f"template '{template}' is an absolute path; name it relative to the prompts folder"
-            )
-        pieces = template.replace("\\", "/").split("/")
-        if ".." in pieces:
-            raise UnsafeTemplateError(f"template '{template}' leaves the prompts folder (..)")
+    def _read(self, template: str) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def list_templates(self) -> list[str]:
+        raise NotImplementedError
+
+    def where(self) -> str:
+        """How errors name the place templates come from."""
+        raise NotImplementedError
+
+
+def _relative_name(template: str) -> str:
+    """`template` checked to stay inside its prompts folder, as a clean relative path."""
+    if template.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", template):
+        raise UnsafeTemplateError(
+            f"template '{template}' is an absolute path; name it relative to the prompts folder"
+        )
+    pieces = template.replace("\\", "/").split("/")
+    if ".." in pieces:
+        raise UnsafeTemplateError(f"template '{template}' leaves the prompts folder (..)")
+    return "/".join(p for p in pieces if p not in ("", "."))
+
+
+def _decode(template: str, data: bytes) -> str:
+    if len(data) > MAX_TEMPLATE_BYTES:
+        raise TemplateError(
+            f"template '{template}' is over 1 MB ({MAX_TEMPLATE_BYTES:,} bytes), the limit"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TemplateError(
+            f"template '{template}' is not UTF-8 text: byte {data[exc.start]:#04x} on line {line}"
+        ) from exc
+
+
+class PromptLoader(SealedLoader):
+    """Templates from one folder and nothing outside it: no `..`, no absolute paths, no
+    symlink that resolves elsewhere; at most MAX_TEMPLATE_BYTES of UTF-8 text each."""
+
+    def __init__(self, searchpath: str) -> None:
+        super().__init__()
+        self.searchpath = [searchpath]
+
+    def where(self) -> str:
+        return str(Path(self.searchpath[0]).resolve())
+
+    def _read(self, template: str) -> tuple[str, str]:
         root = Path(self.searchpath[0]).resolve()
-        filename = posixpath.join(self.searchpath[0], *(p for p in pieces if p not in ("", ".")))
+        filename = posixpath.join(self.searchpath[0], *template.split("/"))
         if not os.path.isfile(filename):
             raise TemplateNotFound(template)
         real = Path(filename).resolve()
@@ -118,27 +156,32 @@ class PromptLoader(FileSystemLoader):
             )
         with open(real, "rb") as handle:
             data = handle.read(MAX_TEMPLATE_BYTES + 1)
-        if len(data) > MAX_TEMPLATE_BYTES:
-            raise TemplateError(
-                f"template '{template}' is over 1 MB ({MAX_TEMPLATE_BYTES:,} bytes), the limit"
-            )
-        try:
-            contents = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = data[: exc.start].count(b"\n") + 1
-            raise TemplateError(
-                f"template '{template}' is not UTF-8 text: byte {data[exc.start]:#04x} on line "
-                f"{line}"
-            ) from exc
-        mtime = os.path.getmtime(filename)
+        return _decode(template, data), os.path.normpath(filename)
 
-        def uptodate() -> bool:
-            try:
-                return os.path.getmtime(filename) == mtime
-            except OSError:
-                return False
+    def list_templates(self) -> list[str]:
+        root = Path(self.searchpath[0])
+        if not root.is_dir():
+            return []
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
-        return contents, os.path.normpath(filename), uptodate
+
+class TextPromptLoader(SealedLoader):
+    """Templates given as texts by name (a graph built in Python), with the same limits."""
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        super().__init__()
+        self.texts = {_relative_name(name): text for name, text in texts.items()}
+
+    def where(self) -> str:
+        return "the prompts given with the graph"
+
+    def _read(self, template: str) -> tuple[str, str]:
+        if template not in self.texts:
+            raise TemplateNotFound(template)
+        return _decode(template, self.texts[template].encode("utf-8")), template
+
+    def list_templates(self) -> list[str]:
+        return sorted(self.texts)
 
 
 def _always() -> bool:
@@ -207,10 +250,18 @@ def _unfoldable(func: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def make_environment(prompts_dir: Path | None) -> SandboxedEnvironment:
-    """The one Jinja environment for a graph: sandboxed, strict, no autoescape."""
+def make_environment(
+    prompts_dir: Path | None, texts: dict[str, str] | None = None
+) -> SandboxedEnvironment:
+    """The one Jinja environment for a graph: sandboxed, strict, no autoescape; templates
+    from a folder or, for a graph built in Python, from texts by name."""
+    loader: SealedLoader | None = None
+    if texts is not None:
+        loader = TextPromptLoader(texts)
+    elif prompts_dir:
+        loader = PromptLoader(str(prompts_dir))
     env = _Sandbox(
-        loader=PromptLoader(str(prompts_dir)) if prompts_dir else None,
+        loader=loader,
         undefined=StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -458,14 +509,12 @@ def has_dynamic_reference(env: SandboxedEnvironment, sources: dict[str, str]) ->
     )
 
 
-def folder_sources(env: SandboxedEnvironment, root: Path) -> dict[str, str]:
-    """Every readable template under `root`, by name (for graphs with dynamic includes)."""
+def all_sources(env: SandboxedEnvironment) -> dict[str, str]:
+    """Every readable template the environment's loader has, by name (for graphs with
+    dynamic includes, which could reach any of them)."""
     assert env.loader is not None
     found: dict[str, str] = {}
-    for path in sorted(root.rglob("*")):
-        if not path.is_file():
-            continue
-        name = path.relative_to(root).as_posix()
+    for name in env.loader.list_templates():
         try:
             found[name] = env.loader.get_source(env, name)[0]
         except TemplateError:
