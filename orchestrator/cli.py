@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import sqlite3
 import sys
@@ -544,5 +545,26 @@ def cache_cmd(
     store.close()
 
 
+class _ConsoleHandler(logging.Handler):
+    """The library's messages (logger `orchestrator`) on the CLI's console, as plain text:
+    warnings marked, information as it is."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = self.format(record)
+        if record.levelno >= logging.WARNING:
+            console.print(f"[bold yellow]warning:[/] {escape(text)}", soft_wrap=True)
+        else:
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _log_to_console() -> None:
+    logger = logging.getLogger("orchestrator")
+    if not any(isinstance(h, _ConsoleHandler) for h in logger.handlers):
+        logger.addHandler(_ConsoleHandler())
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
 def main() -> None:
+    _log_to_console()
     app()

@@ -109,6 +109,7 @@ class CompiledGraph:
     # at compile time; rendering serves these, so they are exactly what the run key hashes.
     templates: dict[str, str] = field(default_factory=dict)
     prompts_dir: Path | None = None
+    label: str = ""  # how the graph is named to a reader: its file, or a dict's name
 
     @property
     def name(self) -> str:
@@ -325,6 +326,7 @@ def _compile(origin: _Origin, spec: GraphSpec, functions: bool) -> CompiledGraph
         source=source,
         templates=templates,
         prompts_dir=ck.prompts_dir,
+        label=origin.file,
     )
 
 

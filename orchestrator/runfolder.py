@@ -18,6 +18,7 @@ import orjson
 from .errors import RunFolderError
 from .runkey import RunKey
 from .runlock import LOCK, RunLock
+from .trace import TraceStore
 
 if TYPE_CHECKING:
     from .compile import CompiledGraph
@@ -146,8 +147,9 @@ class RunFolder:
 
     # -- opening ------------------------------------------------------------------------
 
-    def open(self, overwrite: bool) -> None:
-        """Create the folder (or check it is one of ours) and take its writer lock.
+    def open(self, overwrite: bool) -> str | None:
+        """Create the folder (or check it is one of ours) and take its writer lock; a note
+        when the lock of a run that died was taken over.
 
         The lock comes before anything is deleted or rewritten, so a second run can neither
         wipe nor interleave with the first.
@@ -186,6 +188,19 @@ class RunFolder:
         except BaseException:
             self.lock.release()
             raise
+        return self.lock.took_over()
+
+    def has_manifest(self) -> bool:
+        return self.manifest_path.is_file()
+
+    def trace(self, run_id: str, graph_hash: str, run_key: str) -> TraceStore:
+        return TraceStore(self.traces_path, run_id, graph_hash, run_key)
+
+    def results(self) -> Iterator[dict[str, Any]]:
+        return iter_results(self.path)
+
+    def describe(self) -> str:
+        return str(self.path)
 
     def _read_manifest(self) -> dict[str, Any]:
         try:

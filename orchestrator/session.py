@@ -1,0 +1,292 @@
+"""One run, whoever asked for it (the CLI or the Python API): take the store, check the run
+key, ask the servers, run the engine over the rows, write the manifest and summary.
+
+This is the composition root: it builds the client, cache, trace and engine for one run and
+owns the order of their start and end. Messages go to the `orchestrator` logger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from . import __version__
+from .cache import ResponseCache, default_cache_path
+from .client import LLMClient
+from .compile import CompiledGraph
+from .dataset import Row, check_fields
+from .driver import Flusher, drive, fewer_gc_passes
+from .engine import Engine, EngineOptions
+from .outage import DEFAULT_SERVER_WAIT, ServerGone
+from .runfolder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
+from .runkey import RunKey, server_components, static_components
+from .servers import ServerChoice, StructuredChoice, prepare_endpoints
+from .sources import RowSource
+from .stats import RunStats
+from .stores import RunStore
+from .summary import output_means, run_aggregates, status_counts
+
+log = logging.getLogger("orchestrator")
+
+
+@dataclass
+class RunSettings:
+    """How to run: the server, and settings that do not change replies (except `params`,
+    `model`, `base_url` and `structured`, which are part of the run key)."""
+
+    base_url: str
+    model: str | None = None
+    api_key: str = field(default="EMPTY", repr=False)  # never printed with the settings
+    concurrency: int = 64
+    limit: int | None = None
+    cache: Path | None = None
+    use_cache: bool = True
+    refresh: bool = False
+    overwrite: bool = False
+    structured: StructuredChoice = "auto"
+    params: dict[str, Any] = field(default_factory=dict)
+    timeout: float = 120.0
+    server_wait: float = DEFAULT_SERVER_WAIT
+
+
+@dataclass
+class SessionOutcome:
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+    store: RunStore
+
+
+async def run_session(
+    graph: CompiledGraph,
+    source: RowSource,
+    store: RunStore,
+    settings: RunSettings,
+    console: Console | None = None,
+) -> SessionOutcome:
+    """Run `graph` over `source` into `store`; with a console, draw a progress bar."""
+    static_key = RunKey.from_components(
+        static_components(graph, settings.params, source.fingerprint())
+    )
+    took_over = store.open(settings.overwrite)  # the writer lock, held until the run ends
+    try:
+        if took_over:
+            log.warning("%s: %s.", store.describe(), took_over)
+        # Graph, templates, params and data are compared before any server is asked.
+        store.check_key(static_key, static_only=True)
+        return await _run_locked(graph, source, store, settings, static_key, console)
+    finally:
+        store.release()
+
+
+def _open_cache(settings: RunSettings) -> ResponseCache | None:
+    if not settings.use_cache:
+        return None
+    return ResponseCache(settings.cache or default_cache_path())
+
+
+async def _run_locked(
+    graph: CompiledGraph,
+    source: RowSource,
+    store: RunStore,
+    settings: RunSettings,
+    static_key: RunKey,
+    console: Console | None,
+) -> SessionOutcome:
+    stats = RunStats()
+    cache = _open_cache(settings)
+    client = LLMClient(
+        cache=cache,
+        stats=stats,
+        concurrency=settings.concurrency,
+        timeout=settings.timeout,
+        refresh=settings.refresh,
+        server_wait=settings.server_wait,
+        say=log.warning,
+    )
+    run_id = uuid.uuid4().hex[:12]
+    choice = ServerChoice(settings.base_url, settings.model, settings.api_key, settings.structured)
+    try:
+        endpoints, servers = await prepare_endpoints(graph, client, choice)
+        run_key = RunKey.from_components(
+            {
+                **static_key.components,
+                **server_components(
+                    (node, ep.model, ep.base_url, ep.structured) for node, ep in endpoints.items()
+                ),
+            }
+        )
+        store.check_key(run_key)
+        trace = store.trace(run_id, graph.content_hash, run_key.digest)
+    except BaseException as exc:
+        await client.close()
+        if cache is not None:
+            cache.close()
+        if not store.has_manifest() and isinstance(exc, Exception):
+            # A new store says why it stayed empty; a resumable run's manifest (and its
+            # key) is never replaced by one of a run that did not start.
+            store.write_manifest(
+                {
+                    "layout_version": LAYOUT_VERSION,
+                    "run_id": run_id,
+                    "run_key": static_key.model_dump(),
+                    "graph": {"path": graph.label, "name": graph.name},
+                    "status": "error",
+                    "error": str(exc),
+                }
+            )
+        raise
+    resuming = store.begin()
+    if resuming:
+        log.info("Resuming %s: %d examples already done.", store.describe(), len(store.done))
+    store.write_snapshot(graph)
+    manifest = _manifest(graph, source, settings, run_id, run_key, cache, resuming)
+    manifest["servers"] = servers
+    manifest["model"] = settings.model or next((e.model for e in endpoints.values()), None)
+    flush = Flusher(cache, trace, store)
+    try:
+        trace.start_run(
+            graph=graph.label,
+            model=manifest["model"],
+            base_url=settings.base_url,
+            server=str(servers),
+            structured=",".join(s["structured_output"] for s in servers.values()),
+            settings=manifest["parameters"],
+        )
+        store.write_manifest(manifest)
+        engine = Engine(
+            graph,
+            client,
+            trace,
+            endpoints,
+            stats,
+            EngineOptions(params=settings.params, window=max(2 * settings.concurrency, 16)),
+        )
+        with fewer_gc_passes():
+            await drive(
+                engine.run(
+                    _rows(graph, source, store, settings.limit), store.write_result, store.done
+                ),
+                flush,
+                stats,
+                source.count(settings.limit),
+                console,
+            )
+        manifest["status"] = "complete"
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        manifest["status"] = "interrupted"
+        raise
+    except ServerGone as exc:
+        manifest["status"] = "server gone"
+        manifest["error"] = str(exc)
+        raise
+    except Exception as exc:
+        manifest["status"] = "error"
+        manifest["error"] = str(exc)
+        raise
+    finally:
+        # Each step on its own: a full disk that fails the last flush must still leave the
+        # manifest saying "error" (not "running") and close every file.
+        try:
+            flush()
+            store.close()
+        except (OSError, sqlite3.Error) as exc:
+            manifest["status"] = "error"
+            manifest["error"] = manifest.get("error") or f"could not write the run folder: {exc}"
+        if flush.cache_error is not None:
+            manifest["cache_error"] = f"replies not saved to the cache: {flush.cache_error}"
+        manifest["ended"] = time.time()
+        manifest["wall_seconds"] = round(manifest["ended"] - manifest["started"], 3)
+        manifest["outages"] = client.outages()
+        # Streamed from the store, twice, rather than held: runs can have millions of lines.
+        manifest["counts"] = {**stats.as_dict(), **status_counts(store.results())}
+        manifest["means"] = output_means(store.results())
+        try:
+            store.write_manifest(manifest)
+        finally:
+            await client.close()
+            with suppress(sqlite3.Error):
+                trace.close()
+            if cache is not None:
+                with suppress(sqlite3.Error):
+                    cache.close()
+    # Aggregates (Elo, agreement…) need every line at once; most graphs have none.
+    aggregates = {}
+    if graph.aggregates:
+        aggregates = run_aggregates(graph, list(store.results()), settings.params)
+    summary = {
+        "graph": graph.name,
+        "counts": manifest["counts"],
+        "means": manifest["means"],
+        **aggregates,
+    }
+    store.write_summary(summary)
+    return SessionOutcome(manifest, summary, store)
+
+
+def _rows(
+    graph: CompiledGraph, source: RowSource, store: RunStore, limit: int | None
+) -> Iterator[Row]:
+    """The source's rows, fields checked, each new example's inputs kept with the run."""
+    required = graph.spec.inputs
+    for row in source.rows(limit):
+        check_fields(row, required, source.location)
+        if row.id not in store.done:
+            store.write_input(row)
+        yield row
+
+
+def _manifest(
+    graph: CompiledGraph,
+    source: RowSource,
+    settings: RunSettings,
+    run_id: str,
+    run_key: RunKey,
+    cache: ResponseCache | None,
+    resuming: bool,
+) -> dict[str, Any]:
+    return {
+        "layout_version": LAYOUT_VERSION,
+        "run_id": run_id,
+        "run_key": run_key.model_dump(),
+        "graph": {
+            "path": graph.label,
+            "name": graph.name,
+            "hash": graph.content_hash,
+            "snapshot": f"{SNAPSHOT}/{SNAPSHOT_GRAPH}",
+        },
+        "dataset": {
+            **source.describe(),
+            "hash": run_key.components["data"],
+            "inputs": INPUTS,
+        },
+        "model": settings.model,
+        "parameters": {
+            "concurrency": settings.concurrency,
+            "limit": settings.limit,
+            "params": {**graph.spec.params, **settings.params},
+            "cache": str(cache.path) if cache else None,
+            "refresh": settings.refresh,
+            "structured": settings.structured,
+            "timeout": settings.timeout,
+            "server_wait": settings.server_wait,
+        },
+        "package": {
+            "name": "orchestrator",
+            "version": __version__,
+            "python": platform.python_version(),
+        },
+        "started": time.time(),
+        "status": "running",
+        "resumed": resuming,
+    }

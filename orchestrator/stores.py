@@ -1,0 +1,137 @@
+"""Run stores: where a run keeps its results, trace, manifest and summary.
+
+`RunFolder` (runfolder.py) is the default: files on disk, one writer, resumable. `MemoryStore`
+keeps everything in this process — the trace in an in-memory SQLite database — for a run
+from Python that asked for no folder (`orc.run(..., out=None)`): nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .runkey import RunKey
+from .trace import TraceStore
+
+if TYPE_CHECKING:
+    from .compile import CompiledGraph
+    from .dataset import Row
+
+
+class RunStore(Protocol):
+    """What a run writes through; `done` holds the ids finished by an earlier run."""
+
+    done: set[str]
+
+    def open(self, overwrite: bool) -> str | None:
+        """Take the store for this run (the writer lock); a note when a dead run's lock was
+        taken over."""
+        ...
+
+    def check_key(self, key: RunKey, static_only: bool = False) -> None:
+        """Refuse (RunFolderError) to continue a run made under another key."""
+        ...
+
+    def has_manifest(self) -> bool: ...
+
+    def begin(self) -> bool:
+        """Load what earlier runs finished; True when resuming."""
+        ...
+
+    def trace(self, run_id: str, graph_hash: str, run_key: str) -> TraceStore: ...
+
+    def write_snapshot(self, graph: CompiledGraph) -> None: ...
+
+    def write_input(self, row: Row) -> None: ...
+
+    def write_result(self, row: dict[str, Any]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def results(self) -> Iterator[dict[str, Any]]:
+        """Every result line so far, streamed."""
+        ...
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None: ...
+
+    def write_summary(self, summary: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def describe(self) -> str:
+        """How messages name the store."""
+        ...
+
+
+class MemoryStore:
+    """A run kept in memory: never resumed, never shared, nothing written to disk."""
+
+    def __init__(self) -> None:
+        self.done: set[str] = set()
+        self.lines: list[dict[str, Any]] = []
+        self.inputs: list[dict[str, Any]] = []
+        self.manifest: dict[str, Any] = {}
+        self.summary: dict[str, Any] = {}
+        self._trace: TraceStore | None = None
+
+    def open(self, overwrite: bool) -> str | None:
+        return None
+
+    def check_key(self, key: RunKey, static_only: bool = False) -> None:
+        return None
+
+    def has_manifest(self) -> bool:
+        return bool(self.manifest)
+
+    def begin(self) -> bool:
+        return False
+
+    def trace(self, run_id: str, graph_hash: str, run_key: str) -> TraceStore:
+        # SQLite's in-memory database: the same queries as a run folder's trace, no file.
+        self._trace = _KeptTrace(Path(":memory:"), run_id, graph_hash, run_key)
+        return self._trace
+
+    @property
+    def trace_store(self) -> TraceStore | None:
+        """The run's trace, readable after the run (node runs, attempts)."""
+        return self._trace
+
+    def write_snapshot(self, graph: CompiledGraph) -> None:
+        return None
+
+    def write_input(self, row: Row) -> None:
+        self.inputs.append({"id": row.id, "number": row.number, "data": row.data})
+
+    def write_result(self, row: dict[str, Any]) -> None:
+        self.lines.append(row)
+
+    def flush(self) -> None:
+        return None
+
+    def results(self) -> Iterator[dict[str, Any]]:
+        return iter(self.lines)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        self.manifest = manifest
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        self.summary = summary
+
+    def close(self) -> None:
+        return None
+
+    def release(self) -> None:
+        return None
+
+    def describe(self) -> str:
+        return "memory"
+
+
+class _KeptTrace(TraceStore):
+    """An in-memory trace outlives the run that wrote it: closing only writes the queue."""
+
+    def close(self) -> None:
+        self.flush()
