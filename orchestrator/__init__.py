@@ -1,6 +1,9 @@
 """orchestrator: evaluation protocols for personalized text as graph files, run against an
 OpenAI-compatible (vLLM) server with structured output, caching and full decision traces.
 
+    import orchestrator as orc
+    result = orc.run("graphs/pointwise.yaml", rows, base_url="http://gpu:8000/v1")
+
 The public names below are imported on first use, so `orchestrator --help` and
 `orchestrator report` do not pay for the HTTP client stack.
 """
@@ -13,21 +16,48 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "Graph": ".api",
+    "RunResult": ".api",
+    "arun": ".api",
+    "graph_from_dict": ".api",
+    "load_graph": ".api",
+    "run": ".api",
     "CompiledGraph": ".compile",
     "compile_graph": ".compile",
+    "ConfigurationError": ".errors",
     "DatasetError": ".errors",
     "GraphError": ".errors",
     "NodeError": ".errors",
+    "OrchestratorError": ".errors",
     "RunFolderError": ".errors",
+    "ServerUnavailable": ".errors",
+    "Manifest": ".records",
+    "ResultLine": ".records",
+    "Summary": ".records",
     "RunConfig": ".runner",
     "RunOutcome": ".runner",
     "execute": ".runner",
+    "RowSource": ".sources",
+    "MemoryStore": ".stores",
+    "RunStore": ".stores",
 }
 
 if TYPE_CHECKING:
+    from .api import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .compile import CompiledGraph, compile_graph
-    from .errors import DatasetError, GraphError, NodeError, RunFolderError
+    from .errors import (
+        ConfigurationError,
+        DatasetError,
+        GraphError,
+        NodeError,
+        OrchestratorError,
+        RunFolderError,
+        ServerUnavailable,
+    )
+    from .records import Manifest, ResultLine, Summary
     from .runner import RunConfig, RunOutcome, execute
+    from .sources import RowSource
+    from .stores import MemoryStore, RunStore
 
 
 def __getattr__(name: str) -> Any:
@@ -38,13 +68,28 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CompiledGraph",
+    "ConfigurationError",
     "DatasetError",
+    "Graph",
     "GraphError",
+    "Manifest",
+    "MemoryStore",
     "NodeError",
+    "OrchestratorError",
+    "ResultLine",
+    "RowSource",
     "RunConfig",
     "RunFolderError",
     "RunOutcome",
+    "RunResult",
+    "RunStore",
+    "ServerUnavailable",
+    "Summary",
     "__version__",
+    "arun",
     "compile_graph",
     "execute",
+    "graph_from_dict",
+    "load_graph",
+    "run",
 ]

@@ -115,6 +115,22 @@ class CompiledGraph:
     def name(self) -> str:
         return self.spec.name
 
+    @classmethod
+    def load(cls, path: Path | str) -> CompiledGraph:
+        """Load and check a graph file (same as `orchestrator.load_graph`)."""
+        return compile_graph(path)
+
+    @classmethod
+    def from_dict(
+        cls,
+        spec: dict[str, Any],
+        prompts: dict[str, str] | None = None,
+        *,
+        name: str = "<graph dict>",
+    ) -> CompiledGraph:
+        """A graph built in Python: the file's structure as a dict, templates by name."""
+        return compile_dict(spec, prompts, name=name)
+
     def user_functions(self) -> dict[str, Any]:
         """Functions named by module path (not built-ins): their code is part of a run's
         identity."""

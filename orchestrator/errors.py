@@ -41,7 +41,21 @@ class Problem:
         return f"{where}: {one_line(self.message)}"
 
 
-class GraphError(Exception):
+class OrchestratorError(Exception):
+    """The root of every error orchestrator raises on purpose: catch this to catch them all.
+
+    Subclasses say whose fault it is: the graph (GraphError), the data (DatasetError), the
+    run folder (RunFolderError), the settings (ConfigurationError), the server
+    (ServerUnavailable before a run starts, ServerGone when it stops answering mid-run), or
+    one node of one example (NodeError; that example fails, the run goes on).
+    """
+
+
+class ConfigurationError(OrchestratorError):
+    """Settings that cannot work together (e.g. no server to talk to)."""
+
+
+class GraphError(OrchestratorError):
     """A graph file that cannot be run; carries every problem found, not just the first."""
 
     def __init__(self, problems: list[Problem]) -> None:
@@ -49,11 +63,11 @@ class GraphError(Exception):
         super().__init__("\n".join(str(p) for p in problems))
 
 
-class DatasetError(Exception):
+class DatasetError(OrchestratorError):
     """A dataset file that cannot be read at all (a bad row only fails that example)."""
 
 
-class NodeError(Exception):
+class NodeError(OrchestratorError):
     """A node that could not produce a value; fails its example, other examples go on."""
 
     def __init__(self, node: str, message: str) -> None:
@@ -62,5 +76,9 @@ class NodeError(Exception):
         super().__init__(f"node '{node}': {message}")
 
 
-class RunFolderError(Exception):
-    """A run folder that holds a different run (refused unless --overwrite)."""
+class RunFolderError(OrchestratorError):
+    """A run folder that cannot be used: another run's, locked by a writer, or damaged."""
+
+
+class ServerUnavailable(OrchestratorError):
+    """The server cannot be used at all (unreachable, refuses the model…); nothing ran."""

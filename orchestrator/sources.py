@@ -51,8 +51,12 @@ def _short(digest: hashlib._Hash) -> str:
 
 
 def _hash_rows(records: Iterable[Any]) -> str:
+    """The fingerprint of in-memory rows: the same rows give the same value whether they
+    came as a list, a pandas or polars DataFrame or a Hugging Face Dataset."""
     digest = hashlib.sha256()
     for record in records:
+        if isinstance(record, Mapping):
+            record = {str(k): _clean(v) for k, v in record.items()}
         digest.update(orjson.dumps(record, option=_HASH_OPTIONS, default=str) + b"\n")
     return _short(digest)
 
@@ -91,7 +95,7 @@ def _with_ids(records: Iterable[Any], location: str, limit: int | None) -> Itera
         row_id = str(raw_id) if raw_id not in (None, "") else f"row-{number}"
         row = Row(number, row_id, data)
         if row_id in seen:
-            row.error = f"{location} row {number}: duplicate id '{row_id}'"
+            row.error = f"{location}:{number}: duplicate id '{row_id}'"
         seen.add(row_id)
         yield row
 
@@ -176,11 +180,7 @@ class PandasSource:
         return _capped(len(self.frame), limit)
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha256(orjson.dumps([str(c) for c in self.frame.columns]))
-        for start in range(0, len(self.frame), CHUNK):
-            chunk = self.frame.iloc[start : start + CHUNK].to_dict("records")
-            digest.update(orjson.dumps(chunk, option=_HASH_OPTIONS, default=str))
-        return _short(digest)
+        return _hash_rows(self._records())
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -209,7 +209,7 @@ class PolarsSource:
         return _capped(self.frame.height, limit)
 
     def fingerprint(self) -> str:
-        return _hash_rows([self.frame.columns, *self._records()])
+        return _hash_rows(self._records())
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "polars", "rows": self.frame.height, "columns": list(self.frame.columns)}
@@ -233,9 +233,8 @@ class HFSource:
         return _capped(len(self.dataset), limit)
 
     def fingerprint(self) -> str:
-        # A Dataset knows its own content fingerprint; a streamed one must be read once more.
-        known = None if self.streaming else getattr(self.dataset, "_fingerprint", None)
-        return str(known)[:16] if known else _hash_rows(iter(self.dataset))
+        # One more pass over the rows (Arrow-backed, fast); a streamed dataset is read twice.
+        return _hash_rows(iter(self.dataset))
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"kind": "datasets", "streaming": self.streaming}

@@ -72,7 +72,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self.done: set[str] = set()
         self.lines: list[dict[str, Any]] = []
-        self.inputs: list[dict[str, Any]] = []
+        self.numbers: dict[str, int] = {}  # example id -> its row in the source
         self.manifest: dict[str, Any] = {}
         self.summary: dict[str, Any] = {}
         self._trace: TraceStore | None = None
@@ -103,7 +103,8 @@ class MemoryStore:
         return None
 
     def write_input(self, row: Row) -> None:
-        self.inputs.append({"id": row.id, "number": row.number, "data": row.data})
+        # The rows are the caller's own data; only where each example stood is kept.
+        self.numbers[row.id] = row.number
 
     def write_result(self, row: dict[str, Any]) -> None:
         self.lines.append(row)

@@ -1,0 +1,184 @@
+"""The Python API: run a graph over files or in-memory data and get typed results back.
+
+    import orchestrator as orc
+    graph = orc.load_graph("graphs/pointwise.yaml")
+    result = orc.run(graph, df, base_url="http://gpu:8000/v1", model="judge-8b")
+    result.to_pandas()
+
+`run` works in scripts and inside Jupyter (where an event loop is already running); `arun`
+is the same coroutine for async code. Nothing is printed unless `progress=True`, and nothing
+is written unless `out=` names a run folder (or `cache=` asks for the response cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from rich.console import Console
+
+from .compile import CompiledGraph, compile_dict, compile_graph
+from .errors import ConfigurationError
+from .outage import DEFAULT_SERVER_WAIT
+from .records import Manifest, ResultLine, Summary
+from .runfolder import RunFolder, iter_inputs, iter_results
+from .servers import StructuredChoice
+from .session import RunSettings, run_session
+from .sources import as_source
+from .stores import MemoryStore, RunStore
+
+Graph = CompiledGraph
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def load_graph(path: str | Path, *, prompts_dir: str | Path | None = None) -> Graph:
+    """Load and check a graph file (GraphError lists every problem at once)."""
+    return compile_graph(path, prompts_dir=prompts_dir)
+
+
+def graph_from_dict(
+    spec: dict[str, Any], prompts: dict[str, str] | None = None, *, name: str = "<graph dict>"
+) -> Graph:
+    """A graph built in Python: the file's structure as a dict, templates as texts by name."""
+    return compile_dict(spec, prompts, name=name)
+
+
+@dataclass
+class RunResult:
+    """What a run produced: result lines, summary, manifest, and the trace to audit them."""
+
+    manifest: Manifest
+    summary: Summary
+    folder: Path | None = None
+    _store: RunStore | None = field(default=None, repr=False)
+
+    @cached_property
+    def results(self) -> list[ResultLine]:
+        """One line per example, in the order of the source's rows."""
+        if isinstance(self._store, MemoryStore):
+            lines, numbers = self._store.results(), self._store.numbers
+        elif self.folder is not None:
+            lines = iter_results(self.folder)
+            numbers = {str(i["id"]): int(i.get("number") or 0) for i in iter_inputs(self.folder)}
+        else:
+            return []
+        # A failed line names its row; an ok line is found by its id (ids are unique but for
+        # a repeated id, whose second row fails as such).
+        last = len(numbers) + 1
+        ordered = sorted(
+            lines, key=lambda line: line.get("row") or numbers.get(str(line["id"]), last)
+        )
+        return [ResultLine.model_validate(line) for line in ordered]
+
+    @property
+    def failed(self) -> list[ResultLine]:
+        return [line for line in self.results if line.status == "failed"]
+
+    @property
+    def ok(self) -> list[ResultLine]:
+        return [line for line in self.results if line.status == "ok"]
+
+    def to_pandas(self) -> Any:
+        """A DataFrame: one row per example; id, status, error, then every output (nested
+        outputs flattened with dotted names, e.g. `scores.content_only_f1`)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ConfigurationError(
+                "to_pandas needs pandas: pip install pandas (or 'orchestrator[data]')"
+            ) from None
+        return pd.DataFrame([line.flat() for line in self.results])
+
+
+def _default_base_url() -> str:
+    url = os.environ.get("OPENAI_BASE_URL")
+    if url:
+        return url
+    from . import embedded
+
+    running = embedded.find_running(embedded.DEFAULT_PORT)
+    if running:
+        return running
+    raise ConfigurationError(
+        "no server to talk to: pass base_url='http://host:port/v1', set OPENAI_BASE_URL, or "
+        "start the embedded one with `orchestrator serve`"
+    )
+
+
+async def arun(
+    graph: Graph | str | Path,
+    data: Any,
+    *,
+    base_url: str | None = None,
+    model: str | None = None,
+    api_key: str | None = None,
+    params: dict[str, Any] | None = None,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    cache: bool | str | Path = False,
+    refresh: bool = False,
+    concurrency: int = 64,
+    limit: int | None = None,
+    structured: StructuredChoice = "auto",
+    timeout: float = 120.0,
+    server_wait: float = DEFAULT_SERVER_WAIT,
+    progress: bool = False,
+) -> RunResult:
+    """Run `graph` over `data` (a path, list of dicts, pandas/polars DataFrame or Hugging
+    Face Dataset). With `out`, results go to a resumable run folder; without, they stay
+    in memory. `cache=True` uses the shared response cache, a path another one."""
+    compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph)
+    settings = RunSettings(
+        base_url=base_url or _default_base_url(),
+        model=model,
+        api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+        concurrency=concurrency,
+        limit=limit,
+        cache=None if isinstance(cache, bool) else Path(cache),
+        use_cache=cache is not False,
+        refresh=refresh,
+        overwrite=overwrite,
+        structured=structured,
+        params=dict(params or {}),
+        timeout=timeout,
+        server_wait=server_wait,
+    )
+    store: RunStore = RunFolder(out) if out is not None else MemoryStore()
+    console = Console(stderr=True) if progress else None
+    outcome = await run_session(compiled, as_source(data), store, settings, console)
+    return RunResult(
+        manifest=Manifest.model_validate(outcome.manifest),
+        summary=Summary.model_validate(outcome.summary),
+        folder=Path(out) if out is not None else None,
+        _store=store,
+    )
+
+
+def _blocking(coroutine_function: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
+    """The same function for code that is not async. Inside a running event loop
+    (Jupyter) the run gets its own loop in a worker thread, so it works there too."""
+
+    @functools.wraps(coroutine_function)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coroutine_function(*args, **kwargs))
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="orchestrator") as pool:
+            return pool.submit(asyncio.run, coroutine_function(*args, **kwargs)).result()
+
+    return call
+
+
+run = _blocking(arun)
+run.__doc__ = "`arun` for code that is not async (scripts, and Jupyter too). " + (
+    arun.__doc__ or ""
+)

@@ -1,0 +1,189 @@
+"""The Python API as a notebook uses it: in-memory data in, DataFrames out, sweeps with
+nothing written, typed errors (issue: the library core)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakeserver import FakeServer
+from helpers import REPO, judge_graph, write_graph, write_rows
+
+import orchestrator as orc
+
+pd = pytest.importorskip("pandas")
+datasets = pytest.importorskip("datasets")
+pl = pytest.importorskip("polars")
+
+PROMPTS = {"judge.jinja": "Rate 1-{{ params.scale }} for clarity:\n{{ text }}"}
+
+
+def spec() -> dict[str, Any]:
+    graph = judge_graph()
+    return {**graph, "params": {"scale": 10}, "outputs": {"score": "judge.score"}}
+
+
+ROWS = [{"id": f"e{i}", "text": f"text number {i}"} for i in range(6)]
+
+
+def files_under(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*")}
+
+
+@pytest.fixture
+def quiet_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory and cache home that a run must leave untouched."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    return home
+
+
+def test_notebook_script_judges_dataframes_and_datasets(quiet_home: Path):
+    graph = orc.Graph.from_dict(spec(), PROMPTS)
+    frame = pd.DataFrame(ROWS)
+    with FakeServer() as server:
+        from_pandas = orc.run(graph, frame, base_url=server.base_url)
+        from_hf = orc.run(graph, datasets.Dataset.from_pandas(frame), base_url=server.base_url)
+        from_polars = orc.run(graph, pl.DataFrame(ROWS), base_url=server.base_url)
+        streamed = orc.run(
+            graph,
+            datasets.IterableDataset.from_generator(lambda: iter(ROWS)),
+            base_url=server.base_url,
+        )
+    for result in (from_pandas, from_hf, from_polars, streamed):
+        table = result.to_pandas()
+        assert isinstance(table, pd.DataFrame)
+        assert list(table["id"]) == [r["id"] for r in ROWS]
+        assert set(table["status"]) == {"ok"}
+        assert table["score"].between(1, 10).all()
+        assert result.manifest.status == "complete"
+        assert result.manifest.counts.examples_ok == len(ROWS)
+        assert result.failed == []
+    # The same rows give the same data fingerprint whichever container held them.
+    hashes = {r.manifest.dataset["hash"] for r in (from_pandas, from_polars)}
+    assert len(hashes) == 1
+    assert files_under(quiet_home) == set()
+
+
+def test_sweep_of_two_models_and_two_params_writes_nothing(quiet_home: Path):
+    graph = orc.Graph.from_dict(spec(), PROMPTS)
+    results = {}
+    with FakeServer(model="judge-a") as a, FakeServer(model="judge-b") as b:
+        for model, server in (("judge-a", a), ("judge-b", b)):
+            for scale in (5, 10):
+                results[model, scale] = orc.run(
+                    graph, ROWS, base_url=server.base_url, model=model, params={"scale": scale}
+                )
+        prompts = {
+            (s.model, json.dumps(body["messages"][-1]["content"]).split("clarity")[0])
+            for s in (a, b)
+            for body in s.requests
+            if "clarity" in json.dumps(body["messages"])
+        }
+    assert len(results) == 4
+    assert {r.manifest.model for r in results.values()} == {"judge-a", "judge-b"}
+    # Each run's identity differs, and the param reached the prompt of every request.
+    assert len({r.manifest.run_key.digest for r in results.values()}) == 4
+    assert {p for _, p in prompts} == {'"Rate 1-5 for ', '"Rate 1-10 for '}
+    assert files_under(quiet_home) == set()
+
+
+def test_broken_graph_and_dead_server_raise_orchestrator_errors(quiet_home: Path):
+    broken = {**spec(), "nodes": {"judge": {**spec()["nodes"]["judge"], "prompt": "nope.jinja"}}}
+    with pytest.raises(orc.GraphError) as graph_error:
+        orc.Graph.from_dict(broken, PROMPTS)
+    assert isinstance(graph_error.value, orc.OrchestratorError)
+    assert "nope.jinja" in str(graph_error.value)
+    graph = orc.Graph.from_dict(spec(), PROMPTS)
+    with FakeServer() as server:
+        url = server.base_url
+    with pytest.raises(orc.OrchestratorError) as dead:
+        orc.run(graph, ROWS, base_url=url, timeout=2)
+    assert isinstance(dead.value, orc.ServerUnavailable)
+    assert url in str(dead.value)
+
+
+def test_run_inside_a_running_event_loop(quiet_home: Path):
+    """Jupyter runs cells inside an event loop; `orc.run` must still work there."""
+    graph = orc.Graph.from_dict(spec(), PROMPTS)
+    with FakeServer() as server:
+
+        async def cell() -> orc.RunResult:
+            return orc.run(graph, ROWS, base_url=server.base_url)
+
+        result = asyncio.run(cell())
+        awaited = asyncio.run(orc.arun(graph, ROWS, base_url=server.base_url))
+    assert len(result.results) == len(awaited.results) == len(ROWS)
+
+
+def test_string_paths_and_a_run_folder(tmp_path: Path):
+    graph = write_graph(tmp_path / "g", spec(), PROMPTS)
+    data = write_rows(tmp_path / "rows.jsonl", ROWS)
+    with FakeServer() as server:
+        first = orc.run(str(graph), str(data), base_url=server.base_url, out=str(tmp_path / "r"))
+        again = orc.run(str(graph), str(data), base_url=server.base_url, out=str(tmp_path / "r"))
+        with pytest.raises(orc.RunFolderError, match="param scale: 10 → 3"):
+            orc.run(
+                str(graph),
+                str(data),
+                base_url=server.base_url,
+                out=tmp_path / "r",
+                params={"scale": 3},
+            )
+    assert first.folder == tmp_path / "r"
+    assert again.manifest.resumed and again.manifest.counts.examples_resumed == len(ROWS)
+    assert [line.id for line in again.results] == [r["id"] for r in ROWS]
+    assert (tmp_path / "r" / "results.jsonl").is_file()
+
+
+def test_no_output_and_no_lasting_global_changes(quiet_home: Path, capsys: pytest.CaptureFixture):
+    graph = orc.Graph.from_dict(spec(), PROMPTS)
+    logger = logging.getLogger("orchestrator")
+    before = (gc.get_threshold(), list(logger.handlers), logger.level, logger.propagate)
+    with FakeServer() as server:
+        orc.run(graph, ROWS, base_url=server.base_url)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+    assert (gc.get_threshold(), list(logger.handlers), logger.level, logger.propagate) == before
+
+
+def test_bad_rows_fail_alone_with_their_place(quiet_home: Path):
+    graph = orc.Graph.from_dict(spec(), PROMPTS)
+    rows = [{"id": "a", "text": "x"}, {"id": "b"}, {"id": "a", "text": "y"}, "not a row"]
+    with FakeServer() as server:
+        result = orc.run(graph, rows, base_url=server.base_url)
+    by_row = {line.row: line for line in result.failed}
+    assert result.ok[0].id == "a"
+    assert "rows:2:" in (by_row[2].error or "") and "text" in (by_row[2].error or "")
+    assert "duplicate id 'a'" in (by_row[3].error or "")
+    assert "not a mapping" in (by_row[4].error or "")
+
+
+def test_one_shot_iterator_is_refused_with_advice(quiet_home: Path):
+    graph = orc.Graph.from_dict(spec(), PROMPTS)
+    with pytest.raises(orc.DatasetError, match="can be read only once"):
+        orc.run(graph, (r for r in ROWS), base_url="http://127.0.0.1:9/v1")
+
+
+def test_docs_example_runs(quiet_home: Path, monkeypatch: pytest.MonkeyPatch):
+    """The sweep in docs/python-api.md, executed as written against the fake server."""
+    text = (REPO / "docs" / "python-api.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    example = next(b for b in blocks if "for scale in" in b)
+    with FakeServer(model="judge-docs") as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("JUDGE_MODEL", "judge-docs")
+        namespace: dict[str, Any] = {}
+        exec(compile(example, "docs/python-api.md", "exec"), namespace)
+    table = namespace["table"]
+    assert len(table) == 6 and set(table["scale"]) == {5, 10}
+    assert os.listdir(quiet_home) == []
