@@ -635,8 +635,3 @@ def _compile_aggregate(ck: _Checker, name: str, item: Aggregate) -> CompiledAggr
         else:
             args[arg] = value
     return CompiledAggregate(name, item, function, args) if function else None
-
-
-def validate(path: Path | str) -> CompiledGraph:
-    """Alias for compile_graph, named for the CLI verb."""
-    return compile_graph(path)

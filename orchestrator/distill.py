@@ -110,7 +110,7 @@ class Scorer:
     card: dict[str, Any]
 
     def _encode(self, texts: list[str]) -> Any:
-        from .compute.metrics import encoder
+        from .embeddings import encoder
 
         return encoder(self.embedding_model).encode(texts)
 
@@ -161,7 +161,7 @@ def distill(
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, f1_score
 
-    from .compute.metrics import encoder, resolve_model_path
+    from .embeddings import encoder, resolve_model_path
 
     started = time.perf_counter()
     rows = read_labelled(Path(run_dir), text_field, label_field, context_field)

@@ -530,11 +530,6 @@ def names_in(env: SandboxedEnvironment, sources: dict[str, str]) -> set[str]:
     return found
 
 
-def template_names(env: SandboxedEnvironment, name: str) -> set[str]:
-    """Free variable names of a template and every template it includes or extends."""
-    return names_in(env, template_sources(env, name))
-
-
 def shorten(text: str, limit: int = 80) -> str:
     """`text` cut to about `limit` characters for an error message."""
     return text if len(text) <= limit else f"{text[: limit - 1]}…"

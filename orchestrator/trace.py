@@ -10,7 +10,7 @@ import hashlib
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -355,10 +355,6 @@ class TraceStore:
     def close(self) -> None:
         self.flush()
         self._db.close()
-
-
-def attempt_dict(attempt: Attempt) -> dict[str, Any]:
-    return asdict(attempt)
 
 
 def damaged(path: Path, exc: BaseException) -> RunFolderError:

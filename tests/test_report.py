@@ -25,8 +25,9 @@ import yaml
 from fakeserver import FakeServer, Reply
 
 import orchestrator
+from orchestrator.compute.expert import aspect_credit
 from orchestrator.report import build_report, make_server
-from orchestrator.report.collect import PROMPT_LIMIT, NodeInfo, abridge, aspect_credit, expert_view
+from orchestrator.report.collect import PROMPT_LIMIT, NodeInfo, abridge, expert_view
 from orchestrator.report.dag import dag_svg, layout
 from orchestrator.report.render import histogram, interval, render_value, summary_tables
 
@@ -412,10 +413,19 @@ def test_report_survives_a_moved_run_without_graph_or_dataset(
     (moved / "manifest.json").write_text(json.dumps(manifest))
     html = build_report(moved).read_text(encoding="utf-8")
     meta, _rows, details = page_data(moved / "report.html")
+    # Self-contained: the graph comes from the folder's snapshot, inputs from inputs.jsonl.
+    assert [n["name"] for n in meta["nodes"]] == ["judge", "score"]
+    assert "not found" not in html
+    assert "inputs" in details[1]
+    assert node(details[1], "judge")["status"] == "ok"
+    # A folder from before snapshots (layout 1) still reports, saying what it lacks.
+    shutil.rmtree(moved / "snapshot")
+    (moved / "inputs.jsonl").unlink()
+    html = build_report(moved).read_text(encoding="utf-8")
+    meta, _rows, details = page_data(moved / "report.html")
     assert [n["name"] for n in meta["nodes"]] == ["judge", "score"]
     assert "not found" in html
     assert "inputs" not in details[1]
-    assert node(details[1], "judge")["status"] == "ok"
 
 
 def test_resumed_example_shows_the_earlier_failure(tmp_path: Path) -> None:
@@ -423,17 +433,18 @@ def test_resumed_example_shows_the_earlier_failure(tmp_path: Path) -> None:
     row = pointwise_rows()[0]
     data.write_text(json.dumps(row) + "\n")
     graph = ROOT / "graphs/pointwise.yaml"
+    # One server (a resume must talk to the same endpoint), bad replies then good ones.
     with FakeServer(
         lambda body: (
             judge_responder(body)
             if "token" in json.dumps(body.get("response_format", {}))
             else Reply(content="not json")
         )
-    ) as bad:
-        out = run(graph, data, tmp_path / "run", bad)
-    assert results(out)[row["id"]]["status"] == "failed"
-    with FakeServer(judge_responder) as good:
-        run(graph, data, out, good)
+    ) as server:
+        out = run(graph, data, tmp_path / "run", server)
+        assert results(out)[row["id"]]["status"] == "failed"
+        server.responder = judge_responder
+        run(graph, data, out, server)
     _meta, _rows, details = page_data(build_report(out))
     judge = node(details[0], "judge")
     assert judge["status"] == "ok"
@@ -580,5 +591,5 @@ def test_expert_view_recomputes_the_scores_from_the_aspects() -> None:
         assert row["f1"] == pytest.approx(scores[f"{name}_f1"])
         assert row["reported"]["f1"] == scores[f"{name}_f1"]
     assert by_name["content_style_average"]["recall_terms"] == [0.5, 0.0, 1.0]
-    assert aspect_credit(explanation["recall"][0], "content") == 1.0
+    assert aspect_credit(explanation["recall"][0], "content_only") == 1.0
     assert expert_view({"score": 1.0}) is None

@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from ..compute.expert import AGGREGATIONS as EXPERT_AGGREGATIONS
+from ..compute.expert import aspect_credit, f1, mean_credit
 from ..runfolder import (
     INPUTS,
     MANIFEST,
@@ -42,14 +44,6 @@ MIN_POINTED = 64  # shorter dataset fields are cheaper to repeat than to point a
 MAX_NUMERIC_COLUMNS = 8
 MAX_TEXT_COLUMNS = 4
 RESULT_META = ("id", "status", "error", "row")
-# The paper's five ways to turn an aspect's content and style verdicts into its credit ε.
-EXPERT_AGGREGATIONS = (
-    "content_only",
-    "style_only",
-    "content_and_style",
-    "content_or_style",
-    "content_style_average",
-)
 _SCORE_SUFFIXES = {
     "precision": ("precision", "p"),
     "recall": ("recall", "r"),
@@ -426,29 +420,13 @@ def node_path(
 # -- ExPerT -------------------------------------------------------------------------------
 
 
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "yes", "1")
-    return bool(value)
-
-
-def aspect_credit(entry: dict[str, Any], aggregation: str) -> float:
-    """ε of one aspect under one aggregation: 0 when unmatched, else from its two verdicts."""
-    if not isinstance(entry, dict) or not _truthy(entry.get("matched")):
-        return 0.0
-    content = _truthy(entry.get("content"))
-    style = _truthy(entry.get("style"))
-    base = aggregation.removesuffix("_only")
-    if base == "content":
-        return float(content)
-    if base == "style":
-        return float(style)
-    if base == "content_and_style":
-        return float(content and style)
-    if base == "content_or_style":
-        return float(content or style)
-    if base == "content_style_average":
-        return 0.5 * content + 0.5 * style
+def _canonical(aggregation: str) -> str:
+    """The compute module's name for an aggregation as a result's scores spell it
+    (`content` and `content_only` are one aggregation)."""
+    if aggregation in EXPERT_AGGREGATIONS:
+        return aggregation
+    if f"{aggregation}_only" in EXPERT_AGGREGATIONS:
+        return f"{aggregation}_only"
     raise ValueError(f"unknown ExPerT aggregation {aggregation!r}")
 
 
@@ -475,7 +453,7 @@ def _reported(scores: dict[str, Any], aggregation: str, part: str) -> float | No
 
 def _match_target(entry: dict[str, Any], other: list[dict[str, Any]]) -> int | None:
     """Index on the other side of the aspect this entry names as its match."""
-    if not _truthy(entry.get("matched")):
+    if not entry.get("matched"):
         return None
     target = entry.get("matched_id", entry.get("matched_aspect"))
     if target is None:
@@ -503,11 +481,10 @@ def expert_view(result: dict[str, Any]) -> dict[str, Any] | None:
     scores = result.get("scores") if isinstance(result.get("scores"), dict) else {}
     rows = []
     for agg in expert_aggregations(scores):
-        r_terms = [aspect_credit(e, agg) for e in recall]
-        p_terms = [aspect_credit(e, agg) for e in precision]
-        r = sum(r_terms) / len(r_terms) if r_terms else 0.0
-        p = sum(p_terms) / len(p_terms) if p_terms else 0.0
-        f = 2 * p * r / (p + r) if p + r > 0 else 0.0
+        canonical = _canonical(agg)
+        r_terms = [aspect_credit(e, canonical) for e in recall]
+        p_terms = [aspect_credit(e, canonical) for e in precision]
+        r, p = mean_credit(recall, canonical), mean_credit(precision, canonical)
         rows.append(
             {
                 "aggregation": agg,
@@ -515,7 +492,7 @@ def expert_view(result: dict[str, Any]) -> dict[str, Any] | None:
                 "precision_terms": p_terms,
                 "recall": r,
                 "precision": p,
-                "f1": f,
+                "f1": f1(p, r),
                 "reported": {part: _reported(scores, agg, part) for part in _SCORE_SUFFIXES},
             }
         )
