@@ -314,9 +314,8 @@ def test_overwrite_refuses_a_folder_that_is_not_a_run(graph: Path, data: Path, t
     work = tmp_path / "work"
     work.mkdir()
     (work / "thesis.tex").write_text("years of work")
-    with FakeServer() as server:
-        with pytest.raises(RunFolderError, match="nothing was deleted"):
-            run_graph(graph, data, work, server.base_url, overwrite=True)
+    with FakeServer() as server, pytest.raises(RunFolderError, match="nothing was deleted"):
+        run_graph(graph, data, work, server.base_url, overwrite=True)
     assert (work / "thesis.tex").read_text() == "years of work"
 
 

@@ -318,9 +318,13 @@ def build_explanation(
     }
 
 
-def _credit(entry: dict[str, Any], aggregation: str) -> float:
-    """ε for one aspect: 0 when unmatched, else the aggregation of its two verdicts."""
-    if not entry.get("matched"):
+def aspect_credit(entry: dict[str, Any], aggregation: str) -> float:
+    """ε for one aspect: 0 when unmatched, else the aggregation of its two verdicts.
+
+    The one definition of ExPerT's per-aspect credit: the scores and the report's
+    explanation of them both use it, so they cannot disagree.
+    """
+    if not isinstance(entry, dict) or not entry.get("matched"):
         return 0.0
     content = entry.get("content") is True
     style = entry.get("style") is True
@@ -337,22 +341,27 @@ def _credit(entry: dict[str, Any], aggregation: str) -> float:
     raise ValueError(f"unknown aggregation {aggregation!r}")
 
 
-def _mean_credit(entries: list[dict[str, Any]], aggregation: str) -> float:
+def mean_credit(entries: list[dict[str, Any]], aggregation: str) -> float:
+    """R (over reference aspects) or P (over output aspects): the mean credit, 0 if none."""
     if not entries:
         return 0.0
-    return sum(_credit(e, aggregation) for e in entries) / len(entries)
+    return sum(aspect_credit(e, aggregation) for e in entries) / len(entries)
+
+
+def f1(precision: float, recall: float) -> float:
+    total = precision + recall
+    return 0.0 if total == 0 else 2 * precision * recall / total
 
 
 def scores_from_explanation(explanation: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
     """The 15 ExPerT scores: R over reference aspects, P over output aspects, F1 of the two."""
     scores: dict[str, float] = {}
     for aggregation in AGGREGATIONS:
-        recall = _mean_credit(explanation.get("recall") or [], aggregation)
-        precision = _mean_credit(explanation.get("precision") or [], aggregation)
-        total = precision + recall
+        recall = mean_credit(explanation.get("recall") or [], aggregation)
+        precision = mean_credit(explanation.get("precision") or [], aggregation)
         scores[f"{aggregation}_recall"] = recall
         scores[f"{aggregation}_precision"] = precision
-        scores[f"{aggregation}_f1"] = 0.0 if total == 0 else 2 * precision * recall / total
+        scores[f"{aggregation}_f1"] = f1(precision, recall)
     return scores
 
 
