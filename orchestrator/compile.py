@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from .compute import ComputeFunction, resolve
 from .errors import GraphError, Problem
+from .loaders import SealedLoader, all_sources, has_dynamic_reference, template_sources
 from .schemas import SchemaError, build_model, dynamic_fields
 from .spec import (
     IDENTIFIER,
@@ -37,16 +38,12 @@ from .templates import (
     BUILTIN_NAMES,
     Expression,
     Prompt,
-    SealedLoader,
-    all_sources,
     attribute_uses,
-    has_dynamic_reference,
     make_environment,
     names_in,
     parse_expression,
     plain_path,
     shorten,
-    template_sources,
 )
 
 RESERVED = frozenset({"params", "run", "id", "status", "error", "results"})

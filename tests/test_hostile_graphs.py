@@ -25,9 +25,9 @@ from helpers import orchestrator_command, run_graph, write_rows
 from orchestrator import GraphError, compile_graph
 from orchestrator.errors import Problem
 from orchestrator.graphfile import MAX_GRAPH_BYTES, MAX_YAML_DEPTH, MAX_YAML_VALUES
+from orchestrator.loaders import MAX_TEMPLATE_BYTES
 from orchestrator.schemas import MAX_SCHEMA_DEPTH
 from orchestrator.spec import MAX_NODES
-from orchestrator.templates import MAX_TEMPLATE_BYTES
 
 pytestmark = pytest.mark.reliability
 
