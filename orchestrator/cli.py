@@ -21,8 +21,8 @@ from .errors import DatasetError, GraphError, RunFolderError
 from .outage import DEFAULT_SERVER_WAIT, ServerGone
 
 if TYPE_CHECKING:
-    from .compile import CompiledGraph
     from .embedded import EmbeddedServer
+    from .graph import CompiledGraph
     from .runner import RunOutcome
 
 app = typer.Typer(

@@ -21,8 +21,8 @@ from .runlock import LOCK, RunLock
 from .trace import TraceStore
 
 if TYPE_CHECKING:
-    from .compile import CompiledGraph
     from .dataset import Row
+    from .graph import CompiledGraph
 
 RESULTS = "results.jsonl"
 TRACES = "traces.sqlite"

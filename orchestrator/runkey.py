@@ -20,7 +20,7 @@ import orjson
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from .compile import CompiledGraph
+    from .graph import CompiledGraph
 
 # Components that depend on the server (known only once endpoints are resolved).
 SERVER_PARTS = ("model ", "endpoint ", "structured ")

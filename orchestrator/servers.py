@@ -14,7 +14,7 @@ from .client import Endpoint, LLMClient, ServerError
 from .spec import LLMNode
 
 if TYPE_CHECKING:
-    from .compile import CompiledGraph
+    from .graph import CompiledGraph
 
 log = logging.getLogger("orchestrator")
 

@@ -24,10 +24,10 @@ from rich.console import Console
 from . import __version__
 from .cache import ResponseCache, default_cache_path
 from .client import LLMClient
-from .compile import CompiledGraph
 from .dataset import Row, check_fields
 from .driver import Flusher, drive, fewer_gc_passes
 from .engine import Engine, EngineOptions
+from .graph import CompiledGraph
 from .outage import DEFAULT_SERVER_WAIT, ServerGone
 from .runfolder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from .runkey import RunKey, server_components, static_components

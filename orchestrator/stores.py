@@ -15,8 +15,8 @@ from .runkey import RunKey
 from .trace import TraceStore
 
 if TYPE_CHECKING:
-    from .compile import CompiledGraph
     from .dataset import Row
+    from .graph import CompiledGraph
 
 
 class RunStore(Protocol):

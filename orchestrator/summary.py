@@ -6,8 +6,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from .compile import CompiledGraph
 from .errors import NodeError
+from .graph import CompiledGraph
 from .templates import Expression
 
 

@@ -1,0 +1,244 @@
+"""The checks a graph passes before a token is spent: cycles, names, attributes of upstream
+outputs, sampling ranges, `foreach` sources. Each problem is collected, not raised, so all
+of them are reported at once, each naming file, node and field."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError, nodes
+
+from .errors import Problem
+from .graph import CompiledNode
+from .loaders import SealedLoader, template_sources
+from .spec import (
+    SAMPLING_RANGES,
+    FieldSpec,
+    GraphSpec,
+    LLMNode,
+    Sampling,
+    sampling_problem,
+)
+from .templates import (
+    BUILTIN_NAMES,
+    Expression,
+    Prompt,
+    attribute_uses,
+    make_environment,
+    names_in,
+    parse_expression,
+    plain_path,
+    shorten,
+)
+
+if TYPE_CHECKING:
+    from .graph import GraphOrigin
+
+
+class Checker:
+    """Collects problems while compiling one graph."""
+
+    def __init__(self, origin: GraphOrigin, spec: GraphSpec, functions: bool) -> None:
+        self.path = origin.path
+        self.file = origin.file
+        self.spec = spec
+        self.problems: list[Problem] = []
+        self.prompts_dir = (origin.prompts_dir or origin.path.parent / spec.prompts).resolve()
+        self.functions = functions
+        # node -> {name it uses -> first field that uses it}: places cycles precisely.
+        self.refs: dict[str, dict[str, str]] = {}
+        # (node, field) -> template sources (with includes), for the attribute check.
+        self.sources: dict[tuple[str, str], dict[str, str]] = {}
+        self.env = make_environment(self.prompts_dir, origin.texts)
+        self.env.globals["params"] = spec.params
+        # `run` (base_url, model of the run's server) is filled in by the engine.
+        self.env.globals["run"] = {}
+
+    def problem(self, message: str, node: str | None = None, field: str | None = None) -> None:
+        self.problems.append(Problem(self.file, message, node, field))
+
+    def expression(self, source: Any, node: str | None, field: str) -> Expression | None:
+        if not isinstance(source, str) or not source.strip():
+            self.problem("expected a non-empty expression string", node, field)
+            return None
+        try:
+            return Expression(self.env, source)
+        except TemplateSyntaxError as exc:
+            message = f"expression '{shorten(source)}' does not parse: {exc.message}"
+            self.problem(message, node, field)
+        except TemplateError as exc:
+            self.problem(str(exc), node, field)
+        except RecursionError:
+            self.problem(f"expression '{shorten(source)}' nests too deeply", node, field)
+        return None
+
+    def template(self, name: str, node: str, field: str) -> tuple[Prompt | None, set[str]]:
+        try:
+            # Read and check every template it pulls in before Jinja compiles any of them.
+            sources = template_sources(self.env, name)
+            names = names_in(self.env, sources)
+            template = self.env.get_template(name)
+            self.sources[(node, field)] = sources
+            return Prompt(template, names), names
+        except TemplateNotFound as exc:
+            where = self.env.loader.where() if isinstance(self.env.loader, SealedLoader) else "?"
+            self.problem(f"template '{exc.name}' not found under {where}", node, field)
+        except TemplateSyntaxError as exc:
+            where = exc.name or exc.filename or name
+            self.problem(f"template '{where}' line {exc.lineno}: {exc.message}", node, field)
+        except TemplateError as exc:
+            # Our own loader and safety errors already name the template.
+            message = str(exc) if "template '" in str(exc) else f"template '{name}': {exc}"
+            self.problem(message, node, field)
+        except RecursionError:
+            self.problem(f"template '{name}' nests too deeply to compile", node, field)
+        return None, set()
+
+
+def check_cycles(ck: Checker, graph: nx.DiGraph) -> None:
+    """One problem per group of nodes that wait on each other, naming who uses whom where.
+
+    Strongly connected components keep this polynomial: listing every simple cycle is
+    exponential in a densely connected graph.
+    """
+    uses = graph.reverse(copy=False)  # edge a -> b: a uses b
+    groups = sorted(
+        (sorted(group) for group in nx.strongly_connected_components(uses) if len(group) > 1),
+        key=lambda group: group[0],
+    )
+    for group in groups[:5]:
+        chain = _shortest_cycle(uses, set(group), group[0])
+        edges = list(zip(chain, [*chain[1:], chain[0]], strict=True))
+        steps = ", ".join(f"{a} uses {b} ({ck.refs[a].get(b, 'after')})" for a, b in edges)
+        first, second = edges[0]
+        ck.problem(f"nodes form a cycle: {steps}", first, ck.refs[first].get(second, "after"))
+
+
+def _shortest_cycle(uses: nx.DiGraph, group: set[str], start: str) -> list[str]:
+    """Nodes of a shortest cycle from `start` back to itself (ties broken by name)."""
+    parent: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for nxt in sorted(set(uses.successors(node)) & group):
+            if nxt == start:
+                chain = [node]
+                while chain[-1] != start:
+                    chain.append(parent[chain[-1]])
+                return chain[::-1]
+            if nxt not in parent:
+                parent[nxt] = node
+                queue.append(nxt)
+    raise AssertionError(f"{start} is in a strongly connected group, so on a cycle")
+
+
+def check_sampling(ck: Checker, values: Sampling, node: str | None, prefix: str) -> None:
+    """Literal sampling values in range (expression values are checked per call)."""
+    for key in SAMPLING_RANGES:
+        problem = sampling_problem(key, getattr(values, key))
+        if problem is not None:
+            ck.problem(problem, node, prefix + key)
+
+
+def check_foreach(ck: Checker, name: str, expr: Expression) -> None:
+    """`foreach` over something that is known, before any call, not to be a list."""
+    what = _static_kind(ck, parse_expression(ck.env, expr.source), expr.source)
+    if what is not None:
+        ck.problem(f"foreach needs a list, but '{shorten(expr.source)}' is {what}", name, "foreach")
+
+
+def _static_kind(ck: Checker, ast: nodes.Expr, source: str) -> str | None:
+    """What a foreach expression gives when that is known now and is not a list, else None.
+
+    Known now: a literal; a param's default; a field of a single-call LLM node's schema.
+    """
+    if isinstance(ast, nodes.Const):
+        return None if isinstance(ast.value, list | tuple) else _kind(ast.value)
+    if isinstance(ast, nodes.Dict):
+        return "a mapping"
+    path = plain_path(source)
+    if not path:
+        return None
+    head, rest = path[0], path[1:]
+    if head == "params":
+        value: Any = ck.spec.params
+        for part in rest:
+            if not isinstance(value, dict) or part not in value:
+                return None
+            value = value[part]
+        # null is a placeholder that `--param` fills in.
+        return None if value is None or isinstance(value, list) else _kind(value)
+    other = ck.spec.nodes.get(head)
+    if not isinstance(other, LLMNode) or other.foreach or not single_call(ck, other):
+        return None
+    spec: FieldSpec | None = None  # None: the node's whole output object
+    for part in rest:
+        fields = other.output if spec is None else spec.fields
+        if fields is None or part not in fields:
+            return None  # a missing field is the attribute check's to report
+        spec = fields[part]
+    if spec is None:
+        return "an object (the node's whole output)"
+    return None if spec.type == "list" else f"a field of type {spec.type}"
+
+
+def _kind(value: Any) -> str:
+    names = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return names.get(type(value), "a mapping" if isinstance(value, dict) else "not a list")
+
+
+def single_call(ck: Checker, node: LLMNode) -> bool:
+    """An LLM node whose value is one output object (not a list of samples)."""
+    return (node.n or ck.spec.defaults.n or 1) == 1
+
+
+def check_names(
+    ck: Checker, names: set[str], known: set[str], node: str | None, field: str
+) -> None:
+    for missing in sorted(names - known - BUILTIN_NAMES - set(ck.env.globals)):
+        ck.problem(
+            f"variable '{missing}' is not provided by the dataset inputs, params or any node",
+            node,
+            field,
+        )
+
+
+def node_sources(ck: Checker, cn: CompiledNode) -> list[tuple[str, str]]:
+    """(field, template text) for every template and expression of a node."""
+    sources: list[tuple[str, str]] = []
+    for fld in ("prompt", "system"):
+        for text in ck.sources.get((cn.name, fld), {}).values():
+            sources.append((fld, text))
+    exprs: list[tuple[str, Expression | None]] = [("when", cn.when), ("foreach", cn.foreach)]
+    exprs += [(f"args.{arg}", v) for arg, v in cn.args.items() if isinstance(v, Expression)]
+    exprs += [(f"output.{path}.enum_from", v) for path, v in cn.dynamic.items()]
+    exprs += list(cn.sampling_exprs.items())
+    sources += [(fld, "{{ " + expr.source + " }}") for fld, expr in exprs if expr is not None]
+    return sources
+
+
+def check_attributes(ck: Checker, owner: str | None, sources: list[tuple[str, str]]) -> None:
+    """`judge.scoer` typos: an attribute of an LLM node that its schema lacks."""
+    for fld, source in sources:
+        try:
+            uses = list(attribute_uses(ck.env, source))
+        except (TemplateSyntaxError, RecursionError):
+            continue  # reported where the source was first parsed
+        for target, attr in uses:
+            other = ck.spec.nodes.get(target)
+            if (
+                isinstance(other, LLMNode)
+                and not other.foreach
+                and single_call(ck, other)
+                and attr not in other.output
+                and attr not in ("failed", "error")
+                and not hasattr(dict, attr)  # judge.get('score'): a method of the value
+            ):
+                ck.problem(
+                    f"'{target}.{attr}': node '{target}' has no output field '{attr}' "
+                    f"(fields: {', '.join(other.output)})",
+                    owner,
+                    fld,
+                )
