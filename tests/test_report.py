@@ -27,9 +27,12 @@ from fakeserver import FakeServer, Reply
 import orchestrator
 from orchestrator.compute.expert import aspect_credit
 from orchestrator.report import build_report, make_server
-from orchestrator.report.collect import PROMPT_LIMIT, NodeInfo, abridge, expert_view
+from orchestrator.report.collect import PROMPT_LIMIT
 from orchestrator.report.dag import dag_svg, layout
+from orchestrator.report.expert_view import expert_view
 from orchestrator.report.render import histogram, interval, render_value, summary_tables
+from orchestrator.report.sources import NodeInfo
+from orchestrator.report.values import abridge
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKEN = "BROKEN-REPLY-MARKER"

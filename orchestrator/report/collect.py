@@ -9,30 +9,25 @@ reply is dropped when it only repeats the parsed value.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from ..compute.expert import AGGREGATIONS as EXPERT_AGGREGATIONS
-from ..compute.expert import aspect_credit, f1, mean_credit
 from ..runfolder import (
-    INPUTS,
     MANIFEST,
     SUMMARY,
     TRACES,
-    iter_inputs,
     read_json,
     read_results,
-    snapshot_graph,
-    snapshot_prompts,
 )
 from ..summary import numeric_leaves
 from ..trace import WHOLE, TraceStore
+from .expert_view import expert_view
+from .sources import GraphInfo, NodeInfo, load_graph, load_inputs
+from .values import abridge, finite
 
 PROMPT_LIMIT = 3000  # characters of per-example prompt text kept when abridging
 ITEM_PROMPT_LIMIT = 1200  # tighter for foreach items: a node may run dozens of them
@@ -44,196 +39,6 @@ MIN_POINTED = 64  # shorter dataset fields are cheaper to repeat than to point a
 MAX_NUMERIC_COLUMNS = 8
 MAX_TEXT_COLUMNS = 4
 RESULT_META = ("id", "status", "error", "row")
-_SCORE_SUFFIXES = {
-    "precision": ("precision", "p"),
-    "recall": ("recall", "r"),
-    "f1": ("f1", "f", "f_1", "fscore", "f_score"),
-}
-
-
-def abridge(text: str, limit: int | None) -> str:
-    """Keep the head and the tail of a long text and say how much was left out."""
-    if limit is None or len(text) <= limit:
-        return text
-    head = (limit * 2) // 3
-    tail = limit - head
-    omitted = len(text) - limit
-    return (
-        f"{text[:head]}\n… [{omitted} characters omitted; `report --full-prompts` keeps them] …\n"
-        f"{text[-tail:]}"
-    )
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-@dataclass
-class NodeInfo:
-    """What the report needs of one graph node (from the compiled graph when available)."""
-
-    name: str
-    kind: str  # "llm" | "compute" | "?" (not in the graph file)
-    deps: list[str] = field(default_factory=list)
-    foreach: str | None = None
-    when: str | None = None
-    function: str | None = None
-    description: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "deps": self.deps,
-            "foreach": self.foreach,
-            "when": self.when,
-            "function": self.function,
-            "description": self.description,
-        }
-
-
-@dataclass
-class GraphInfo:
-    """Nodes in display order and the note on where they came from."""
-
-    nodes: list[NodeInfo]
-    inputs: list[str]
-    description: str | None = None
-    path: Path | None = None
-    note: str | None = None  # why the drawing may be incomplete or out of date
-
-
-def _candidates(raw: str, run_dir: Path) -> list[Path]:
-    """Places a path written at run time may be now: as written, or beside the run folder."""
-    path = Path(raw)
-    if path.is_absolute():
-        return [path]
-    found = [Path.cwd() / path]
-    base = run_dir.resolve()
-    for parent in [base, *base.parents][:5]:
-        found.append(parent / path)
-    return found
-
-
-def find_file(raw: str | None, run_dir: Path) -> Path | None:
-    if not raw:
-        return None
-    return next((p for p in _candidates(raw, run_dir) if p.is_file()), None)
-
-
-def load_graph(manifest: dict[str, Any], run_dir: Path, seen_nodes: Iterable[str]) -> GraphInfo:
-    """Nodes and edges from the run's graph file; the trace's node names when it is gone."""
-    from ..compile import compile_graph
-    from ..errors import GraphError
-
-    info = manifest.get("graph") or {}
-    fallback = [NodeInfo(name, "?") for name in dict.fromkeys(seen_nodes)]
-    snapshot = snapshot_graph(run_dir)
-    path = snapshot or find_file(info.get("path"), run_dir)
-    if path is None:
-        note = f"graph file {info.get('path')!r} not found: nodes come from the trace, no edges"
-        return GraphInfo(fallback, [], note=note)
-    try:
-        # The snapshot is the graph as the run used it: drawn without the user's functions,
-        # which need not be installed where the folder is read.
-        graph = (
-            compile_graph(path, prompts_dir=snapshot_prompts(run_dir), functions=False)
-            if snapshot
-            else compile_graph(path)
-        )
-    except (GraphError, OSError, ValueError) as exc:
-        note = f"graph file {path} no longer compiles ({str(exc).splitlines()[0]}): no edges"
-        return GraphInfo(fallback, [], path=path, note=note)
-    import networkx as nx
-
-    position = {name: i for i, name in enumerate(graph.spec.nodes)}
-    dag = nx.DiGraph()
-    dag.add_nodes_from(graph.nodes)
-    for name, node in graph.nodes.items():
-        dag.add_edges_from((dep, name) for dep in node.deps)
-    # File order among nodes that could run in either order, so the page reads like the file.
-    order = list(nx.lexicographical_topological_sort(dag, key=lambda n: position.get(n, 0)))
-    nodes = []
-    for name in order:
-        spec = graph.nodes[name].spec
-        nodes.append(
-            NodeInfo(
-                name=name,
-                kind="llm" if graph.nodes[name].is_llm else "compute",
-                deps=sorted(graph.nodes[name].deps, key=lambda n: position.get(n, 0)),
-                foreach=spec.foreach,
-                when=spec.when,
-                function=getattr(spec, "function", None),
-                description=spec.description,
-            )
-        )
-    note = None
-    if info.get("hash") and graph.content_hash != info.get("hash"):
-        note = (
-            f"graph file {path} changed since this run (hash {graph.content_hash}, run used "
-            f"{info.get('hash')}): the drawing shows the file as it is now"
-        )
-    inputs = list(graph.spec.inputs) + list(graph.spec.optional_inputs)
-    return GraphInfo(nodes, inputs, graph.spec.description, path, note)
-
-
-def load_inputs(
-    manifest: dict[str, Any], run_dir: Path, fields: list[str], limit: int | None
-) -> tuple[dict[str, dict[str, str]], dict[str, int], str | None]:
-    """Dataset fields of every row by id (abridged), row numbers, and a note when unusable."""
-    from ..dataset import file_hash, read_rows
-
-    if (run_dir / INPUTS).is_file():
-        return _snapshot_inputs(run_dir, fields, limit)
-    info = manifest.get("dataset") or {}
-    path = find_file(info.get("path"), run_dir)
-    if path is None:
-        return {}, {}, f"dataset {info.get('path')!r} not found: inputs are not shown"
-    if info.get("hash") and file_hash(path) != info.get("hash"):
-        return {}, {}, f"dataset {path} changed since this run: inputs are not shown"
-    inputs: dict[str, dict[str, str]] = {}
-    numbers: dict[str, int] = {}
-    try:
-        for row in read_rows(path):
-            numbers[row.id] = row.number
-            if row.error is None:
-                wanted = fields or [k for k in row.data if k != "id"]
-                inputs[row.id] = {
-                    name: abridge(
-                        row.data[name]
-                        if isinstance(row.data[name], str)
-                        else orjson.dumps(row.data[name], default=str).decode(),
-                        limit,
-                    )
-                    for name in wanted
-                    if name in row.data
-                }
-    except Exception as exc:  # a dataset the run could read but we cannot is only a note
-        return {}, {}, f"dataset {path} could not be read: {exc}"
-    return inputs, numbers, None
-
-
-def _snapshot_inputs(
-    run_dir: Path, fields: list[str], limit: int | None
-) -> tuple[dict[str, dict[str, str]], dict[str, int], str | None]:
-    """Inputs as the run read them (inputs.jsonl), so the dataset file is not needed."""
-    inputs: dict[str, dict[str, str]] = {}
-    numbers: dict[str, int] = {}
-    for line in iter_inputs(run_dir):
-        example, data = str(line.get("id")), line.get("data") or {}
-        numbers[example] = int(line.get("number") or 0)
-        wanted = fields or [k for k in data if k != "id"]
-        inputs[example] = {
-            name: abridge(
-                data[name]
-                if isinstance(data[name], str)
-                else orjson.dumps(data[name], default=str).decode(),
-                limit,
-            )
-            for name in wanted
-            if name in data
-        }
-    return inputs, numbers, None
 
 
 class PromptHeads:
@@ -420,89 +225,6 @@ def node_path(
 # -- ExPerT -------------------------------------------------------------------------------
 
 
-def _canonical(aggregation: str) -> str:
-    """The compute module's name for an aggregation as a result's scores spell it
-    (`content` and `content_only` are one aggregation)."""
-    if aggregation in EXPERT_AGGREGATIONS:
-        return aggregation
-    if f"{aggregation}_only" in EXPERT_AGGREGATIONS:
-        return f"{aggregation}_only"
-    raise ValueError(f"unknown ExPerT aggregation {aggregation!r}")
-
-
-def expert_aggregations(scores: dict[str, Any]) -> list[str]:
-    """Aggregation names as the result's scores spell them (the paper's five otherwise)."""
-    found: list[str] = []
-    known = {a.removesuffix("_only") for a in EXPERT_AGGREGATIONS}
-    for key in scores:
-        for suffixes in _SCORE_SUFFIXES.values():
-            for suffix in suffixes:
-                name = key.removesuffix(f"_{suffix}")
-                if name != key and name.removesuffix("_only") in known and name not in found:
-                    found.append(name)
-    return found or list(EXPERT_AGGREGATIONS)
-
-
-def _reported(scores: dict[str, Any], aggregation: str, part: str) -> float | None:
-    for suffix in _SCORE_SUFFIXES[part]:
-        value = scores.get(f"{aggregation}_{suffix}")
-        if _finite(value):
-            return float(value)
-    return None
-
-
-def _match_target(entry: dict[str, Any], other: list[dict[str, Any]]) -> int | None:
-    """Index on the other side of the aspect this entry names as its match."""
-    if not entry.get("matched"):
-        return None
-    target = entry.get("matched_id", entry.get("matched_aspect"))
-    if target is None:
-        target = entry.get("matched_aspect")
-    for key in ("id", "aspect", "title"):
-        for index, cand in enumerate(other):
-            if isinstance(cand, dict) and cand.get(key) is not None and cand.get(key) == target:
-                return index
-    if isinstance(target, int) and not isinstance(target, bool) and 0 <= target < len(other):
-        return target
-    return None
-
-
-def expert_view(result: dict[str, Any]) -> dict[str, Any] | None:
-    """Aspect table and the P/R/F arithmetic of an ExPerT result line; None for other graphs."""
-    explanation = result.get("explanation")
-    if not isinstance(explanation, dict):
-        return None
-    recall = explanation.get("recall")
-    precision = explanation.get("precision")
-    if not isinstance(recall, list) or not isinstance(precision, list):
-        return None
-    recall = [e if isinstance(e, dict) else {"aspect": str(e)} for e in recall]
-    precision = [e if isinstance(e, dict) else {"aspect": str(e)} for e in precision]
-    scores = result.get("scores") if isinstance(result.get("scores"), dict) else {}
-    rows = []
-    for agg in expert_aggregations(scores):
-        canonical = _canonical(agg)
-        r_terms = [aspect_credit(e, canonical) for e in recall]
-        p_terms = [aspect_credit(e, canonical) for e in precision]
-        r, p = mean_credit(recall, canonical), mean_credit(precision, canonical)
-        rows.append(
-            {
-                "aggregation": agg,
-                "recall_terms": r_terms,
-                "precision_terms": p_terms,
-                "recall": r,
-                "precision": p,
-                "f1": f1(p, r),
-                "reported": {part: _reported(scores, agg, part) for part in _SCORE_SUFFIXES},
-            }
-        )
-    return {
-        "recall": [{**e, "_to": _match_target(e, precision)} for e in recall],
-        "precision": [{**e, "_to": _match_target(e, recall)} for e in precision],
-        "aggregations": rows,
-    }
-
-
 # -- the run as a whole -------------------------------------------------------------------
 
 
@@ -537,7 +259,7 @@ def _columns(results: list[dict[str, Any]]) -> tuple[list[str], list[str], str |
         for key, value in row.items():
             if key in RESULT_META:
                 continue
-            if _finite(value):
+            if finite(value):
                 numeric[key] = None
             elif isinstance(value, str):
                 text[key] = None
@@ -653,7 +375,7 @@ def _column_value(row: dict[str, Any], column: str) -> float | None:
         head, _, tail = column.partition(".")
         inner = row.get(head)
         value = inner.get(tail) if isinstance(inner, dict) else None
-    return float(value) if _finite(value) else None
+    return float(value) if finite(value) else None
 
 
 def point_into_prompts(inputs: dict[str, str], path: list[dict[str, Any]]) -> dict[str, Any]:

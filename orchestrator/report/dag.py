@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass
 from html import escape
 
-from .collect import NodeInfo
+from .sources import NodeInfo
 
 CHAR_WIDTH = 7.4  # of the 12px monospace label font, generously
 BOX_HEIGHT = 42
