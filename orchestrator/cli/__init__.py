@@ -1,0 +1,14 @@
+"""The command line: one adapter over the library. `app.py` holds the Typer app and what the
+verbs share; each module registers a group of verbs on it (in the order `--help` lists)."""
+
+from __future__ import annotations
+
+from .app import app, main
+
+# isort: split
+from . import run  # noqa: F401 - validate, run, demo
+
+# isort: split
+from . import inspect  # noqa: F401 - trace, serve, report, distill, meta-eval, cache
+
+__all__ = ["app", "main"]

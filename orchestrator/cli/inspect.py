@@ -1,0 +1,261 @@
+"""Verbs that read a run folder or manage local state: trace, report, meta-eval, distill,
+serve, cache."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import orjson
+import typer
+from rich.markup import escape
+
+from ..errors import RunFolderError
+
+if TYPE_CHECKING:
+    pass
+
+
+from .app import app, console, fail
+
+
+def _describe_request(rec: dict[str, Any]) -> str:
+    """One line on how a call was asked: sampling values, and the schema it had to follow."""
+    params = {k: v for k, v in rec["request"].get("params", {}).items() if v is not None}
+    sent = " ".join(f"{k}={v}" for k, v in params.items())
+    schema = rec.get("schema") or {}
+    fields = list(schema.get("properties", {}))
+    mode = rec["request"].get("structured")
+    enforced = "enforced by the server" if mode == "server" else "given in the prompt"
+    return f"{sent}; schema {enforced}, fields in order: {', '.join(fields) or '—'}"
+
+
+def _abridge(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n  … [{len(text) - limit} chars abridged] …\n{text[-half:]}"
+
+
+@app.command()
+def trace(
+    folder: Annotated[Path, typer.Argument(help="Run folder.")],
+    example: Annotated[
+        str | None, typer.Option(help="Example id (default: first failed, else first).")
+    ] = None,
+    node: Annotated[str | None, typer.Option(help="Only this node.")] = None,
+    format: Annotated[str, typer.Option(help="text | jsonl")] = "text",
+    prompt_chars: Annotated[int, typer.Option(help="Prompt length shown in text mode.")] = 600,
+) -> None:
+    """Print the decision path of one example: nodes, prompts, outputs, attempts, errors."""
+    from ..runfolder import TRACES, read_results
+    from ..trace import TraceStore
+
+    path = folder / TRACES
+    if not path.is_file():
+        fail(f"{folder} has no {TRACES}; is it a run folder?")
+    results = read_results(folder)
+    try:
+        store = TraceStore.reader(path)
+    except RunFolderError as exc:
+        fail(str(exc))
+        raise
+    try:
+        # jsonl is an export: without --example it covers every example.
+        if example is None and format != "jsonl":
+            if results:
+                failed = [r for r in results if r.get("status") == "failed"]
+                example = str((failed or results)[0]["id"])
+            else:
+                example = store.first_example()
+                if example is None:
+                    fail(
+                        f"no node of {folder} has finished yet (no results, an empty trace); "
+                        "try again once the run has made progress."
+                    )
+        records = list(store.node_runs(example, node))
+    finally:
+        store.close()
+    if format == "jsonl":
+        for rec in records:
+            sys.stdout.write(orjson.dumps(rec, default=str).decode() + "\n")
+        return
+    if format != "text":
+        fail("--format must be text or jsonl")
+    result = next((r for r in results if str(r.get("id")) == example), None)
+    # Ids, errors and node labels come from data and servers: shown as text, never markup.
+    console.rule(f"example {escape(example)}")
+    if result:
+        console.print(
+            f"status: [bold]{escape(str(result.get('status')))}[/]"
+            + (f" — {escape(str(result.get('error')))}" if result.get("error") else "")
+        )
+    if not records:
+        console.print("no node executions recorded for this example")
+    for rec in records:
+        label = rec["node"] + (f"[{rec['item']}]" if rec["item"] >= 0 else "")
+        flags = ", ".join(
+            f
+            for f in (
+                rec["status"],
+                "cached" if rec["cached"] else "",
+                f"{rec['latency']:.2f}s" if rec["latency"] else "",
+                f"{rec['prompt_tokens']}+{rec['completion_tokens']} tok"
+                if rec["prompt_tokens"]
+                else "",
+            )
+            if f
+        )
+        console.print(f"\n[bold cyan]{escape(label)}[/] ({flags})")
+        if rec.get("request"):
+            console.print(
+                f"  [dim]sent:[/] {_describe_request(rec)}", highlight=False, soft_wrap=True
+            )
+        for message in rec["messages"] or []:
+            console.print(f"  [dim]{message['role']}:[/]")
+            body = _abridge(message["content"], prompt_chars).replace("\n", "\n    ")
+            console.print("    " + body, markup=False, highlight=False)
+        if rec["value"] is not None:
+            value = (
+                {k: v for k, v in rec["value"].items() if k != "_logprobs"}
+                if isinstance(rec["value"], dict)
+                else rec["value"]
+            )
+            console.print(
+                "  → " + json.dumps(value, ensure_ascii=False)[:2000], markup=False, highlight=False
+            )
+        for att in rec["attempts"]:
+            if att["kind"] != "ok" or len(rec["attempts"]) > 1:
+                console.print(
+                    f"  attempt {att['number']}: {att['kind']}"
+                    + (f" — {att['error']}" if att["error"] else ""),
+                    markup=False,
+                    highlight=False,
+                )
+        if rec["error"]:
+            console.print(f"  [red]error:[/] {escape(rec['error'])}")
+
+
+@app.command()
+def serve(
+    port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
+    model_dir: Annotated[
+        Path | None,
+        typer.Option(help="HF model folder (default: the converted SmolLM2 in the cache)."),
+    ] = None,
+) -> None:
+    """Prepare and start the embedded vLLM CPU server; Ctrl-C stops it."""
+    from .. import embedded
+
+    try:
+        server = embedded.start_server(
+            port=port or embedded.DEFAULT_PORT, model_dir=model_dir, log=console.print
+        )
+    except embedded.EmbeddedServerError as exc:
+        fail(str(exc))
+        return
+    console.print(
+        f"[green]Serving[/] {server.model} at {server.base_url} — Ctrl-C to stop.\n"
+        f"Log: {server.log_path}"
+    )
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        console.print("Stopping…")
+    finally:
+        server.stop()
+
+
+@app.command()
+def report(
+    folder: Annotated[Path, typer.Argument(help="Run folder.")],
+    full_prompts: Annotated[bool, typer.Option(help="Embed prompts unabridged.")] = False,
+    serve: Annotated[bool, typer.Option(help="Serve on localhost instead of one file.")] = False,
+    port: Annotated[int, typer.Option(help="Port for --serve.")] = 8770,
+) -> None:
+    """Write RUN_DIR/report.html, a self-contained page to audit every decision of a run."""
+    from ..report import build_report, serve_report
+
+    if not (folder / "results.jsonl").is_file():
+        fail(f"{folder} has no results.jsonl; is it a run folder?")
+    if serve:
+        serve_report(folder, port=port, full_prompts=full_prompts)
+        return
+    path = build_report(folder, full_prompts=full_prompts)
+    console.print(f"Report written to {path} — open it in a browser.")
+
+
+@app.command()
+def distill(
+    folder: Annotated[Path, typer.Argument(help="Run folder of a jury graph (perq_jury).")],
+    out: Annotated[Path, typer.Option(help="Folder to save the scorer in.")],
+    text_field: Annotated[str, typer.Option(help="Result field with the text.")] = "text",
+    label_field: Annotated[str, typer.Option(help="Result field with the label.")] = "label",
+    embedding_model: Annotated[
+        Path | None, typer.Option(help="Local sentence-embedding model folder.")
+    ] = None,
+    test_size: Annotated[float, typer.Option(help="Held-out share.")] = 0.25,
+    seed: Annotated[int, typer.Option(help="Split and classifier seed.")] = 0,
+) -> None:
+    """Train a small scorer on a jury's labels; print held-out accuracy, macro-F1, Spearman."""
+    from ..distill import distill as train
+    from ..distill import format_card
+
+    try:
+        card = train(
+            folder,
+            out,
+            text_field=text_field,
+            label_field=label_field,
+            embedding_model=embedding_model,
+            test_size=test_size,
+            seed=seed,
+        )
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        fail(str(exc))
+        return
+    console.print(format_card(card))
+
+
+@app.command("meta-eval")
+def meta_eval(
+    folder: Annotated[Path, typer.Argument(help="Run folder.")],
+    labels: Annotated[Path, typer.Option(help="Human labels (JSONL keyed by example id).")],
+    field: Annotated[
+        str | None,
+        typer.Option(help="Result field to compare (default: score, or the run's choices)."),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="Another result field scored the same way, e.g. profile_mean."),
+    ] = None,
+) -> None:
+    """Agreement of a run with human labels (correlations or accuracy) → meta_eval.json."""
+    from ..metaeval import LabelError, format_table
+    from ..metaeval import meta_eval as evaluate
+
+    try:
+        result = evaluate(folder, labels, field=field, baseline=baseline)
+    except (LabelError, FileNotFoundError) as exc:
+        fail(str(exc))
+        return
+    console.print(format_table(result))
+    console.print(f"written to {folder / 'meta_eval.json'}")
+
+
+@app.command("cache")
+def cache_cmd(
+    clear: Annotated[bool, typer.Option(help="Delete every cached reply.")] = False,
+    path: Annotated[Path | None, typer.Option(help="Cache file.")] = None,
+) -> None:
+    """Show (or clear) the response cache."""
+    from ..cache import ResponseCache, default_cache_path
+
+    store = ResponseCache(path or default_cache_path())
+    if clear:
+        console.print(f"Deleted {store.clear()} cached replies from {store.path}")
+    else:
+        console.print(f"{store.path}: {len(store)} cached replies")
+    store.close()

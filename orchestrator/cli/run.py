@@ -1,0 +1,298 @@
+"""Verbs that check or run graphs: validate, run, demo."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import DatasetError, GraphError, RunFolderError
+from ..outage import DEFAULT_SERVER_WAIT, ServerGone
+
+if TYPE_CHECKING:
+    from ..embedded import EmbeddedServer
+    from ..graph import CompiledGraph
+    from ..runner import RunOutcome
+
+
+from .app import EMBEDDED_TIMEOUT, app, console, err, fail
+
+
+def _parse_params(items: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            fail(f"--param takes key=value, got '{item}'")
+        try:
+            params[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            params[key] = raw
+    return params
+
+
+@app.command()
+def validate(graph: Annotated[Path, typer.Argument(help="Graph file (YAML).")]) -> None:
+    """Check a graph file without sending a request; exit 1 listing every problem."""
+    from ..compile import compile_graph
+
+    try:
+        compiled = compile_graph(graph)
+    except GraphError as exc:
+        for problem in exc.problems:
+            err.print(f"[red]✗[/] {escape(str(problem))}", soft_wrap=True)
+        err.print(f"{len(exc.problems)} problem(s) in {escape(str(graph))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    llm = sum(n.is_llm for n in compiled.nodes.values())
+    console.print(
+        f"[green]✓[/] {graph}: graph '{compiled.name}' is valid — {len(compiled.nodes)} nodes "
+        f"({llm} LLM), order: {' → '.join(compiled.order)}; hash {compiled.content_hash}"
+    )
+
+
+@app.command()
+def run(
+    graph: Annotated[Path, typer.Argument(help="Graph file (YAML).")],
+    data: Annotated[Path, typer.Option("--data", "-d", help="Dataset (.jsonl or .csv).")],
+    out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<graph>).")] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            help="OpenAI-compatible server, e.g. http://gpu:8000/v1. "
+            "Default: the embedded vLLM CPU server."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model name (default: the server's first).")
+    ] = None,
+    api_key: Annotated[
+        str,
+        typer.Option(
+            envvar="OPENAI_API_KEY", show_default=False, help="API key (env OPENAI_API_KEY)."
+        ),
+    ] = "EMPTY",
+    concurrency: Annotated[int, typer.Option(help="In-flight requests per server.")] = 64,
+    limit: Annotated[int | None, typer.Option(help="Run only the first N rows.")] = None,
+    cache: Annotated[Path | None, typer.Option(help="Response cache file.")] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Do not read or write the cache.")
+    ] = False,
+    refresh: Annotated[bool, typer.Option(help="Ignore cached replies (still store new).")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace a run folder of another run.")] = False,
+    structured: Annotated[
+        str, typer.Option(help="auto (canary decides) | server | prompt.")
+    ] = "auto",
+    param: Annotated[
+        list[str] | None, typer.Option(help="Override a graph param: key=value.")
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds per request (default 120; 600 on the embedded CPU server)."),
+    ] = None,
+    server_wait: Annotated[
+        float,
+        typer.Option(
+            help="Seconds to wait for a server that stops answering mid-run before stopping "
+            "the run (finished work is kept; re-run to resume)."
+        ),
+    ] = DEFAULT_SERVER_WAIT,
+    port: Annotated[int | None, typer.Option(help="Port of the embedded server.")] = None,
+) -> None:
+    """Run a graph over a dataset into a run folder; re-running the same command resumes."""
+    if structured not in ("auto", "server", "prompt"):
+        fail("--structured must be auto, server or prompt")
+    compiled = _compile_or_exit(graph)
+    server = None
+    embedded_default = base_url is None
+    if base_url is None and any(n.is_llm for n in compiled.nodes.values()):
+        base_url, server = _embedded_server(port)
+    try:
+        outcome = _execute(
+            graph=graph,
+            data=data,
+            out=out or Path("runs") / graph.stem,
+            base_url=base_url or "http://127.0.0.1:8000/v1",
+            model=model,
+            api_key=api_key,
+            concurrency=concurrency,
+            limit=limit,
+            cache=cache,
+            use_cache=not no_cache,
+            refresh=refresh,
+            overwrite=overwrite,
+            structured=structured,
+            params=_parse_params(param or []),
+            timeout=timeout or (EMBEDDED_TIMEOUT if embedded_default else 120.0),
+            server_wait=server_wait,
+        )
+    finally:
+        _stop(server)
+    if outcome.manifest["counts"]["examples_failed"]:
+        raise typer.Exit(2)
+
+
+def _compile_or_exit(graph: Path) -> CompiledGraph:
+    from ..compile import compile_graph
+
+    try:
+        return compile_graph(graph)
+    except GraphError as exc:
+        for problem in exc.problems:
+            err.print(f"[red]✗[/] {escape(str(problem))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def _embedded_server(port: int | None) -> tuple[str, EmbeddedServer | None]:
+    """The running embedded server's URL, or a server started for this command."""
+    from .. import embedded
+
+    embedded_port = port or embedded.DEFAULT_PORT
+    base_url = embedded.find_running(embedded_port)
+    if base_url:
+        console.print(f"Using the embedded vLLM server already running at {base_url}.")
+        return base_url, None
+    console.print(
+        "No --base-url given and no embedded server running: starting the embedded "
+        f"vLLM CPU server on port {embedded_port} for this command (stopped afterwards)."
+    )
+    # A kill (SIGTERM) must still stop the server we started, like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        server = embedded.start_server(port=embedded_port, log=console.print)
+    except embedded.EmbeddedServerError as exc:
+        fail(str(exc))
+        raise
+    return server.base_url, server
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(server: EmbeddedServer | None) -> None:
+    if server is not None:
+        console.print("Stopping the embedded server.")
+        server.stop()
+
+
+def _execute(**fields: Any) -> RunOutcome:
+    """One run with errors turned into messages; prints the summary table."""
+    from ..client import ServerError
+    from ..runner import RunConfig, execute
+
+    config = RunConfig(**fields)
+    # A kill (SIGTERM) unwinds like Ctrl-C: queued results and traces are written out and
+    # the manifest says "interrupted".
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        outcome = asyncio.run(execute(config, console))
+    except (GraphError, DatasetError, RunFolderError, ServerError) as exc:
+        fail(str(exc))
+        raise
+    except KeyboardInterrupt:
+        err.print(
+            "Interrupted. Finished examples are saved; re-run the same command to resume "
+            f"({config.out})."
+        )
+        raise typer.Exit(130) from None
+    except (sqlite3.Error, OSError) as exc:
+        what = "a database of the run" if isinstance(exc, sqlite3.Error) else "a file"
+        fail(
+            f"{what} could not be written ({exc}); finished work up to the last write is in "
+            f"{config.out}. Fix the cause (e.g. free disk space), then re-run the same command "
+            "to resume."
+        )
+        raise
+    except ServerGone as exc:
+        fail(
+            f"stopped: {exc}. Finished examples are saved in {config.out}; re-run the same "
+            "command to resume once the server is back.",
+            code=3,
+        )
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _print_summary(outcome.manifest, outcome.folder)
+    return outcome
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Parent folder of the demo's run folders.")] = Path(
+        "runs/demo"
+    ),
+    port: Annotated[int | None, typer.Option(help="Port of the embedded server.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Rows per graph.")] = None,
+) -> None:
+    """The shipped pointwise and ExPerT judges on their examples, on the embedded server."""
+    from ..shipped import shipped_examples, shipped_graph
+
+    found = {
+        name: (shipped_graph(name), shipped_examples(name)) for name in ("pointwise", "expert")
+    }
+    shipped = {name: (g, d) for name, (g, d) in found.items() if g is not None and d is not None}
+    if len(shipped) < len(found):
+        missing = ", ".join(sorted(set(found) - set(shipped)))
+        fail(
+            f"the shipped {missing} graph(s) or their examples are not installed; reinstall "
+            "orchestrator, or run from a source checkout"
+        )
+    for graph_path, _ in shipped.values():
+        _compile_or_exit(graph_path)
+    base_url, server = _embedded_server(port)
+    failed = 0
+    try:
+        for name, (graph_path, data_path) in shipped.items():
+            console.rule(f"{name}")
+            outcome = _execute(
+                graph=graph_path,
+                data=data_path,
+                out=out / name,
+                base_url=base_url,
+                limit=limit,
+                timeout=EMBEDDED_TIMEOUT,
+            )
+            failed += outcome.manifest["counts"]["examples_failed"]
+            from ..report import build_report
+
+            console.print(f"report:  {build_report(outcome.folder)}")
+    finally:
+        _stop(server)
+    if failed:
+        raise typer.Exit(2)
+
+
+def _print_summary(manifest: dict[str, Any], folder: Path) -> None:
+    counts = manifest["counts"]
+    table = Table(title=f"{manifest['graph']['name']} — {folder}", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows = [
+        ("examples ok / failed", f"{counts['examples_ok']} / {counts['examples_failed']}"),
+        ("resumed (already done)", str(counts["examples_resumed"])),
+        ("LLM requests", str(counts["requests"])),
+        ("cache hits", str(counts["cache_hits"])),
+        ("retries", str(counts["retries"])),
+        (
+            "tokens (prompt + completion)",
+            f"{counts['prompt_tokens']} + {counts['completion_tokens']}",
+        ),
+        ("wall time", f"{manifest['wall_seconds']:.1f} s"),
+        ("model", str(manifest.get("model"))),
+    ]
+    for name, value in manifest.get("means", {}).items():
+        rows.append((f"mean {name}", f"{value:.4g}"))
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(
+        f"results: {folder / 'results.jsonl'}\ntraces:  {folder / 'traces.sqlite'} "
+        f"(orchestrator trace {folder})"
+    )

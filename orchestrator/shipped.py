@@ -1,0 +1,32 @@
+"""The protocols that ship with orchestrator (graphs/, prompts/, examples/): found beside
+the package in a source checkout, or as the package's own data in an installed wheel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+# In a wheel the three folders are copied under the package (see pyproject.toml).
+_CANDIDATES = (_PACKAGE / "_shipped", _PACKAGE.parent)
+
+
+def shipped_root() -> Path | None:
+    """The folder holding graphs/, prompts/ and examples/, or None when not installed."""
+    for root in _CANDIDATES:
+        if (root / "graphs").is_dir() and (root / "prompts").is_dir():
+            return root
+    return None
+
+
+def shipped_graph(name: str) -> Path | None:
+    """graphs/NAME.yaml of the shipped protocols, if there is one."""
+    root = shipped_root()
+    path = root / "graphs" / f"{name}.yaml" if root else None
+    return path if path is not None and path.is_file() else None
+
+
+def shipped_examples(name: str) -> Path | None:
+    """examples/NAME.jsonl, the example data of a shipped graph."""
+    root = shipped_root()
+    path = root / "examples" / f"{name}.jsonl" if root else None
+    return path if path is not None and path.is_file() else None
