@@ -8,13 +8,12 @@ from typing import Any
 
 import pytest
 
+from orchestrator.compute.bias import position_bias, same_answer_rate
 from orchestrator.compute.pairwise import pair_key
 from orchestrator.compute.ratings import (
     bradley_terry,
     elo_ratings,
-    position_bias,
     ranking_consistency,
-    same_answer_rate,
     win_table,
 )
 

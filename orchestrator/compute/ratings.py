@@ -22,7 +22,7 @@ def _dimension(record: dict[str, Any]) -> str:
     return ALL if value is None else str(value)
 
 
-def _by_dimension(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def by_dimension(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Records grouped by dimension, in first-seen order."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for record in records:
@@ -80,7 +80,7 @@ def win_table(matches: list[dict[str, Any]]) -> dict[str, Any]:
     `win_rate` counts a tie as half a win: (wins + ties/2) / matches.
     """
     tables: dict[str, Any] = {}
-    for dimension, group in _by_dimension(matches).items():
+    for dimension, group in by_dimension(matches).items():
         pairs: dict[str, dict[str, Any]] = {}
         players: dict[str, Counter[str]] = {}
         for m in group:
@@ -158,7 +158,7 @@ def elo_ratings(
         raise ValueError("replicates must be at least 1")
     rng = np.random.default_rng(seed)
     tables: dict[str, Any] = {}
-    for dimension, group in _by_dimension(matches).items():
+    for dimension, group in by_dimension(matches).items():
         names, a, b, s = _encode(group, score)
         count = len(group)
         if resample:
@@ -273,7 +273,7 @@ def bradley_terry(
     rng = np.random.default_rng(seed)
     to_rating = scale / math.log(10.0)
     tables: dict[str, Any] = {}
-    for dimension, group in _by_dimension(matches).items():
+    for dimension, group in by_dimension(matches).items():
         names, a, b, s = _encode(group, score)
         count, size = len(group), len(names)
         full = _bt_fit(_credits(a, b, s, np.ones((1, count)), size), prior)[0]
@@ -302,74 +302,6 @@ def bradley_terry(
     return tables
 
 
-# -- position bias --------------------------------------------------------------------
-
-
-def _bias_stats(votes: list[dict[str, Any]]) -> dict[str, Any]:
-    picked = Counter(v["picked_position"] for v in votes)
-    total = len(votes)
-    decisive = picked["first"] + picked["second"]
-    by_comparison: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
-    for v in votes:
-        key = (v.get("case"), v.get("dimension"), v["pair"])
-        by_comparison.setdefault(key, {}).setdefault(str(v.get("order")), []).append(v)
-    both = flips = inconsistent = 0
-    for orders in by_comparison.values():
-        if "ab" not in orders or "ba" not in orders:
-            continue
-        both += 1
-        winners = []
-        for order in ("ab", "ba"):
-            group = orders[order]
-            a, b = group[0]["a"], group[0]["b"]
-            counts = Counter(v["winner"] for v in group)
-            winners.append(plurality(counts[a], counts[b], a, b))
-        if winners[0] != winners[1]:
-            inconsistent += 1
-            if TIE not in winners:
-                flips += 1
-    return {
-        "votes": total,
-        "first_rate": picked["first"] / total if total else None,
-        "second_rate": picked["second"] / total if total else None,
-        "tie_rate": picked[TIE] / total if total else None,
-        "first_rate_decisive": picked["first"] / decisive if decisive else None,
-        "comparisons_both_orders": both,
-        "flip_rate": flips / both if both else None,
-        "inconsistent_rate": inconsistent / both if both else None,
-    }
-
-
-@register("position_bias")
-def position_bias(votes: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per judge and dimension: how often each position is picked, ties, and order flips.
-
-    `first_rate` counts every vote; `first_rate_decisive` leaves ties out. A comparison
-    shown in both orders *flips* when each order's plurality picks a different generator
-    (the judge followed the position); `inconsistent_rate` also counts a tie in one
-    order against a win in the other. Votes from different cases need a `case` key.
-    """
-    tables: dict[str, Any] = {}
-    by_judge: dict[str, list[dict[str, Any]]] = {}
-    for vote in votes:
-        by_judge.setdefault(str(vote.get("judge") or "judge"), []).append(vote)
-    for judge, group in by_judge.items():
-        dimensions = _by_dimension(group)
-        table = {dim: _bias_stats(items) for dim, items in dimensions.items()}
-        if len(dimensions) > 1:
-            table[ALL] = _bias_stats(group)
-        tables[judge] = table
-    return tables
-
-
-@register("same_answer_rate")
-def same_answer_rate(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Share of examples whose verdicts are identical across all dimensions (aspect collapse)."""
-    usable = [v for v in verdicts if isinstance(v, dict) and len(v) > 1]
-    same = sum(len(set(map(str, v.values()))) == 1 for v in usable)
-    return {"examples": len(usable), "same": same, "rate": same / len(usable) if usable else None}
-
-
 # -- consistency under resampling -----------------------------------------------------
 
 
@@ -392,7 +324,7 @@ def ranking_consistency(
 
     rng = np.random.default_rng(seed)
     tables: dict[str, Any] = {}
-    for dimension, group in _by_dimension(matches).items():
+    for dimension, group in by_dimension(matches).items():
         positions: dict[str, list[int]] = {}
         for i, m in enumerate(group):
             positions.setdefault(str(m.get("case")), []).append(i)
