@@ -161,7 +161,7 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
         raise GraphError(ck.problems)
     templates = _template_closure(ck)
     order = list(nx.topological_sort(graph))
-    source = origin.source if origin.source is not None else path.read_bytes()
+    graph_bytes = origin.source if origin.source is not None else path.read_bytes()
     return CompiledGraph(
         path,
         spec,
@@ -169,8 +169,8 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
         order,
         outputs,
         aggregates,
-        _hash_graph(source, templates),
-        source=source,
+        _hash_graph(graph_bytes, templates),
+        source=graph_bytes,
         templates=templates,
         prompts_dir=ck.prompts_dir,
         label=origin.file,

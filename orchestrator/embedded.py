@@ -240,8 +240,8 @@ class EmbeddedServer:
             self.stop()
             return self.process.returncode if self.process.returncode is not None else 0
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:

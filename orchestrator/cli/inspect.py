@@ -85,6 +85,7 @@ def trace(
     if format != "text":
         fail("--format must be text or jsonl")
     result = next((r for r in results if str(r.get("id")) == example), None)
+    assert example is not None  # chosen above, or the command has already failed
     # Ids, errors and node labels come from data and servers: shown as text, never markup.
     console.rule(f"example {escape(example)}")
     if result:

@@ -351,13 +351,15 @@ def style_accuracy(
     if calibration:
         keys = ("source", "split", "weight_form", "available", "reason", "weights", "missing")
         report["calibration"] = {k: calibration.get(k) for k in keys if k in calibration}
-    judged = [r.get("judge") for _, _, r in rows if isinstance(r.get("judge"), Mapping)]
+    judged: list[Mapping[str, Any]] = [
+        r["judge"] for _, _, r in rows if isinstance(r.get("judge"), Mapping)
+    ]
     if judged:
         answers = [a for j in judged for a in j.get("answers") or []]
         report["judge"] = {
             "answers": {k: answers.count(k) for k in ("A", "B", "Both", "None")},
             "failed_calls": sum(int(j.get("failed") or 0) for j in judged),
-            "order_inconsistent": sum(j.get("consistent") is False for j in judged),
+            "order_inconsistent": sum(1 for j in judged if j.get("consistent") is False),
         }
     accuracy = {
         name: col["mean"]

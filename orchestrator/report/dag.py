@@ -106,7 +106,7 @@ def layout(nodes: list[NodeInfo]) -> tuple[dict[str, Placed], list[list[str]], f
         for column in layers
     ]
     total_height = max(heights, default=0.0)
-    x = PAD
+    x: float = PAD
     for index, column in enumerate(layers):
         width = max((placed[n].width for n in column), default=0.0)
         y = PAD + (total_height - heights[index]) / 2

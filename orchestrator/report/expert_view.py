@@ -43,7 +43,7 @@ def expert_aggregations(scores: dict[str, Any]) -> list[str]:
 def _reported(scores: dict[str, Any], aggregation: str, part: str) -> float | None:
     for suffix in _SCORE_SUFFIXES[part]:
         value = scores.get(f"{aggregation}_{suffix}")
-        if finite(value):
+        if value is not None and finite(value):
             return float(value)
     return None
 
@@ -75,7 +75,8 @@ def expert_view(result: dict[str, Any]) -> dict[str, Any] | None:
         return None
     recall = [e if isinstance(e, dict) else {"aspect": str(e)} for e in recall]
     precision = [e if isinstance(e, dict) else {"aspect": str(e)} for e in precision]
-    scores = result.get("scores") if isinstance(result.get("scores"), dict) else {}
+    found = result.get("scores")
+    scores: dict[str, Any] = found if isinstance(found, dict) else {}
     rows = []
     for agg in expert_aggregations(scores):
         canonical = _canonical(agg)

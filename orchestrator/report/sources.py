@@ -83,8 +83,8 @@ def load_graph(manifest: dict[str, Any], run_dir: Path, seen_nodes: Iterable[str
     snapshot = snapshot_graph(run_dir)
     path = snapshot or find_file(info.get("path"), run_dir)
     if path is None:
-        note = f"graph file {info.get('path')!r} not found: nodes come from the trace, no edges"
-        return GraphInfo(fallback, [], note=note)
+        missing = f"graph file {info.get('path')!r} not found: nodes come from the trace, no edges"
+        return GraphInfo(fallback, [], note=missing)
     try:
         # The snapshot is the graph as the run used it: drawn without the user's functions,
         # which need not be installed where the folder is read.
