@@ -119,7 +119,7 @@ def load_graph(manifest: dict[str, Any], run_dir: Path, seen_nodes: Iterable[str
                 description=spec.description,
             )
         )
-    note = None
+    note: str | None = None
     if info.get("hash") and graph.content_hash != info.get("hash"):
         note = (
             f"graph file {path} changed since this run (hash {graph.content_hash}, run used "
