@@ -94,8 +94,8 @@ def load_graph(manifest: dict[str, Any], run_dir: Path, seen_nodes: Iterable[str
             else compile_graph(path)
         )
     except (GraphError, OSError, ValueError) as exc:
-        note = f"graph file {path} no longer compiles ({str(exc).splitlines()[0]}): no edges"
-        return GraphInfo(fallback, [], path=path, note=note)
+        broken = f"graph file {path} no longer compiles ({str(exc).splitlines()[0]}): no edges"
+        return GraphInfo(fallback, [], path=path, note=broken)
     import networkx as nx
 
     position = {name: i for i, name in enumerate(graph.spec.nodes)}
