@@ -11,6 +11,8 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import httpx
@@ -21,7 +23,8 @@ from tenacity import (
     AsyncRetrying,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from .cache import ResponseCache, cache_key
@@ -57,6 +60,39 @@ class MalformedReply(Exception):
     """HTTP 200 whose body is not a usable completion (e.g. no choices); retried like a 5xx."""
 
 
+class DeadlineExceeded(Exception):
+    """No complete reply within the request's deadline (`--timeout`): connect, wait and the
+    whole body together, so a server that drips its reply cannot hold a call forever."""
+
+
+# What a proxy (nginx, a load balancer, a router in front of vLLM replicas) answers while
+# the server behind it restarts: an outage if the model list fails too.
+PROXY_ERRORS = frozenset({502, 503, 504})
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A Retry-After header as seconds from now: delta-seconds or an HTTP date; None when
+    absent or unreadable (the usual backoff applies then)."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (429, 503):
+        return None
+    return retry_after_seconds(exc.response.headers.get("retry-after"))
+
+
 @dataclass
 class Endpoint:
     """One server + model pair, with its own in-flight limit."""
@@ -89,6 +125,10 @@ class _Choice:
     logprobs: list[dict[str, Any]] | None
 
 
+class RetryAfterTooLong(Exception):
+    """The server asked to be retried later than the run is willing to wait."""
+
+
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
@@ -99,7 +139,14 @@ def _is_transient(exc: BaseException) -> bool:
 
 def _is_connection_failure(exc: BaseException) -> bool:
     """No HTTP answer at all: refused, reset, cut off mid-body or timed out."""
-    return isinstance(exc, openai.APIConnectionError | httpx.TransportError)
+    return isinstance(exc, openai.APIConnectionError | httpx.TransportError | DeadlineExceeded)
+
+
+def _may_be_outage(exc: BaseException) -> bool:
+    """No answer, or a proxy's error page: the liveness probe decides if the server is down."""
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in PROXY_ERRORS
+    return _is_connection_failure(exc)
 
 
 def _describe(exc: BaseException) -> str:
@@ -117,6 +164,8 @@ def _describe(exc: BaseException) -> str:
         return f"connection failed ({detail})"
     if isinstance(exc, json.JSONDecodeError):
         return f"reply body is not JSON ({exc})"
+    if isinstance(exc, DeadlineExceeded | RetryAfterTooLong):
+        return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -393,10 +442,18 @@ class LLMClient:
                 started = time.perf_counter()
                 # `post` sends the body as built: `chat.completions.create` would first walk
                 # every message and the whole JSON schema to "transform" plain dicts, about
-                # a fifth of the client's CPU time at high request rates.
-                response = await ep.client.post(
-                    "/chat/completions", body=body, cast_to=ChatCompletion
-                )
+                # a fifth of the client's CPU time at high request rates. The SDK's timeout
+                # bounds each read; the deadline bounds the whole reply.
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        response = await ep.client.post(
+                            "/chat/completions", body=body, cast_to=ChatCompletion
+                        )
+                except TimeoutError:
+                    raise DeadlineExceeded(
+                        f"timed out: no complete reply within {self.timeout:g} s (--timeout, a "
+                        "deadline for the whole request)"
+                    ) from None
             if len(response.choices or []) != n:
                 raise MalformedReply(
                     f"asked for {n} sample(s), the reply has {len(response.choices or [])}"
@@ -405,14 +462,32 @@ class LLMClient:
 
         async def send() -> ChatCompletion:
             """One counted try: a request lost to a server outage is sent again once the
-            server is back (a few times at most, so a flapping server cannot loop us)."""
+            server is back (a few times at most, so a flapping server cannot loop us), and
+            one the server asks us to repeat later (Retry-After) is repeated then, as long
+            as the waits stay within the run's server wait."""
             outages_left = MAX_OUTAGES_PER_TRY
+            waited = 0.0
             while True:
                 try:
                     return await post_once()
                 except Exception as exc:
                     record(self._describe(exc))
-                    if not _is_connection_failure(exc) or outages_left == 0:
+                    delay = _retry_after(exc)
+                    if delay is not None:
+                        if waited + delay > self.server_wait:
+                            raise RetryAfterTooLong(
+                                f"{self._describe(exc)}; the server's Retry-After {delay:g} s "
+                                f"is longer than --server-wait ({self.server_wait:g} s) allows"
+                            ) from exc
+                        waited += delay
+                        if attempts:
+                            attempts[-1].error = (
+                                f"{attempts[-1].error}; waited {delay:g} s as the server asked "
+                                "(Retry-After)"
+                            )
+                        await asyncio.sleep(delay)
+                        continue
+                    if not _may_be_outage(exc) or outages_left == 0:
                         raise
                     outage = await watch.after_failure(time.monotonic())
                     if outage is None:
@@ -434,7 +509,9 @@ class LLMClient:
             first: Exception | None = exc
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(self.transport_retries + 1),
-                wait=wait_exponential_jitter(multiplier=0.5, max=self.backoff_max, jitter=0.5),
+                # Exponential from 0.5 s plus up to 0.5 s of jitter, built from parts every tenacity
+                # since 8.2 has (wait_exponential_jitter's `multiplier` came only in 9.2).
+                wait=wait_exponential(multiplier=0.5, max=self.backoff_max) + wait_random(0, 0.5),
                 retry=retry_if_exception(_is_transient),
                 before_sleep=lambda _: self._count_retry(),
                 reraise=True,

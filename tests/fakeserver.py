@@ -42,6 +42,8 @@ class Reply:
     usage: tuple[int, int] | None = None
     reset: bool = False  # drop the connection without answering
     cut_at: int | None = None  # send only this many bytes of the body, then drop the connection
+    headers: dict[str, str] | None = None  # extra response headers, e.g. Retry-After
+    trickle: float = 0.0  # seconds between the body's bytes (a server that drips its reply)
 
 
 Responder = Callable[[dict], Reply]
@@ -296,10 +298,30 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         return True
 
+    def _refused(self) -> bool:
+        """While a key is required, a request without it gets 401 like a real server."""
+        fake = self.server.fake
+        if fake.api_key is None:
+            return False
+        if self.headers.get("Authorization") == f"Bearer {fake.api_key}":
+            return False
+        self._send(401, _error_body(401, "missing or wrong API key"))
+        return True
+
+    def _proxy_failing(self) -> bool:
+        """While a proxy in front plays an error, every route answers it (models too)."""
+        status = self.server.fake.proxy_status()
+        if status is None:
+            return False
+        page = f"<html><body><h1>{status} {HTTPStatus(status).phrase}</h1></body></html>"
+        self._send(status, page.encode(), content_type="text/html")
+        return True
+
     def do_GET(self) -> None:
         """Serve the model list."""
         fake = self.server.fake
-        if self._hung():
+        fake.paths.append(self.path)
+        if self._hung() or self._proxy_failing() or self._refused():
             return
         if self.path.rstrip("/") == "/v1/models":
             data = [{"id": fake.model, "object": "model", "created": 0, "owned_by": "fake"}]
@@ -310,7 +332,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         """Serve chat completions and tokenization."""
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self._hung():
+        self.server.fake.paths.append(self.path)
+        if self._hung() or self._proxy_failing() or self._refused():
             return
         try:
             body = json.loads(raw or b"{}")
@@ -342,12 +365,14 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.reset:
             self._reset()
         elif reply.raw_body is not None:
-            self._send(reply.status, reply.raw_body, reply.cut_at)
+            self._send(reply.status, reply.raw_body, reply.cut_at, reply.headers, reply.trickle)
         elif reply.status != 200:
             message = reply.content or HTTPStatus(reply.status).phrase
-            self._send(reply.status, _error_body(reply.status, message), reply.cut_at)
+            body = _error_body(reply.status, message)
+            self._send(reply.status, body, reply.cut_at, reply.headers, reply.trickle)
         else:
-            self._send(200, json.dumps(payload).encode(), reply.cut_at)
+            data = json.dumps(payload).encode()
+            self._send(200, data, reply.cut_at, reply.headers, reply.trickle)
 
     def _tokenize(self, body: dict) -> None:
         """Mimic vLLM's ``/tokenize``: one stable fake token id per whitespace-separated word."""
@@ -362,15 +387,34 @@ class _Handler(BaseHTTPRequestHandler):
         """Send ``payload`` as JSON."""
         self._send(status, json.dumps(payload).encode())
 
-    def _send(self, status: int, data: bytes, cut_at: int | None = None) -> None:
+    def _send(
+        self,
+        status: int,
+        data: bytes,
+        cut_at: int | None = None,
+        headers: dict[str, str] | None = None,
+        trickle: float = 0.0,
+        content_type: str = "application/json",
+    ) -> None:
         """Send a response; with `cut_at`, announce all of `data` but send only its start and
-        hang up (a reply truncated mid-body). A client that already left is ignored."""
+        hang up (a reply truncated mid-body); with `trickle`, one byte every `trickle`
+        seconds. A client that already left is ignored."""
         try:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(data if cut_at is None else data[:cut_at])
+            body = data if cut_at is None else data[:cut_at]
+            if trickle > 0:
+                for index in range(len(body)):
+                    if self.server.fake._stopping.wait(trickle):
+                        break
+                    self.wfile.write(body[index : index + 1])
+                    self.wfile.flush()
+            else:
+                self.wfile.write(body)
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -420,6 +464,9 @@ class FakeServer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self.hanging = threading.Event()
+        self.api_key: str | None = None  # when set, requests must carry it (else 401)
+        self.proxy_error: tuple[int, float] | None = None  # (status, until time.monotonic())
+        self.paths: list[str] = []  # every request path, in order (tokenize, models, chat)
         self._connections: set[socket.socket] = set()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -516,6 +563,20 @@ class FakeServer:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
+
+    def fail_every_route(self, status: int, seconds: float) -> None:
+        """Play a proxy (nginx, a load balancer) in front of a restarting server: every
+        route answers `status` for `seconds`."""
+        self.proxy_error = (status, time.monotonic() + seconds)
+
+    def proxy_status(self) -> int | None:
+        if self.proxy_error is None:
+            return None
+        status, until = self.proxy_error
+        if time.monotonic() >= until:
+            self.proxy_error = None
+            return None
+        return status
 
     def _track(self, connection: socket.socket, *, add: bool) -> None:
         with self._lock:
