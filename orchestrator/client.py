@@ -535,6 +535,36 @@ class LLMClient:
         ]
         return choices, tokens, latency
 
+    async def server_json(
+        self, ep: Endpoint, path: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """POST to the server's own API beside /v1 (vLLM's /tokenize, /detokenize) as a node
+        call is sent: the endpoint's key, its in-flight limit, the deadline, transport
+        retries, and a server outage waited out. Raises openai.APIStatusError for an answer
+        that is not a success (e.g. 404: this server has no such route)."""
+        url = ep.base_url.rstrip("/").removesuffix("/v1") + path
+        watch = self._watches[ep.base_url]
+        tries = self.transport_retries + 1
+        for attempt in range(1, tries + 1):
+            try:
+                async with ep.limit:
+                    async with asyncio.timeout(self.timeout):
+                        reply = await ep.client.post(url, body=body, cast_to=object)
+                if not isinstance(reply, dict):
+                    raise MalformedReply(f"{path} answered {type(reply).__name__}, not an object")
+                return reply
+            except Exception as caught:
+                exc: Exception = caught
+                if isinstance(caught, TimeoutError):
+                    exc = DeadlineExceeded(f"timed out: {path} gave no reply in {self.timeout:g} s")
+                if _may_be_outage(exc) and await watch.after_failure(time.monotonic()):
+                    continue  # the server was down and is back: this try does not count
+                if not _is_transient(exc) or attempt == tries:
+                    raise exc from None
+                self._count_retry()
+                await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), self.backoff_max))
+        raise AssertionError("unreachable: the last try returns or raises")
+
     def _count_retry(self) -> None:
         self.stats.retries += 1
 

@@ -14,10 +14,11 @@ from jinja2 import TemplateError
 from pydantic import BaseModel
 
 from .client import Endpoint, LLMCallError, LLMClient, request_params
-from .compile import CompiledGraph, CompiledNode
 from .dataset import Row
 from .errors import NodeError
+from .graph import CompiledGraph, CompiledNode
 from .outage import ServerGone
+from .runtime import Runtime
 from .schemas import build_model, json_schema
 from .spec import SAMPLING_TYPES, LLMNode, Sampling, sampling_problem
 from .stats import RunStats
@@ -96,6 +97,7 @@ class Engine:
             "base_url": first.base_url if first else None,
             "model": first.model if first else None,
         }
+        self.runtime = Runtime(client, endpoints, self.run_info)
         self._chain = _is_chain(graph)
         self._models: dict[tuple[str, tuple[tuple[str, tuple[Any, ...]], ...]], type[BaseModel]]
         self._models = {}
@@ -260,9 +262,13 @@ class Engine:
             else value
             for arg, value in cn.args.items()
         }
+        if cn.function.wants_runtime:
+            kwargs["runtime"] = self.runtime
         started = time.perf_counter()
         try:
-            if cn.function.blocking:
+            if cn.function.is_async:
+                value = await cn.function.fn(**kwargs)
+            elif cn.function.blocking:
                 value = await asyncio.to_thread(cn.function.fn, **kwargs)
             else:
                 value = cn.function.fn(**kwargs)

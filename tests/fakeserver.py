@@ -376,6 +376,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _tokenize(self, body: dict) -> None:
         """Mimic vLLM's ``/tokenize``: one stable fake token id per whitespace-separated word."""
+        fake = self.server.fake
+        if fake.tokenize_status is not None:
+            self._send(fake.tokenize_status, _error_body(fake.tokenize_status, "tokenize refused"))
+            return
+        with fake._lock:
+            fake._tokenizing += 1
+            fake.peak_tokenize = max(fake.peak_tokenize, fake._tokenizing)
+        try:
+            if fake.tokenize_delay:
+                fake._stopping.wait(fake.tokenize_delay)
+        finally:
+            with fake._lock:
+                fake._tokenizing -= 1
         text = body.get("prompt")
         if not isinstance(text, str):
             text = _message_text(body)
@@ -467,6 +480,10 @@ class FakeServer:
         self.api_key: str | None = None  # when set, requests must carry it (else 401)
         self.proxy_error: tuple[int, float] | None = None  # (status, until time.monotonic())
         self.paths: list[str] = []  # every request path, in order (tokenize, models, chat)
+        self.tokenize_status: int | None = None  # answer /tokenize with this error status
+        self.tokenize_delay = 0.0  # seconds each /tokenize takes
+        self.peak_tokenize = 0  # most /tokenize requests in progress at once
+        self._tokenizing = 0
         self._connections: set[socket.socket] = set()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None

@@ -3,6 +3,7 @@ and the graphs end to end against the fake server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -206,11 +207,11 @@ def test_matching_schema_rejects_unknown_ids() -> None:
 
 def test_truncate_by_words_keeps_formatting() -> None:
     text = "one two\nthree   four five six"
-    result = truncate_to_tokens(text, max_tokens=4, base_url=None)
+    result = asyncio.run(truncate_to_tokens(text, max_tokens=4, base_url=None))
     assert result["text"] == "one two\nthree   four"
     assert result["truncated"] and result["method"] == "words"
     assert (result["tokens_before"], result["tokens_after"]) == (6, 4)
-    short = truncate_to_tokens("a b", max_tokens=4, base_url=None)
+    short = asyncio.run(truncate_to_tokens("a b", max_tokens=4, base_url=None))
     assert short["text"] == "a b" and not short["truncated"]
 
 
@@ -226,8 +227,11 @@ def test_truncate_uses_tokenize_and_detokenize() -> None:
             return httpx.Response(200, json={"tokens": tokens, "count": len(tokens)})
         return httpx.Response(200, json={"prompt": f"<{len(body['tokens'])} tokens>"})
 
-    with httpx.Client(transport=httpx.MockTransport(handler)) as http:
-        result = truncate_with_server("a b c d e f", 4, "http://h:1/v1", "m", http)
+    async def truncate() -> dict:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+            return await truncate_with_server("a b c d e f", 4, "http://h:1/v1", "m", http)
+
+    result = asyncio.run(truncate())
     assert result == {
         "text": "<4 tokens>",
         "truncated": True,
@@ -241,11 +245,54 @@ def test_truncate_uses_tokenize_and_detokenize() -> None:
 
 def test_truncate_falls_back_without_detokenize_and_without_server() -> None:
     with FakeServer() as server:  # has /tokenize (one token per word) but no /detokenize
-        result = truncate_to_tokens("w1 w2 w3 w4 w5 w6", 3, server.base_url, "fake-model")
+        result = asyncio.run(
+            truncate_to_tokens("w1 w2 w3 w4 w5 w6", 3, server.base_url, "fake-model")
+        )
     assert result["method"] == "tokenize+words"
     assert result["text"] == "w1 w2 w3" and result["tokens_after"] == 3
-    gone = truncate_to_tokens("w1 w2 w3", 2, "http://127.0.0.1:9/v1", "m", timeout=2)
+    gone = asyncio.run(truncate_to_tokens("w1 w2 w3", 2, "http://127.0.0.1:9/v1", "m", timeout=2))
     assert gone["method"] == "words" and "unavailable" in gone["note"]
+
+
+def test_truncation_in_a_run_uses_the_runs_key_and_limits(tmp_path: Path) -> None:
+    """Truncation reaches /tokenize through the run's client: with the endpoint's API key
+    (before, it sent none and silently fell back to word counts) and never more at once
+    than the in-flight limit."""
+    data = write_rows(
+        tmp_path / "rows.jsonl",
+        [json.loads(line) for line in EXAMPLES.read_text().splitlines()[:4]],
+    )
+    with FakeServer(ExpertResponder()) as server:
+        server.api_key = "sk-secret-tokenizer"
+        server.tokenize_delay = 0.05
+        run(
+            GRAPH,
+            data,
+            tmp_path / "run",
+            server.base_url,
+            params={"max_tokens_per_text": 8},
+            api_key="sk-secret-tokenizer",
+            concurrency=2,
+        )
+        peak = server.peak_tokenize
+    lines = results(tmp_path / "run")
+    assert all(line["status"] == "ok" for line in lines.values()), lines
+    for line in lines.values():
+        assert line["truncation"]["reference"]["method"] == "tokenize+words"
+    assert any(path.endswith("/tokenize") for path in server.paths)
+    assert 1 <= peak <= 2
+
+
+def test_truncation_fails_loudly_when_the_server_refuses(tmp_path: Path) -> None:
+    """A 401 from /tokenize fails the node, naming the error; before, truncation silently
+    switched to word counts and the example passed as if it had been tokenized."""
+    data = write_rows(tmp_path / "rows.jsonl", [json.loads(EXAMPLES.open().readline())])
+    with FakeServer(ExpertResponder()) as server:
+        server.tokenize_status = 401
+        run(GRAPH, data, tmp_path / "run", server.base_url)
+    line = next(iter(results(tmp_path / "run").values()))
+    assert line["status"] == "failed"
+    assert "truncate_to_tokens" in line["error"] and "401" in line["error"]
 
 
 # --------------------------------------------------------------------------------------------

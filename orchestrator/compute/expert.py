@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from .registry import register
+
+if TYPE_CHECKING:
+    from ..client import Endpoint
+    from ..runtime import Runtime
 
 AGGREGATIONS = (
     "content_only",
@@ -57,25 +62,19 @@ def _by_words(text: str, max_tokens: int, note: str | None = None) -> dict[str, 
     return result
 
 
-def _server_root(base_url: str) -> str:
-    return base_url.rstrip("/").removesuffix("/v1")
+Tokenize = Callable[[str], Awaitable[dict[str, Any]]]
+Detokenize = Callable[[list[int]], Awaitable[dict[str, Any] | None]]
 
 
-def truncate_with_server(
-    text: str, max_tokens: int, base_url: str, model: str | None, http: Any
+async def truncate_with(
+    text: str, max_tokens: int, tokenize: Tokenize, detokenize: Detokenize
 ) -> dict[str, Any]:
-    """Cut `text` to `max_tokens` of the served model's tokenizer via vLLM's /tokenize.
+    """Cut `text` to `max_tokens` of the served model's tokenizer.
 
-    The cut text comes from /detokenize; a server without it gets a word cut scaled by the
-    token/word ratio, re-counted with /tokenize. Raises httpx errors for the caller.
+    The cut text comes from detokenizing the first tokens; a server without /detokenize
+    (`detokenize` gives None) gets a word cut scaled by the token/word ratio, re-counted.
     """
-    root = _server_root(base_url)
-    body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}
-    if model:
-        body["model"] = model
-    reply = http.post(f"{root}/tokenize", json=body)
-    reply.raise_for_status()
-    data = reply.json()
+    data = await tokenize(text)
     tokens = data.get("tokens") or []
     count = int(data.get("count", len(tokens)))
     if count <= max_tokens:
@@ -86,13 +85,10 @@ def truncate_with_server(
             "tokens_after": count,
             "method": "tokenize",
         }
-    detok: dict[str, Any] = {"tokens": tokens[:max_tokens]}
-    if model:
-        detok["model"] = model
-    back = http.post(f"{root}/detokenize", json=detok)
-    if back.status_code == 200 and isinstance(back.json().get("prompt"), str):
+    back = await detokenize(tokens[:max_tokens])
+    if back is not None and isinstance(back.get("prompt"), str):
         return {
-            "text": back.json()["prompt"],
+            "text": back["prompt"],
             "truncated": True,
             "tokens_before": count,
             "tokens_after": max_tokens,
@@ -102,43 +98,90 @@ def truncate_with_server(
     words = len(_WORD.findall(text))
     keep = max(1, math.floor(words * max_tokens / count))
     cut = _cut_words(text, keep)
-    recount = http.post(f"{root}/tokenize", json={**body, "prompt": cut})
-    recount.raise_for_status()
+    recount = await tokenize(cut)
     return {
         "text": cut,
         "truncated": True,
         "tokens_before": count,
-        "tokens_after": int(recount.json().get("count", 0)),
+        "tokens_after": int(recount.get("count", 0)),
         "method": "tokenize+words",
     }
 
 
-@register("truncate_to_tokens", blocking=True)
-def truncate_to_tokens(
+async def truncate_with_server(
+    text: str, max_tokens: int, base_url: str, model: str | None, http: Any
+) -> dict[str, Any]:
+    """`truncate_with` over a plain `httpx.AsyncClient`, for calls made outside a run."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    extra = {"model": model} if model else {}
+
+    async def tokenize(part: str) -> dict[str, Any]:
+        reply = await http.post(
+            f"{root}/tokenize", json={"prompt": part, "add_special_tokens": False, **extra}
+        )
+        reply.raise_for_status()
+        return dict(reply.json())
+
+    async def detokenize(tokens: list[int]) -> dict[str, Any] | None:
+        reply = await http.post(f"{root}/detokenize", json={"tokens": tokens, **extra})
+        return dict(reply.json()) if reply.status_code == 200 else None
+
+    return await truncate_with(text, max_tokens, tokenize, detokenize)
+
+
+def _run_tokenizer(runtime: Runtime, endpoint: Endpoint) -> tuple[Tokenize, Detokenize]:
+    """Tokenize and detokenize through the run's client: key, limit, deadline, outages."""
+    import openai
+
+    async def tokenize(part: str) -> dict[str, Any]:
+        return await runtime.tokenize(part, endpoint)
+
+    async def detokenize(tokens: list[int]) -> dict[str, Any] | None:
+        try:
+            return await runtime.detokenize(tokens, endpoint)
+        except openai.NotFoundError:
+            return None
+
+    return tokenize, detokenize
+
+
+@register("truncate_to_tokens")
+async def truncate_to_tokens(
     text: str | None,
     max_tokens: int = 512,
     base_url: str | None = None,
     model: str | None = None,
     timeout: float = 10.0,
+    runtime: Runtime | None = None,
 ) -> dict[str, Any]:
     """Cut a text to a token budget before aspect extraction (ExPerT's reference: 512).
 
-    Uses the server's tokenizer (vLLM /tokenize) when the server has one, else counts
-    whitespace-separated words; the result says which, and whether anything was cut.
+    Inside a run it uses the run's server (the endpoint serving `model` at `base_url`, else
+    the run's own) with that endpoint's key, limits and outage handling; a server with no
+    /tokenize (404) falls back to whitespace-separated words, and the result says which
+    method was used and whether anything was cut. Any other server error fails the node.
     """
-    import httpx
+    import openai
 
     text = text or ""
     max_tokens = int(max_tokens)
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    if runtime is not None:
+        endpoint = runtime.endpoint(base_url, model)
+        try:
+            return await truncate_with(text, max_tokens, *_run_tokenizer(runtime, endpoint))
+        except openai.NotFoundError:
+            return _by_words(text, max_tokens, f"{endpoint.base_url} has no /tokenize")
     if not base_url:
         return _by_words(text, max_tokens, "no server URL")
+    import httpx
+
+    # Called directly from Python, outside a run: a short-lived client of its own.
     try:
-        with httpx.Client(timeout=timeout) as http:
-            return truncate_with_server(text, max_tokens, base_url, model, http)
+        async with httpx.AsyncClient(timeout=timeout) as http:
+            return await truncate_with_server(text, max_tokens, base_url, model, http)
     except (httpx.HTTPError, ValueError, TypeError) as exc:
-        # Not every OpenAI-compatible server has /tokenize; a word count is the fallback.
         return _by_words(text, max_tokens, f"/tokenize unavailable ({type(exc).__name__})")
 
 

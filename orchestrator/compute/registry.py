@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,18 @@ class ComputeFunction:
     blocking: bool = False  # heavy work: run in a thread so the event loop stays free
     requires: tuple[str, ...] = field(default=())  # importable modules it needs
     extra: str | None = None  # the install extra that provides `requires`
+
+    @property
+    def wants_runtime(self) -> bool:
+        """The function declares a `runtime` parameter: the engine passes the run's Runtime."""
+        try:
+            return "runtime" in inspect.signature(self.fn).parameters
+        except (TypeError, ValueError):
+            return False
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
 
     def missing(self) -> list[str]:
         """Required modules that are not importable here."""

@@ -1,0 +1,46 @@
+"""What a compute function may ask of the run it is part of: declare a `runtime` parameter
+and the engine passes this. It reaches the run's servers the way LLM nodes do — with the
+endpoint's key, under its in-flight limit and deadline, waiting out an outage — instead of
+a function opening HTTP clients of its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .client import Endpoint, LLMClient
+
+
+@dataclass
+class Runtime:
+    """The run's client and endpoints, and facts about the run (`info`: base_url, model)."""
+
+    client: LLMClient
+    endpoints: dict[str, Endpoint]  # LLM node name -> its endpoint
+    info: dict[str, Any]
+
+    def endpoint(self, base_url: str | None = None, model: str | None = None) -> Endpoint:
+        """The endpoint serving `model` at `base_url` (either may be left out); the run's
+        first LLM node's endpoint when nothing is asked. LookupError when none matches."""
+        found = [
+            ep
+            for ep in self.endpoints.values()
+            if (base_url is None or ep.base_url.rstrip("/") == base_url.rstrip("/"))
+            and (model is None or ep.model == model)
+        ]
+        if not found:
+            wanted = " ".join(
+                f"{k}={v}" for k, v in (("base_url", base_url), ("model", model)) if v
+            )
+            raise LookupError(f"no endpoint of this run matches {wanted or 'anything'}")
+        return found[0]
+
+    async def tokenize(self, text: str, endpoint: Endpoint) -> dict[str, Any]:
+        """vLLM's /tokenize of `text` with the endpoint's model: {"tokens", "count", …}."""
+        body = {"prompt": text, "add_special_tokens": False, "model": endpoint.model}
+        return await self.client.server_json(endpoint, "/tokenize", body)
+
+    async def detokenize(self, tokens: list[int], endpoint: Endpoint) -> dict[str, Any]:
+        """vLLM's /detokenize of token ids: {"prompt": text}."""
+        body = {"tokens": tokens, "model": endpoint.model}
+        return await self.client.server_json(endpoint, "/detokenize", body)
