@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Iterator
+import stat
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,11 +44,50 @@ class Row:
     id: str
     data: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    auto_id: bool = False  # the row had no id: `id` is row-N
 
 
-def _row_id(data: dict[str, Any], number: int) -> str:
+def row_id(data: dict[str, Any], number: int) -> tuple[str, bool]:
+    """The row's id and whether it was made up (`row-N`) for a row that has none."""
     value = data.get("id")
-    return str(value) if value not in (None, "") else f"row-{number}"
+    return (str(value), False) if value not in (None, "") else (f"row-{number}", True)
+
+
+def unique_ids(rows: Iterable[Row], location: str) -> Iterator[Row]:
+    """Rows as given, except that a row whose id was already used fails: two examples under
+    one id would mix their results. A made-up `row-N` clashing with a real id says so."""
+    seen: dict[str, tuple[int, bool]] = {}
+    for row in rows:
+        if row.error is None and row.id in seen:
+            first, first_auto = seen[row.id]
+            if row.auto_id or first_auto:
+                row.error = (
+                    f"{location}:{row.number}: id '{row.id}' is used twice (line {first} and "
+                    f"line {row.number}), once as the made-up id of a row without one; give "
+                    "every row its own id"
+                )
+            else:
+                row.error = (
+                    f"{location}:{row.number}: duplicate id '{row.id}' (first on line {first})"
+                )
+        seen.setdefault(row.id, (row.number, row.auto_id))
+        yield row
+
+
+def check_data_path(path: Path) -> None:
+    """A data path that can be read as a file, or a DatasetError saying what it is instead
+    (a FIFO would otherwise block the run forever on open)."""
+    if not path.exists():
+        raise DatasetError(f"dataset {path} not found: check the --data path")
+    if path.is_dir():
+        raise DatasetError(
+            f"dataset {path} is a folder: give a .jsonl, .csv, .json or .parquet file"
+        )
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise DatasetError(
+            f"dataset {path} is not a regular file (a pipe or a device): write the rows to a "
+            "file first, the run reads it more than once"
+        )
 
 
 def _json_problem(line: bytes, exc: orjson.JSONDecodeError) -> str:
@@ -78,7 +118,53 @@ def _jsonl(path: Path) -> Iterator[Row]:
                     number, f"row-{number}", error=f"{path}:{number}: a row must be a JSON object"
                 )
                 continue
-            yield Row(number, _row_id(data, number), data)
+            the_id, auto = row_id(data, number)
+            yield Row(number, the_id, data, auto_id=auto)
+
+
+def _json_array(path: Path) -> Iterator[Row]:
+    """A .json file holding one array of row objects (read whole: JSON has no lines)."""
+    try:
+        items = orjson.loads(path.read_bytes().removeprefix(_BOM))
+    except orjson.JSONDecodeError as exc:
+        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(items, list):
+        raise DatasetError(
+            f"{path} holds a JSON {type(items).__name__}, not rows: use JSON Lines (.jsonl, "
+            "one object per line) or a JSON array of objects"
+        )
+    for number, item in enumerate(items, start=1):
+        if not isinstance(item, dict):
+            problem = f"{path}:{number}: item {number} is not an object"
+            yield Row(number, f"row-{number}", error=problem)
+            continue
+        the_id, auto = row_id(item, number)
+        yield Row(number, the_id, item, auto_id=auto)
+
+
+def _starts_with(path: Path, char: bytes) -> bool:
+    """Whether the file's first non-blank byte (after a byte-order mark) is `char`."""
+    with path.open("rb") as handle:
+        head = handle.read(4096).removeprefix(_BOM).lstrip()
+    return head[:1] == char
+
+
+def _one_json_document(path: Path) -> bool:
+    """A .json file that is one document over several lines (not JSON Lines): its first
+    line does not parse alone, the whole file does. (A JSON Lines file with a broken first
+    line stays JSON Lines: that row fails, the others run.)"""
+    with path.open("rb") as handle:
+        first = next((line for line in handle if line.strip()), b"")
+    try:
+        orjson.loads(first.removeprefix(_BOM))
+        return False
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        orjson.loads(path.read_bytes().removeprefix(_BOM))
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _undecodable(text: str) -> str | None:
@@ -95,19 +181,21 @@ def _csv_row(path: Path, number: int, header: list[str], values: list[str]) -> R
     # A short row lacks its last columns (check_fields fails it if the graph reads them).
     data = dict(zip(header, values, strict=False))
     raw_id = data.get("id")
-    row_id = f"row-{number}" if raw_id and _undecodable(raw_id) else _row_id(data, number)
+    the_id, auto = row_id(data, number)
+    if raw_id and _undecodable(raw_id):
+        the_id, auto = f"row-{number}", True
     if len(values) > len(header):
         return Row(
             number,
-            row_id,
+            the_id,
             error=f"{where}: {len(values)} values but the header has {len(header)} columns",
         )
     for name, value in data.items():
         byte = _undecodable(value)
         if byte is not None:
             problem = f"not valid UTF-8 (byte {byte} in column '{name}')"
-            return Row(number, row_id, error=f"{where}: {problem}")
-    return Row(number, row_id, data)
+            return Row(number, the_id, error=f"{where}: {problem}")
+    return Row(number, the_id, data, auto_id=auto)
 
 
 def _csv(path: Path) -> Iterator[Row]:
@@ -148,27 +236,27 @@ def _csv(path: Path) -> Iterator[Row]:
 
 
 def read_rows(path: Path, limit: int | None = None) -> Iterator[Row]:
-    """Rows of a .jsonl/.json-lines or .csv file, lazily; ids must be unique."""
-    if not path.is_file():
-        raise DatasetError(f"dataset {path} not found")
+    """Rows of a .jsonl, .csv or .json (JSON Lines, or one array) file, lazily; ids must be
+    unique."""
+    check_data_path(path)
     suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson", ".json"):
+    if suffix == ".json" and (_starts_with(path, b"[") or _one_json_document(path)):
+        rows = _json_array(path)
+    elif suffix in (".jsonl", ".ndjson", ".json"):
         rows = _jsonl(path)
     elif suffix in (".csv",):
         rows = _csv(path)
     else:
-        raise DatasetError(f"dataset {path}: unsupported format '{suffix}' (use .jsonl or .csv)")
-    seen: set[str] = set()
-    for count, row in enumerate(rows):
+        raise DatasetError(
+            f"dataset {path}: unsupported format '{suffix}' (use .jsonl, .csv, .json or .parquet)"
+        )
+    for count, row in enumerate(unique_ids(rows, str(path))):
         if limit is not None and count >= limit:
             return
-        if row.error is None and row.id in seen:
-            row.error = f"{path}:{row.number}: duplicate id '{row.id}'"
-        seen.add(row.id)
         yield row
 
 
-def check_fields(row: Row, required: list[str], path: Path) -> None:
+def check_fields(row: Row, required: list[str], path: Path | str) -> None:
     """Mark the row failed when a field the graph reads is missing or null.
 
     Null is treated as missing: rendered, it would put the word "None" in the prompt.
@@ -191,4 +279,5 @@ def check_fields(row: Row, required: list[str], path: Path) -> None:
 
 def file_hash(path: Path) -> str:
     """Short sha256 of the dataset file (to recognise the same dataset on resume)."""
+    check_data_path(path)
     return sha256_file(path)[:16]

@@ -90,9 +90,20 @@ async def run_session(
 
 
 def _open_cache(settings: RunSettings) -> ResponseCache | None:
+    """The response cache, or None; a damaged cache file costs its replies, not the run."""
     if not settings.use_cache:
         return None
-    return ResponseCache(settings.cache or default_cache_path())
+    path = settings.cache or default_cache_path()
+    try:
+        return ResponseCache(path)
+    except sqlite3.DatabaseError as exc:
+        log.warning(
+            "the response cache %s cannot be read (%s); the run goes on without it. Delete "
+            "or move the file to start a new cache.",
+            path,
+            exc,
+        )
+        return None
 
 
 async def _run_locked(

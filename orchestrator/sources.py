@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
-from .dataset import Row, file_hash, read_rows
+from .dataset import Row, file_hash, read_rows, row_id, unique_ids
 from .errors import DatasetError
 
 CHUNK = 1000  # DataFrame rows converted to dicts at a time
@@ -78,26 +78,22 @@ def _clean(value: Any) -> Any:
 
 
 def _with_ids(records: Iterable[Any], location: str, limit: int | None) -> Iterator[Row]:
-    """Rows numbered from 1 with their ids; a non-mapping or a repeated id fails its row."""
-    seen: set[str] = set()
-    for index, record in enumerate(records):
-        if limit is not None and index >= limit:
-            return
-        number = index + 1
-        if not isinstance(record, Mapping):
-            kind = type(record).__name__
-            yield Row(
-                number, f"row-{number}", error=f"{location} row {number}: a {kind}, not a mapping"
-            )
-            continue
-        data = {str(k): _clean(v) for k, v in record.items()}
-        raw_id = data.get("id")
-        row_id = str(raw_id) if raw_id not in (None, "") else f"row-{number}"
-        row = Row(number, row_id, data)
-        if row_id in seen:
-            row.error = f"{location}:{number}: duplicate id '{row_id}'"
-        seen.add(row_id)
-        yield row
+    """Rows numbered from 1 with their ids (as a file's are); a non-mapping fails its row."""
+
+    def rows() -> Iterator[Row]:
+        for index, record in enumerate(records):
+            if limit is not None and index >= limit:
+                return
+            number = index + 1
+            if not isinstance(record, Mapping):
+                problem = f"{location}:{number}: a {type(record).__name__}, not a mapping"
+                yield Row(number, f"row-{number}", error=problem)
+                continue
+            data = {str(k): _clean(v) for k, v in record.items()}
+            the_id, auto = row_id(data, number)
+            yield Row(number, the_id, data, auto_id=auto)
+
+    return unique_ids(rows(), location)
 
 
 class FileSource:

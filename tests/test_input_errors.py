@@ -1,0 +1,92 @@
+"""Bad `--data` and a damaged cache give one clear line, not a traceback or a hang, and lose
+no work (issue: runs you can trust). Each failed before: a traceback, a run blocked
+forever on a FIFO, an array file failed row by row, a run refused over a broken cache."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from fakeserver import FakeServer
+from helpers import judge_graph, orchestrator_command, results, write_graph, write_rows
+
+pytestmark = pytest.mark.reliability
+
+
+@pytest.fixture
+def graph(tmp_path: Path) -> Path:
+    return write_graph(tmp_path / "g", judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+
+
+def run_cli(graph: Path, data: Path | str, out: Path, url: str, *extra: str):
+    command = ["run", str(graph), "--data", str(data), "--out", str(out), "--base-url", url]
+    return orchestrator_command(*command, *extra)
+
+
+def one_clean_line(stderr: str, *words: str) -> None:
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    for word in words:
+        assert word in lines[0], stderr
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "fifo"])
+def test_data_that_is_not_a_file(graph: Path, tmp_path: Path, kind: str):
+    data = tmp_path / "rows.jsonl"
+    if kind == "folder":
+        data.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(data)
+    says = {"missing": "not found", "folder": "is a folder", "fifo": "not a regular file"}
+    with FakeServer() as server:
+        done = run_cli(graph, data, tmp_path / "run", server.base_url, "--no-cache")
+        assert server.requests == []
+    assert done.returncode == 1
+    one_clean_line(done.stderr, str(data), says[kind])
+
+
+def test_json_array_file_is_read_as_rows(graph: Path, tmp_path: Path):
+    data = tmp_path / "rows.json"
+    rows = [{"id": "a", "text": "one"}, {"id": "b", "text": "two"}, 7]
+    data.write_text(json.dumps(rows, indent=2))
+    with FakeServer() as server:
+        done = run_cli(graph, data, tmp_path / "run", server.base_url, "--no-cache")
+    lines = results(tmp_path / "run")
+    assert done.returncode == 2  # one item is not an object
+    assert lines["a"]["status"] == lines["b"]["status"] == "ok"
+    assert "item 3 is not an object" in lines["row-3"]["error"]
+
+
+def test_json_file_with_one_object_says_what_to_do(graph: Path, tmp_path: Path):
+    data = tmp_path / "rows.json"
+    data.write_text(json.dumps({"rows": [{"text": "x"}]}, indent=2))
+    with FakeServer() as server:
+        done = run_cli(graph, data, tmp_path / "run", server.base_url, "--no-cache")
+    assert done.returncode == 1
+    one_clean_line(done.stderr, "holds a JSON dict", "JSON Lines", "array")
+
+
+def test_made_up_id_that_clashes_with_a_real_one(graph: Path, tmp_path: Path):
+    """Line 1 is called "row-2"; line 2 has no id, so it would be "row-2" too."""
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": "row-2", "text": "a"}, {"text": "b"}])
+    with FakeServer() as server:
+        done = run_cli(graph, data, tmp_path / "run", server.base_url, "--no-cache")
+    assert done.returncode == 2
+    lines = [json.loads(x) for x in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    failed = [line for line in lines if line["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["row"] == 2
+    assert "line 1 and line 2" in failed[0]["error"] and "made-up id" in failed[0]["error"]
+
+
+def test_damaged_cache_is_named_and_the_run_goes_on(graph: Path, tmp_path: Path):
+    cache = tmp_path / "cache.sqlite"
+    cache.write_bytes(b"\x00garbage, not SQLite\x00" * 64)
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": "a", "text": "x"}, {"id": "b", "text": "y"}])
+    with FakeServer() as server:
+        done = run_cli(graph, data, tmp_path / "run", server.base_url, "--cache", str(cache))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"the response cache {cache} cannot be read" in done.stdout
+    assert {line["status"] for line in results(tmp_path / "run").values()} == {"ok"}
