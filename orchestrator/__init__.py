@@ -31,6 +31,7 @@ _EXPORTS = {
     "OrchestratorError": ".errors",
     "RunFolderError": ".errors",
     "ServerUnavailable": ".errors",
+    "ServerGone": ".outage",
     "Manifest": ".records",
     "ResultLine": ".records",
     "Summary": ".records",
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         RunFolderError,
         ServerUnavailable,
     )
+    from .outage import ServerGone
     from .records import Manifest, ResultLine, Summary
     from .runner import RunConfig, RunOutcome, execute
     from .sources import RowSource
@@ -83,6 +85,7 @@ __all__ = [
     "RunOutcome",
     "RunResult",
     "RunStore",
+    "ServerGone",
     "ServerUnavailable",
     "Summary",
     "__version__",

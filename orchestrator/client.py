@@ -28,6 +28,7 @@ from tenacity import (
 )
 
 from .cache import ResponseCache, cache_key
+from .errors import ServerUnavailable
 from .outage import DEFAULT_SERVER_WAIT, ServerGone, ServerWatch
 from .schemas import json_schema
 from .spec import Sampling
@@ -52,7 +53,7 @@ class LLMCallError(Exception):
         super().__init__(message)
 
 
-class ServerError(Exception):
+class ServerError(ServerUnavailable):
     """The server cannot be used at all (unreachable, refuses the model…)."""
 
 
@@ -535,9 +536,7 @@ class LLMClient:
         ]
         return choices, tokens, latency
 
-    async def server_json(
-        self, ep: Endpoint, path: str, body: dict[str, Any]
-    ) -> dict[str, Any]:
+    async def server_json(self, ep: Endpoint, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST to the server's own API beside /v1 (vLLM's /tokenize, /detokenize) as a node
         call is sent: the endpoint's key, its in-flight limit, the deadline, transport
         retries, and a server outage waited out. Raises openai.APIStatusError for an answer
