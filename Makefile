@@ -2,10 +2,10 @@
 
 PYTHON ?= python3
 VENV := .venv
-EXTRAS := dev,local,metrics
+EXTRAS := dev,local,metrics,data
 STAMP := $(VENV)/.installed
 
-.PHONY: venv sysdeps demo test
+.PHONY: venv sysdeps demo test typecheck test-floors
 
 venv: $(STAMP)
 
@@ -34,3 +34,23 @@ demo: venv
 
 test: venv sysdeps
 	$(VENV)/bin/python -m pytest -q
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+# The suites that need no optional extra, run on the oldest version of every dependency that
+# pyproject.toml allows (uv's lowest-direct resolution), in a venv of their own: a floor the
+# code does not work with fails here.
+FLOORS := .venv-floors
+FLOOR_TESTS := tests/test_engine.py tests/test_validation.py tests/test_faults.py \
+	tests/test_server_faults.py tests/test_run_identity.py tests/test_cli.py \
+	tests/test_hostile_graphs.py tests/test_hostile_data.py tests/test_input_errors.py \
+	tests/test_secrets.py tests/test_expert.py tests/test_pairwise.py tests/test_ratings.py
+
+test-floors:
+	rm -rf $(FLOORS)
+	$(PYTHON) -m venv $(FLOORS)
+	$(FLOORS)/bin/python -m pip install -q uv
+	$(FLOORS)/bin/uv pip install --python $(FLOORS)/bin/python --resolution lowest-direct \
+		-e . 'pytest>=8' 'pytest-asyncio>=0.23'
+	$(FLOORS)/bin/python -m pytest -q -p no:cacheprovider $(FLOOR_TESTS)

@@ -41,7 +41,7 @@ class _GraphLoader(yaml.SafeLoader):
             if self._depth > MAX_YAML_DEPTH:
                 mark = self.peek_event().start_mark
                 raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark)
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 

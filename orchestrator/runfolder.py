@@ -275,8 +275,16 @@ class RunFolder:
 
     def write_input(self, row: Row) -> None:
         """Queue an example's inputs; written before any result line that needs them."""
-        line = {"id": row.id, "number": row.number, "data": row.data}
-        self._pending_inputs.append(orjson.dumps(line, default=str) + b"\n")
+        line: dict[str, Any] = {"id": row.id, "number": row.number, "data": row.data}
+        try:
+            blob = orjson.dumps(line, default=str)
+        except (TypeError, orjson.JSONEncodeError) as exc:
+            # A row orjson cannot write (nested past its depth limit) still runs; only its
+            # copy here is replaced by the reason.
+            line["data"] = None
+            line["error"] = f"inputs not stored: {exc}"
+            blob = orjson.dumps(line)
+        self._pending_inputs.append(blob + b"\n")
 
     def write_result(self, row: dict[str, Any]) -> None:
         """Queue one example's line; `flush` appends it (after the trace is written)."""

@@ -113,7 +113,7 @@ def _annotation(
     if spec.description:
         kwargs["description"] = spec.description
     if choices is not None:
-        base: Any = Literal[tuple(choices)]  # type: ignore[valid-type]
+        base: Any = Literal[tuple(choices)]
     elif spec.type in _SCALARS:
         base = _SCALARS[spec.type]
         if spec.min is not None:
@@ -158,7 +158,7 @@ def build_model(
         path = f"{prefix}.{fname}" if prefix else fname
         _check_name(path, fname)
         defs[fname] = _annotation(path, spec, dynamic, depth)
-    return create_model(  # type: ignore[call-overload,no-any-return]
+    return create_model(  # type: ignore[call-overload]
         _model_name(name), __config__=ConfigDict(extra="forbid"), **defs
     )
 

@@ -39,7 +39,7 @@ from test_kill_resume import (
     wait_until,
 )
 
-from orchestrator import runner
+from orchestrator import session
 from orchestrator.cache import ResponseCache
 from orchestrator.trace import NodeRecord, TraceStore
 
@@ -276,7 +276,7 @@ def test_a_cache_locked_past_the_timeout_does_not_end_the_run(
             super().__init__(path)
             self._db.execute("PRAGMA busy_timeout=200")
 
-    monkeypatch.setattr(runner, "ResponseCache", ImpatientCache)
+    monkeypatch.setattr(session, "ResponseCache", ImpatientCache)
     cache = tmp_path / "cache.sqlite"
     ResponseCache(cache).close()
     holder = sqlite3.connect(cache, isolation_level=None)

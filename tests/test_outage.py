@@ -35,7 +35,7 @@ REPLY_SECONDS = 0.1  # every reply takes this long, so the run is still going wh
 GRAPH = judge_graph()
 
 
-def setup(tmp_path: Path, count: int) -> tuple[Path, Path, list[str]]:
+def make_run(tmp_path: Path, count: int) -> tuple[Path, Path, list[str]]:
     graph = write_graph(tmp_path / "g", GRAPH, {"judge.jinja": "Rate <<{{ text }}>>"})
     ids = [f"e{i}" for i in range(count)]
     data = write_rows(tmp_path / "rows.jsonl", [{"id": i, "text": f"t-{i}"} for i in ids])
@@ -56,7 +56,7 @@ def traced_examples(out: Path) -> set[str]:
 
 
 def test_server_back_after_ten_seconds_run_waits_and_completes(tmp_path: Path, figure):
-    graph, data, ids = setup(tmp_path, 60)
+    graph, data, ids = make_run(tmp_path, 60)
     out = tmp_path / "run"
     server = FakeServer(latency_responder(REPLY_SECONDS)).start()
     port = server.port
@@ -134,7 +134,7 @@ def resume_and_check(
 def test_server_that_stays_away_stops_the_run_cleanly_then_resume(tmp_path: Path, how: str, figure):
     """Crashed: the port refuses connections. Wedged: it accepts and never answers, not
     even the liveness probe."""
-    graph, data, ids = setup(tmp_path, 60)
+    graph, data, ids = make_run(tmp_path, 60)
     out = tmp_path / "run"
     server = FakeServer(latency_responder(REPLY_SECONDS)).start()
     port = server.port

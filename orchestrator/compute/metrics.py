@@ -202,7 +202,7 @@ def _readable_copy(folder: Path) -> Path:
 def _english_wordnet_class() -> type:
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
-    class EnglishWordNet(WordNetCorpusReader):  # type: ignore[misc]
+    class EnglishWordNet(WordNetCorpusReader):
         """A reader over any WordNet 3.0 folder, English only.
 
         NLTK's reader maps every non-default database onto its own downloaded `wordnet`
