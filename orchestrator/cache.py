@@ -1,12 +1,15 @@
 """Content-addressed response cache in SQLite (WAL), shared safely by concurrent runs.
 
-Only replies that passed validation are stored, so a cache hit is always usable.
+Only replies that passed validation are stored, so a cache hit is always usable. A damaged
+cache file costs its replies, never the run: it is named once and the run goes on without
+it (see `open_cache` and `ResponseCache.damaged`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -15,6 +18,8 @@ from typing import Any
 import orjson
 
 from .paths import cache_root
+
+log = logging.getLogger("orchestrator")
 
 FLUSH_EVERY = 1000  # queued replies that force a write even between the runner's flushes
 BUSY_SECONDS = 30.0  # how long a statement waits for another connection's lock
@@ -42,6 +47,35 @@ def default_cache_path() -> Path:
     return cache_root() / "responses.sqlite"
 
 
+def damaged_message(path: Path, exc: BaseException) -> str:
+    """What to tell the user about a cache file that cannot be used, and what to do."""
+    return (
+        f"the response cache {path} cannot be read ({exc}); the run goes on without it. "
+        "Delete or move the file to start a new cache."
+    )
+
+
+def _is_damage(exc: sqlite3.Error) -> bool:
+    """Whether SQLite says the file itself is bad (not a database, malformed pages), as
+    opposed to a lock or a full disk, which pass and are retried by the runner."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:  # raised by the sqlite3 module itself, not by the library
+        return False
+    # Extended codes (SQLITE_CORRUPT_INDEX, …) keep the primary code in their low byte.
+    return (code & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+def open_cache(path: Path) -> ResponseCache | None:
+    """The cache at `path`, or None after a warning naming it when it cannot be opened
+    (garbage bytes, a truncated file, a folder, no permission): the cache only saves
+    requests, so losing it must not stop a run."""
+    try:
+        return ResponseCache(path)
+    except (sqlite3.Error, OSError) as exc:
+        log.warning(damaged_message(path, exc))
+        return None
+
+
 def cache_key(
     model: str,
     messages: list[dict[str, Any]],
@@ -67,7 +101,12 @@ def cache_key(
 
 
 class ResponseCache:
-    """get/put of validated replies keyed by `cache_key`."""
+    """get/put of validated replies keyed by `cache_key`.
+
+    A file found damaged after it opened (SQLite checks a page only when it reads it) is
+    named once in a warning and then left alone: `get` misses, `put` and `flush` drop the
+    replies, so nothing more is written into a broken file.
+    """
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,20 +124,58 @@ class ResponseCache:
             " key TEXT PRIMARY KEY, value BLOB NOT NULL, created REAL NOT NULL)"
         )
         self._pending: dict[str, bytes] = {}
+        self.damaged = False
+        self._bad_reply_seen = False
+
+    def _give_up(self, exc: sqlite3.Error) -> None:
+        """Stop using a file SQLite found damaged; say so the first time."""
+        if not self.damaged:
+            self.damaged = True
+            log.warning(damaged_message(self.path, exc))
+        self._pending.clear()
 
     def lock_wait(self, seconds: float) -> None:
         """How long a write waits for another process's lock (it blocks the caller)."""
         self._db.execute(f"PRAGMA busy_timeout={int(seconds * 1000)}")
 
     def get(self, key: str) -> dict[str, Any] | None:
+        if self.damaged:
+            return None
         blob = self._pending.get(key)
         if blob is None:
-            row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+            try:
+                row = self._db.execute(
+                    "SELECT value FROM responses WHERE key = ?", (key,)
+                ).fetchone()
+            except sqlite3.DatabaseError as exc:
+                if not _is_damage(exc):
+                    raise
+                self._give_up(exc)
+                return None
             blob = row[0] if row else None
-        return orjson.loads(blob) if blob is not None else None
+        if blob is None:
+            return None
+        # SQLite checks its pages, not the bytes stored in them: a reply that no longer
+        # decodes is a miss (the question is asked again and its new reply replaces it).
+        try:
+            value = orjson.loads(blob)
+        except orjson.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):
+            if not self._bad_reply_seen:
+                self._bad_reply_seen = True
+                log.warning(
+                    "the response cache %s holds a reply that does not decode; it is asked "
+                    "again (others may be damaged too: delete the file to start afresh).",
+                    self.path,
+                )
+            return None
+        return value
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         """Queue a reply; the next `flush` writes it (a commit per reply cost ~60 µs)."""
+        if self.damaged:
+            return
         self._pending[key] = orjson.dumps(value)
         if len(self._pending) % FLUSH_EVERY == 0:
             # A cache another process keeps locked must not fail the call that found a
@@ -109,22 +186,28 @@ class ResponseCache:
 
     def flush(self) -> None:
         """Write every queued reply in one transaction, visible to other processes after."""
-        if not self._pending:
+        if self.damaged or not self._pending:
             return
         now = time.time()
-        self._db.execute("BEGIN")
         try:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)",
-                [(key, blob, now) for key, blob in self._pending.items()],
-            )
-            self._db.execute("COMMIT")
-        except BaseException:
-            # A failed write (lock held past busy_timeout, disk full, …) must not leave its
-            # transaction open, or every later BEGIN fails; the replies stay queued.
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)",
+                    [(key, blob, now) for key, blob in self._pending.items()],
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                # A failed write (lock held past busy_timeout, disk full, …) must not leave
+                # its transaction open, or every later BEGIN fails; the replies stay queued.
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            if not _is_damage(exc):
+                raise
+            self._give_up(exc)
+            return
         self._pending.clear()
 
     def __len__(self) -> int:

@@ -40,7 +40,7 @@ from .summary import output_means, run_aggregates, status_counts
 log = logging.getLogger("orchestrator")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunSettings:
     """How to run: the server, and settings that do not change replies (except `params`,
     `model`, `base_url` and `structured`, which are part of the run key)."""

@@ -103,3 +103,14 @@ def test_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     assert "cannot list models" in result.output and "--base-url" in result.output
+
+
+def test_shipped_protocol_by_name(tmp_path: Path, monkeypatch) -> None:
+    """`orchestrator validate expert` finds the shipped graph from any folder (as it does
+    from an installed wheel, where graphs/ lives inside the package)."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["validate", "expert"])
+    assert result.exit_code == 0, result.output
+    assert "graph 'expert' is valid" in result.output
+    missing = CliRunner().invoke(app, ["validate", "no_such_protocol"])
+    assert missing.exit_code == 1

@@ -4,13 +4,19 @@ forever on a FIFO, an array file failed row by row, a run refused over a broken 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import random
+import sqlite3
 from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer
 from helpers import judge_graph, orchestrator_command, results, write_graph, write_rows
+
+from orchestrator.cache import ResponseCache, open_cache
 
 pytestmark = pytest.mark.reliability
 
@@ -90,3 +96,70 @@ def test_damaged_cache_is_named_and_the_run_goes_on(graph: Path, tmp_path: Path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"the response cache {cache} cannot be read" in done.stdout
     assert {line["status"] for line in results(tmp_path / "run").values()} == {"ok"}
+
+
+def _filled_cache(path: Path, entries: int = 2000) -> int:
+    """A real cache file with `entries` replies, its WAL folded in; returns its size."""
+    store = ResponseCache(path)
+    for i in range(entries):
+        store.put(f"key-{i}", {"choice": {"content": "x" * 200}})
+    store.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for side in path.parent.glob(path.name + "-*"):
+        side.unlink()
+    return path.stat().st_size
+
+
+@pytest.mark.parametrize("damage", ["pages", "truncated"])
+def test_cache_damaged_inside_is_named_and_the_run_goes_on(
+    graph: Path, tmp_path: Path, damage: str
+):
+    """A cache whose header is intact opens fine and fails on the first read ("database
+    disk image is malformed"): before, every node call failed on it, or the run stopped at
+    its first flush. Now it is named once and the run goes on without it."""
+    cache = tmp_path / "cache.sqlite"
+    size = _filled_cache(cache)
+    with cache.open("r+b") as handle:
+        if damage == "pages":  # the schema page stays, the data pages are noise
+            handle.seek(8192)
+            handle.write(random.Random(7).randbytes(size - 8192))
+        else:
+            handle.truncate(size // 2)
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": "a", "text": "x"}, {"id": "b", "text": "y"}])
+    with FakeServer() as server:
+        done = run_cli(graph, data, tmp_path / "run", server.base_url, "--cache", str(cache))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.stdout.count(f"the response cache {cache} cannot be read") == 1, done.stdout
+    assert {line["status"] for line in results(tmp_path / "run").values()} == {"ok"}
+
+
+def test_cache_verb_on_a_damaged_cache_is_one_line(tmp_path: Path):
+    cache = tmp_path / "cache.sqlite"
+    cache.write_bytes(b"\x00garbage, not SQLite\x00" * 64)
+    done = orchestrator_command("cache", "--path", str(cache))
+    assert done.returncode == 1
+    one_clean_line(done.stderr, str(cache), "cannot be read")
+
+
+def test_open_cache_on_a_damaged_file_warns_and_gives_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    cache = tmp_path / "cache.sqlite"
+    cache.write_bytes(b"\x00garbage, not SQLite\x00" * 64)
+    with caplog.at_level(logging.WARNING, logger="orchestrator"):
+        assert open_cache(cache) is None
+    assert f"the response cache {cache} cannot be read" in caplog.text
+
+
+def test_reply_that_does_not_decode_is_a_miss(tmp_path: Path):
+    """SQLite checks its pages, not the bytes we store: a damaged reply is asked again."""
+    store = ResponseCache(tmp_path / "cache.sqlite")
+    store.put("good", {"choice": {"content": "x"}})
+    store.flush()
+    store._db.execute("INSERT INTO responses VALUES ('bad', x'00ff7b', 0)")
+    store._db.execute("INSERT INTO responses VALUES ('list', '[1]', 0)")
+    assert store.get("good") == {"choice": {"content": "x"}}
+    assert store.get("bad") is None and store.get("list") is None
+    store.close()

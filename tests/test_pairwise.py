@@ -175,6 +175,92 @@ def test_verdicts_per_dimension_and_first_pass_only() -> None:
         verdicts(map_votes(pairs(THREE, orders="ab"), [{"answer": "first"}] * 3, "d"))
 
 
+def _swap_votes(ab: list[str], ba: list[str]) -> list[dict[str, Any]]:
+    """Votes on the pair x|y: `ab` samples with x shown first, `ba` with y shown first."""
+    comparisons = pairs({"x": "1", "y": "2"})
+    assert [c["order"] for c in comparisons] == ["ab", "ba"]
+    samples = [[{"answer": a} for a in ab], [{"answer": a} for a in ba]]
+    return map_votes(comparisons, samples, "d")
+
+
+@pytest.mark.parametrize(
+    ("ab", "ba", "plural", "consistent"),
+    [
+        # x wins in one order, tie in the other: plurality counts 1-0, MT-Bench a tie.
+        (["first"], ["tie"], "x", "tie"),
+        (["tie"], ["second"], "x", "tie"),
+        # x wins in both orders (shown first, then second): the verdict survives the swap.
+        (["first"], ["second"], "x", "x"),
+        # The judge follows the position: x in one order, y in the other.
+        (["first"], ["first"], "tie", "tie"),
+        (["tie"], ["tie"], "tie", "tie"),
+        # Several samples per order: each order's plurality decides that order.
+        (["first", "first", "tie"], ["second", "first", "second"], "x", "x"),
+        (["first", "first", "first"], ["first", "tie", "second"], "x", "tie"),
+    ],
+)
+def test_pair_outcomes_rules(ab: list[str], ba: list[str], plural: str, consistent: str) -> None:
+    votes = _swap_votes(ab, ba)
+    default = pair_outcomes(votes)[0]
+    assert default["winner"] == plural
+    assert pair_outcomes(votes, rule="plurality") == [default]
+    assert "winner_ab" not in default  # the default record is unchanged
+    strict = pair_outcomes(votes, rule="consistent")[0]
+    assert strict["winner"] == consistent
+    # Counts and S do not depend on the rule.
+    assert {k: v for k, v in strict.items() if not k.startswith("winner")} == {
+        k: v for k, v in default.items() if k != "winner"
+    }
+    assert verdicts(votes) == {"d": plural}
+    assert verdicts(votes, rule="consistent") == {"d": consistent}
+
+
+def test_consistent_rule_records_each_order_and_ties_a_missing_order() -> None:
+    votes = _swap_votes(["first"], ["tie"])
+    strict = pair_outcomes(votes, rule="consistent")[0]
+    assert (strict["winner_ab"], strict["winner_ba"]) == ("x", "tie")
+    assert strict["score"] == 0.75  # the worked example in docs/pairwise.md
+    # A pair seen in one order only (the other call failed) is unconfirmed: a tie.
+    one_side = [v for v in votes if v["order"] == "ab"]
+    lone = pair_outcomes(one_side, rule="consistent")[0]
+    assert (lone["winner"], lone["winner_ab"], lone["winner_ba"]) == ("tie", "x", None)
+    assert pair_outcomes(one_side)[0]["winner"] == "x"
+
+
+def test_consistent_rule_keeps_cases_judges_and_dimensions_apart() -> None:
+    comparisons = pairs(THREE, dimensions=["quality", "style"])
+    # Prefers the user's text in both orders; between the other two, follows the position.
+    judgments = [
+        {"answer": "first"}
+        if c["first"]["name"] == "user"
+        else {"answer": "second"}
+        if c["second"]["name"] == "user"
+        else {"answer": "first"}
+        for c in comparisons
+    ]
+    votes = map_votes(comparisons, judgments, judge="m", case="c1")
+    votes += map_votes(comparisons, [{"answer": "tie"}] * len(comparisons), judge="m", case="c2")
+    outcomes = pair_outcomes(votes, rule="consistent")
+    assert len(outcomes) == 2 * 3 * 2  # cases x pairs x dimensions
+    for outcome in outcomes:
+        if outcome["case"] == "c2" or "user" not in outcome["pair"]:
+            assert outcome["winner"] == "tie"
+        else:
+            assert outcome["winner"] == "user"
+
+
+def test_rule_errors() -> None:
+    votes = _swap_votes(["first"], ["second"])
+    with pytest.raises(ValueError, match="rule must be 'plurality' or 'consistent'"):
+        pair_outcomes(votes, rule="majority")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"cannot be combined with order='ab'"):
+        pair_outcomes(votes, order="ab", rule="consistent")
+    with pytest.raises(ValueError, match=r"vote 1 has order None"):
+        pair_outcomes([votes[0], {**votes[1], "order": None}], rule="consistent")
+    with pytest.raises(ValueError, match="rule must be"):
+        verdicts(votes, rule="")  # type: ignore[arg-type]
+
+
 def test_fit_profile_drops_the_oldest_first() -> None:
     items = [f"text {i}" for i in range(5)]
     assert fit_profile(items) == {"kept": items, "dropped": 0}

@@ -97,6 +97,53 @@ def test_jury_agreement_statistics() -> None:
     assert out["fleiss_kappa"] == pytest.approx(expected, abs=1e-4)
 
 
+FIVE_POINT = [
+    {"id": "t1", "label": 4, "scores": {"j1": 4, "j2": 5, "j3": 4}},
+    {"id": "t2", "label": 1, "scores": {"j1": 1, "j2": 1, "j3": 2}},
+    {"id": "t3", "label": 5, "scores": {"j1": 5, "j2": 5, "j3": None}},
+]
+
+
+def test_jury_agreement_names_a_score_outside_the_categories() -> None:
+    # A 1-5 rubric with the default PerQ categories (0-3) used to end in a bare KeyError.
+    with pytest.raises(ValueError) as caught:
+        ag.jury_agreement(FIVE_POINT)
+    message = str(caught.value)
+    assert "scores['j1'] of result 't1' is 4" in message
+    assert "not among categories [0, 1, 2, 3]" in message and "`categories`" in message
+    # A label outside the categories is refused the same way (it would be counted nowhere).
+    with pytest.raises(ValueError, match=r"label of result 0 is 7, which is not among"):
+        ag.jury_agreement([{"label": 7, "scores": {"j1": 1, "j2": 2}}])
+    with pytest.raises(ValueError, match="distinct"):
+        ag.jury_agreement(FIVE_POINT, categories=[1, 1, 2])
+    # Called directly, the table builder says the same instead of raising KeyError.
+    with pytest.raises(ValueError, match=r"rating 4 of item 0 is not among categories"):
+        ag.rating_table([[4, 1]], [0, 1, 2, 3])
+
+
+def test_jury_agreement_with_given_or_inferred_categories() -> None:
+    out = ag.jury_agreement(FIVE_POINT, categories=[1, 2, 3, 4, 5])
+    assert out["label_distribution"] == {"1": 1, "2": 0, "3": 0, "4": 1, "5": 1, "n/a": 0}
+    assert out["items_all_judges"] == 2
+    expected = ag.fleiss_kappa(ag.rating_table([[4, 5, 4], [1, 1, 2]], [1, 2, 3, 4, 5]))
+    assert out["fleiss_kappa"] == pytest.approx(expected, abs=1e-4)
+    assert out["pairwise_agreement"]["j1~j2"] == pytest.approx(2 / 3, abs=1e-4)
+    # null: the scores seen are the categories (unused ones are simply not listed).
+    inferred = ag.jury_agreement(FIVE_POINT, categories=None)
+    assert inferred["label_distribution"] == {"1": 1, "2": 0, "4": 1, "5": 1, "n/a": 0}
+    assert inferred["fleiss_kappa"] == out["fleiss_kappa"]
+
+
+def test_label_summary_refuses_a_label_outside_the_categories() -> None:
+    rows = [{"id": "x", "label": 2}, {"id": "y", "label": 5}]
+    with pytest.raises(ValueError, match=r"label of result 'y' is 5, which is not among"):
+        ag.label_summary(rows)
+    out = ag.label_summary(rows, categories=[1, 2, 3, 4, 5])
+    assert out["label_distribution"] == {"1": 0, "2": 1, "3": 0, "4": 0, "5": 1, "n/a": 0}
+    # Labels are counted by their text, so "2" still matches the category 2.
+    assert ag.label_summary([{"label": "2"}])["label_distribution"]["2"] == 1
+
+
 def test_label_summary_against_a_reference_column() -> None:
     rows = [
         {"label": 2, "jury_label": 2},

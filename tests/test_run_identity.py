@@ -170,9 +170,7 @@ def test_user_function_source_is_part_of_the_key(tmp_path: Path, data: Path, mon
             run_graph(graph, data, tmp_path / "run", server.base_url)
 
 
-def test_settings_that_do_not_change_replies_still_resume(
-    graph: Path, data: Path, tmp_path: Path
-):
+def test_settings_that_do_not_change_replies_still_resume(graph: Path, data: Path, tmp_path: Path):
     with FakeServer() as server:
         run_graph(graph, data, tmp_path / "run", server.base_url, limit=2)
         run_graph(
@@ -231,8 +229,16 @@ def test_second_writer_is_refused_naming_the_first(graph: Path, tmp_path: Path):
         try:
             wait_for_lines(out / "results.jsonl", 1, first)
             second = orchestrator_command(
-                "run", str(graph), "--data", str(data), "--out", str(out),
-                "--base-url", server.base_url, "--cache", str(tmp_path / "cache.sqlite"),
+                "run",
+                str(graph),
+                "--data",
+                str(data),
+                "--out",
+                str(out),
+                "--base-url",
+                server.base_url,
+                "--cache",
+                str(tmp_path / "cache.sqlite"),
             )
         finally:
             output, _ = first.communicate(timeout=120)
@@ -272,8 +278,16 @@ def test_lock_of_a_killed_run_is_taken_over(graph: Path, tmp_path: Path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         again = orchestrator_command(
-            "run", str(graph), "--data", str(data), "--out", str(out),
-            "--base-url", server.base_url, "--cache", str(tmp_path / "cache.sqlite"),
+            "run",
+            str(graph),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--base-url",
+            server.base_url,
+            "--cache",
+            str(tmp_path / "cache.sqlite"),
         )
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"took over the lock of a run that stopped without releasing it (pid {proc.pid}" in (
@@ -299,8 +313,16 @@ def test_kill_during_start_up_then_same_command_resumes(graph: Path, data: Path,
         server.hanging.clear()
     with FakeServer() as server:
         again = orchestrator_command(
-            "run", str(graph), "--data", str(data), "--out", str(out),
-            "--base-url", server.base_url, "--cache", str(tmp_path / "cache.sqlite"),
+            "run",
+            str(graph),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--base-url",
+            server.base_url,
+            "--cache",
+            str(tmp_path / "cache.sqlite"),
         )
     assert again.returncode == 0, again.stdout + again.stderr
     assert sorted(results(out)) == ["e0", "e1", "e2", "e3"]
@@ -319,9 +341,7 @@ def test_overwrite_refuses_a_folder_that_is_not_a_run(graph: Path, data: Path, t
     assert (work / "thesis.tex").read_text() == "years of work"
 
 
-def test_overwrite_replaces_a_run_and_keeps_foreign_files(
-    graph: Path, data: Path, tmp_path: Path
-):
+def test_overwrite_replaces_a_run_and_keeps_foreign_files(graph: Path, data: Path, tmp_path: Path):
     out = tmp_path / "run"
     with FakeServer() as server:
         run_graph(graph, data, out, server.base_url, limit=1)
@@ -337,16 +357,20 @@ def test_out_that_is_a_file_is_a_clear_error(graph: Path, data: Path, tmp_path: 
     target.write_text("x")
     with FakeServer() as server:
         done = orchestrator_command(
-            "run", str(graph), "--data", str(data), "--out", str(target),
-            "--base-url", server.base_url,
+            "run",
+            str(graph),
+            "--data",
+            str(data),
+            "--out",
+            str(target),
+            "--base-url",
+            server.base_url,
         )
     assert done.returncode == 1
     assert "is a file, not a folder" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_damaged_trace_is_named_and_no_resume_is_promised(
-    graph: Path, data: Path, tmp_path: Path
-):
+def test_damaged_trace_is_named_and_no_resume_is_promised(graph: Path, data: Path, tmp_path: Path):
     out = tmp_path / "run"
     with FakeServer() as server:
         run_graph(graph, data, out, server.base_url, limit=2)

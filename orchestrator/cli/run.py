@@ -38,13 +38,26 @@ def _parse_params(items: list[str]) -> dict[str, Any]:
     return params
 
 
+def _graph_path(graph: Path) -> Path:
+    """A graph file as given, or a shipped protocol by name (`expert`, `aupel`, …)."""
+    if graph.exists():
+        return graph
+    from ..shipped import shipped_graph
+
+    found = shipped_graph(str(graph)) if graph.suffix == "" and len(graph.parts) == 1 else None
+    return found or graph
+
+
+GRAPH_HELP = "Graph file (YAML), or the name of a shipped protocol (e.g. expert)."
+
+
 @app.command()
-def validate(graph: Annotated[Path, typer.Argument(help="Graph file (YAML).")]) -> None:
+def validate(graph: Annotated[Path, typer.Argument(help=GRAPH_HELP)]) -> None:
     """Check a graph file without sending a request; exit 1 listing every problem."""
     from ..compile import compile_graph
 
     try:
-        compiled = compile_graph(graph)
+        compiled = compile_graph(_graph_path(graph))
     except GraphError as exc:
         for problem in exc.problems:
             err.print(f"[red]✗[/] {escape(str(problem))}", soft_wrap=True)
@@ -59,7 +72,7 @@ def validate(graph: Annotated[Path, typer.Argument(help="Graph file (YAML).")]) 
 
 @app.command()
 def run(
-    graph: Annotated[Path, typer.Argument(help="Graph file (YAML).")],
+    graph: Annotated[Path, typer.Argument(help=GRAPH_HELP)],
     data: Annotated[Path, typer.Option("--data", "-d", help="Dataset (.jsonl or .csv).")],
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<graph>).")] = None,
     base_url: Annotated[
@@ -108,6 +121,7 @@ def run(
     """Run a graph over a dataset into a run folder; re-running the same command resumes."""
     if structured not in ("auto", "server", "prompt"):
         fail("--structured must be auto, server or prompt")
+    graph = _graph_path(graph)
     compiled = _compile_or_exit(graph)
     server = None
     embedded_default = base_url is None

@@ -76,12 +76,55 @@ def rating_table(ratings: Sequence[Sequence[int]], categories: Sequence[int]) ->
     """Items x categories counts from each item's list of ratings."""
     index = {c: i for i, c in enumerate(categories)}
     table = []
-    for item in ratings:
+    for position, item in enumerate(ratings):
         row = [0] * len(categories)
         for rating in item:
+            if rating not in index:
+                raise ValueError(
+                    f"rating {rating!r} of item {position} is not among categories "
+                    f"{list(categories)}; pass `categories` listing every possible score"
+                )
             row[index[rating]] += 1
         table.append(row)
     return table
+
+
+def _categories(categories: Sequence[int] | None, seen: Sequence[Any]) -> list[Any]:
+    """The score categories as given (checked), or the distinct scores seen when None."""
+    if categories is None:
+        try:
+            return sorted(set(seen))
+        except TypeError:  # numbers mixed with text: any fixed order will do
+            return sorted(set(seen), key=str)
+    if isinstance(categories, str | bytes | Mapping) or not isinstance(categories, Sequence):
+        raise ValueError(f"categories must be a list of scores, got {type(categories).__name__}")
+    found = list(categories)
+    if not found or len(set(found)) != len(found):
+        raise ValueError(f"categories must list distinct scores, got {found}")
+    return found
+
+
+def _which(result: Mapping[str, Any], position: int) -> str:
+    """A result named for an error message: its id when it has one, else its position."""
+    return f"result {result['id']!r}" if result.get("id") is not None else f"result {position}"
+
+
+def _check_scores(
+    values: Sequence[tuple[str, Any]], categories: Sequence[Any], as_text: bool = False
+) -> None:
+    """Refuse a score or label outside `categories`: it would be dropped from every count.
+
+    The default categories are PerQ's 0-3; a 1-5 rubric must say so, and the message
+    names the offending value and where it was found. Labels are counted by their text
+    (`as_text`), so a label "2" matches the category 2 as it always has.
+    """
+    allowed = {str(c) for c in categories} if as_text else set(categories)
+    for where, value in values:
+        if (str(value) if as_text else value) not in allowed:
+            raise ValueError(
+                f"{where} is {value!r}, which is not among categories {list(categories)}; "
+                "pass `categories` listing every score the judges may give (e.g. [1, 2, 3, 4, 5])"
+            )
 
 
 @register("jury_agreement")
@@ -89,16 +132,34 @@ def jury_agreement(
     results: list[Mapping[str, Any]],
     scores_field: str = "scores",
     label_field: str = "label",
-    categories: Sequence[int] = (0, 1, 2, 3),
+    categories: Sequence[int] | None = (0, 1, 2, 3),
 ) -> dict[str, Any]:
     """Label distribution, full and pairwise agreement, Fleiss' kappa, per-judge abstain rate.
 
     Agreement statistics use the items every judge in question scored; Fleiss' kappa uses
-    only items scored by all judges (it needs a fixed number of raters).
+    only items scored by all judges (it needs a fixed number of raters). `categories` are
+    the possible scores (PerQ's 0-3 by default; null: the scores seen); a score or label
+    outside them is a ValueError, since it could be counted nowhere.
     """
     rows = [r.get(scores_field) or {} for r in results]
     judges = sorted({name for r in rows for name in r})
     total = len(rows)
+    scored = [
+        (f"{scores_field}[{name!r}] of {_which(result, i)}", value)
+        for i, (result, r) in enumerate(zip(results, rows, strict=True))
+        for name, value in r.items()
+        if value is not None
+    ]
+    labelled = [
+        (f"{label_field} of {_which(r, i)}", r.get(label_field))
+        for i, r in enumerate(results)
+        if r.get(label_field) is not None
+    ]
+    seen = [v for _, v in scored]
+    seen += [v for _, v in labelled if str(v) not in {str(x) for x in seen}]
+    categories = _categories(categories, seen)
+    _check_scores(scored, categories)
+    _check_scores(labelled, categories, as_text=True)
     labels = Counter(
         "n/a" if r.get(label_field) is None else str(r.get(label_field)) for r in results
     )
@@ -133,10 +194,18 @@ def label_summary(
     results: list[Mapping[str, Any]],
     field: str = "label",
     reference_field: str | None = None,
-    categories: Sequence[int] = (0, 1, 2, 3),
+    categories: Sequence[int] | None = (0, 1, 2, 3),
 ) -> dict[str, Any]:
     """Distribution of a label column and, when rows carry a reference label (e.g. the
-    jury's), the exact-agreement rate with it on the rows that have both."""
+    jury's), the exact-agreement rate with it on the rows that have both. A label outside
+    `categories` (null: the labels seen) is a ValueError, as in `jury_agreement`."""
+    present = [
+        (f"{field} of {_which(r, i)}", r.get(field))
+        for i, r in enumerate(results)
+        if r.get(field) is not None
+    ]
+    categories = _categories(categories, [v for _, v in present])
+    _check_scores(present, categories, as_text=True)
     labels = Counter("n/a" if r.get(field) is None else str(r.get(field)) for r in results)
     out: dict[str, Any] = {
         "items": len(results),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import combinations
-from typing import Any
+from typing import Any, Literal
 
 from .registry import register
 
@@ -168,17 +168,53 @@ def plurality(wins_a: int, wins_b: int, a: str, b: str) -> str:
     return TIE
 
 
+RULES = ("plurality", "consistent")
+
+
+def _check_rule(rule: str, order: str | None) -> None:
+    if rule not in RULES:
+        raise ValueError(f"rule must be 'plurality' or 'consistent', got {rule!r}")
+    if rule == "consistent" and order is not None:
+        raise ValueError(
+            "rule 'consistent' compares the two presentation orders, so it cannot be "
+            f"combined with order={order!r}; use rule 'plurality' for one order"
+        )
+
+
+def _order_winners(group: list[dict[str, Any]], a: str, b: str) -> dict[str, str | None]:
+    """The plurality of each presentation order on its own (None: not shown in that order)."""
+    found: dict[str, str | None] = {}
+    for shown in ("ab", "ba"):
+        counts = Counter(v["winner"] for v in group if v.get("order") == shown)
+        found[shown] = plurality(counts[a], counts[b], a, b) if counts else None
+    return found
+
+
 @register("pair_outcomes")
-def pair_outcomes(votes: list[dict[str, Any]], order: str | None = None) -> list[dict[str, Any]]:
-    """Per (pair, dimension): vote counts, the plurality winner and S = (wins + ties/2)/votes.
+def pair_outcomes(
+    votes: list[dict[str, Any]],
+    order: str | None = None,
+    rule: Literal["plurality", "consistent"] = "plurality",
+) -> list[dict[str, Any]]:
+    """Per (pair, dimension): vote counts, the winner under `rule` and S = (wins + ties/2)/votes.
 
     `score` is S for `a` (the alphabetically first name); `order` keeps only the votes
     cast in that presentation order (e.g. "ab" for a first pass without the swap).
+    `rule`: "plurality" (more votes wins, over both orders together) or "consistent"
+    (MT-Bench: a side wins only when each order's plurality picks it, otherwise tie; a
+    pair missing one order is a tie). "consistent" adds `winner_ab` and `winner_ba`, the
+    two orders' own pluralities; counts and `score` are the same under both rules.
     """
+    _check_rule(rule, order)
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for vote in votes:
+    for position, vote in enumerate(votes):
         if order is not None and vote.get("order") != order:
             continue
+        if rule == "consistent" and vote.get("order") not in ("ab", "ba"):
+            raise ValueError(
+                f"vote {position} has order {vote.get('order')!r}; rule 'consistent' needs "
+                "every vote to say which order it was cast in ('ab' or 'ba')"
+            )
         key = (vote.get("case"), vote.get("judge"), vote.get("dimension"), vote["pair"])
         groups.setdefault(key, []).append(vote)
     outcomes = []
@@ -186,7 +222,7 @@ def pair_outcomes(votes: list[dict[str, Any]], order: str | None = None) -> list
         a, b = group[0]["a"], group[0]["b"]
         counts = Counter(v["winner"] for v in group)
         wins_a, wins_b, ties = counts[a], counts[b], counts[TIE]
-        record = {
+        record: dict[str, Any] = {
             "pair": pair,
             "a": a,
             "b": b,
@@ -196,8 +232,15 @@ def pair_outcomes(votes: list[dict[str, Any]], order: str | None = None) -> list
             "ties": ties,
             "votes": len(group),
             "winner": plurality(wins_a, wins_b, a, b),
-            "score": (wins_a + 0.5 * ties) / len(group),
         }
+        if rule == "consistent":
+            by_order = _order_winners(group, a, b)
+            # A verdict counts only if it survives the swap: a win in one order against a
+            # tie, a loss or no answer in the other is a position effect, not a preference.
+            agreed = by_order["ab"] is not None and by_order["ab"] == by_order["ba"]
+            record["winner"] = by_order["ab"] if agreed else TIE
+            record["winner_ab"], record["winner_ba"] = by_order["ab"], by_order["ba"]
+        record["score"] = (wins_a + 0.5 * ties) / len(group)
         if judge is not None:
             record["judge"] = judge
         if case is not None:
@@ -207,10 +250,17 @@ def pair_outcomes(votes: list[dict[str, Any]], order: str | None = None) -> list
 
 
 @register("verdicts")
-def verdicts(votes: list[dict[str, Any]], order: str | None = None) -> dict[str, str]:
-    """Winner per dimension for an example with one pair (e.g. PERSE: aspect → "A"/"B"/tie)."""
+def verdicts(
+    votes: list[dict[str, Any]],
+    order: str | None = None,
+    rule: Literal["plurality", "consistent"] = "plurality",
+) -> dict[str, str]:
+    """Winner per dimension for an example with one pair (e.g. PERSE: aspect → "A"/"B"/tie).
+
+    `order` and `rule` are as in `pair_outcomes`.
+    """
     found: dict[str, str] = {}
-    for outcome in pair_outcomes(votes, order):
+    for outcome in pair_outcomes(votes, order, rule):
         key = str(outcome["dimension"])
         if key in found:
             raise ValueError(
