@@ -1,0 +1,411 @@
+"""Statistics a judge author reaches for: order statistics, spread, agreement, a bootstrap CI.
+
+Missing values. `None` (and a float NaN, which is how pandas spells a gap) means "no
+rating here" everywhere in this module:
+
+- the descriptive functions (`median`, `minimum`, `maximum`, `stdev`, `spread`) skip it
+  and, like `mean`, return null when nothing is left, so a per-example node whose judges
+  all failed gives null instead of failing the example;
+- `cohen_kappa` drops an item unless both raters rated it;
+- `krippendorff_alpha` keeps the gap (α is defined with missing values) and ignores an
+  item with fewer than two ratings, since it has no pair to compare;
+- `bootstrap_mean_ci` resamples the present values only.
+
+The agreement statistics and the bootstrap are dataset-level (graph `aggregates`), where
+no usable data almost always means a wrong field name, so they raise a ValueError naming
+the argument instead of returning null. They return null only when the statistic is
+undefined on usable data: every rating in one category leaves nothing to tell agreement
+from chance. Anything that is neither a value nor missing (a string among numbers, a
+nested list) is a ValueError naming the argument and the position.
+
+numpy/scipy are imported inside the functions so that importing the package stays cheap.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import statistics as pystats
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from .registry import register
+
+Label = str | int | float
+LEVELS = ("nominal", "ordinal", "interval", "ratio")
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _is_number(value: Any) -> bool:
+    # bool is an int in Python, but a true/false answer is not a score.
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _as_list(values: Any, argument: str) -> list[Any]:
+    """The argument as a list, or a ValueError naming it (a string or a mapping is no list)."""
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence):
+        raise ValueError(f"{argument} must be a list, got {type(values).__name__}")
+    return list(values)
+
+
+def _numbers(values: Any, argument: str) -> list[float]:
+    """The present numbers of a list argument, in order; None and NaN are skipped."""
+    found = []
+    for position, value in enumerate(_as_list(values, argument)):
+        if _is_missing(value):
+            continue
+        if not _is_number(value):
+            raise ValueError(f"{argument}[{position}] is {value!r}, not a number")
+        found.append(float(value))
+    return found
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default, Hyndman–Fan type 7)."""
+    at = q * (len(ordered) - 1)
+    below = math.floor(at)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (at - below)
+
+
+@register("median")
+def median(values: Sequence[float | None]) -> float | None:
+    """Median of the non-null values: a central score one outlying judge cannot drag.
+
+    With an even count it is the mean of the two middle values; null when none is present.
+    """
+    present = _numbers(values, "values")
+    return pystats.median(present) if present else None
+
+
+@register("minimum")
+def minimum(values: Sequence[float | None]) -> float | None:
+    """Smallest non-null value, e.g. the harshest judge's score; null when none is present."""
+    present = _numbers(values, "values")
+    return min(present) if present else None
+
+
+@register("maximum")
+def maximum(values: Sequence[float | None]) -> float | None:
+    """Largest non-null value, e.g. the most lenient judge's score; null when none is present."""
+    present = _numbers(values, "values")
+    return max(present) if present else None
+
+
+@register("stdev")
+def stdev(values: Sequence[float | None]) -> float | None:
+    """Sample standard deviation (ddof = 1) of the non-null values: how much the scores vary.
+
+    ddof = 1 divides by n − 1, the unbiased variance of a sample from a larger population
+    (numpy's `np.std` defaults to ddof = 0). Null with fewer than two values.
+    """
+    present = _numbers(values, "values")
+    return pystats.stdev(present) if len(present) >= 2 else None
+
+
+@register("spread")
+def spread(
+    values: Sequence[float | None], measure: Literal["range", "iqr"] = "range"
+) -> float | None:
+    """How far apart the non-null values are: `range` (max − min) or `iqr` (Q3 − Q1).
+
+    `range` suits a small jury (three judges scoring 1, 1, 4 are 3 points apart); `iqr`,
+    with numpy's linear-interpolation quartiles, ignores the outer quarters of a long list.
+    0 for one value, null when none is present.
+    """
+    if measure not in ("range", "iqr"):
+        raise ValueError(f"measure must be 'range' or 'iqr', got {measure!r}")
+    present = sorted(_numbers(values, "values"))
+    if not present:
+        return None
+    if measure == "range":
+        return present[-1] - present[0]
+    return _quantile(present, 0.75) - _quantile(present, 0.25)
+
+
+# -- agreement ---------------------------------------------------------------------------
+
+
+def _check_label(value: Any, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"{where} is {value!r}; a rating must be a string or a number")
+
+
+def _domain(
+    seen: list[Any], categories: Sequence[Any] | None, ordered: bool, why: str
+) -> list[Any]:
+    """The categories in order: as given, else the distinct values seen.
+
+    Unordered labels are sorted by their text only so that results do not depend on the
+    order items arrive in; `ordered` statistics refuse labels that are not numbers unless
+    `categories` gives the order.
+    """
+    if categories is not None:
+        return list(categories)
+    distinct = list(dict.fromkeys(seen))
+    if all(_is_number(v) for v in distinct):
+        return sorted(distinct)
+    if ordered:
+        raise ValueError(
+            f"{why} needs ordered categories and the ratings are not all numbers: "
+            "pass `categories` listing them from lowest to highest"
+        )
+    return sorted(distinct, key=lambda v: (type(v).__name__, str(v)))
+
+
+def _checked_categories(categories: Any) -> list[Any] | None:
+    if categories is None:
+        return None
+    found = _as_list(categories, "categories")
+    if not found:
+        raise ValueError("categories must not be empty")
+    for position, value in enumerate(found):
+        _check_label(value, f"categories[{position}]")
+    if len(set(found)) != len(found):
+        raise ValueError(f"categories has a repeated value: {found}")
+    return found
+
+
+def _in_categories(value: Any, where: str, allowed: list[Any] | None) -> None:
+    if allowed is not None and value not in allowed:
+        raise ValueError(f"{where} is {value!r}, which is not among categories {allowed}")
+
+
+@register("cohen_kappa")
+def cohen_kappa(
+    rater_a: Sequence[Label | None],
+    rater_b: Sequence[Label | None],
+    weights: Literal["linear", "quadratic"] | None = None,
+    categories: Sequence[Label] | None = None,
+) -> float | None:
+    """Cohen's kappa: how much two raters agree beyond chance (1 perfect, 0 chance level).
+
+    `rater_a[i]` and `rater_b[i]` rate the same item; an item either left null is dropped.
+    Without `weights` any disagreement counts fully (nominal labels); `linear` or
+    `quadratic` weigh it by the distance between the categories' positions in `categories`
+    (default: the numeric ratings seen, sorted) for ordinal scales. Null when chance
+    agreement is already perfect (both raters always give one and the same label).
+    """
+    import numpy as np
+
+    first = _as_list(rater_a, "rater_a")
+    second = _as_list(rater_b, "rater_b")
+    if len(first) != len(second):
+        raise ValueError(
+            f"rater_a has {len(first)} ratings and rater_b {len(second)}; "
+            "they must rate the same items in the same order"
+        )
+    if weights not in (None, "linear", "quadratic"):
+        raise ValueError(f"weights must be null, 'linear' or 'quadratic', got {weights!r}")
+    allowed = _checked_categories(categories)
+    both: list[tuple[Any, Any]] = []
+    for position, (x, y) in enumerate(zip(first, second, strict=True)):
+        if _is_missing(x) or _is_missing(y):
+            continue
+        for value, name in ((x, "rater_a"), (y, "rater_b")):
+            _check_label(value, f"{name}[{position}]")
+            _in_categories(value, f"{name}[{position}]", allowed)
+        both.append((x, y))
+    if not both:
+        raise ValueError("cohen_kappa: no item was rated by both rater_a and rater_b")
+    domain = _domain(
+        [v for pair in both for v in pair], allowed, weights is not None, f"weights={weights!r}"
+    )
+    index = {value: i for i, value in enumerate(domain)}
+    k = len(domain)
+    observed = np.zeros((k, k))
+    for x, y in both:
+        observed[index[x], index[y]] += 1
+    observed /= len(both)
+    # Chance: the two raters' own label frequencies, combined as if independent.
+    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0))
+    positions = np.arange(k)
+    distance = np.abs(positions[:, None] - positions[None, :]).astype(float)
+    if weights is None:
+        penalty = (distance > 0).astype(float)
+    elif weights == "linear":
+        penalty = distance
+    else:
+        penalty = distance**2
+    chance_disagreement = float((penalty * expected).sum())
+    if chance_disagreement == 0.0:
+        return None
+    return 1.0 - float((penalty * observed).sum()) / chance_disagreement
+
+
+def _item_values(item: Any, position: int) -> list[tuple[Any, str]]:
+    """One item's present ratings, each with where it came from (for error messages)."""
+    if isinstance(item, Mapping):
+        entries = [(value, f"ratings[{position}][{key!r}]") for key, value in item.items()]
+    elif isinstance(item, Sequence) and not isinstance(item, str | bytes):
+        entries = [(value, f"ratings[{position}][{i}]") for i, value in enumerate(item)]
+    else:
+        raise ValueError(
+            f"ratings[{position}] must be one item's ratings (a list, or a rater → rating "
+            f"mapping), got {type(item).__name__}"
+        )
+    return [(value, where) for value, where in entries if not _is_missing(value)]
+
+
+@register("krippendorff_alpha")
+def krippendorff_alpha(
+    ratings: Sequence[Sequence[Label | None] | Mapping[str, Label | None]],
+    level: Literal["nominal", "ordinal", "interval", "ratio"],
+    categories: Sequence[Label] | None = None,
+) -> float | None:
+    """Krippendorff's alpha: agreement beyond chance for any number of raters, gaps allowed.
+
+    `ratings` has one entry per item: a list of that item's ratings or a rater → rating
+    mapping (e.g. a jury's `scores`); null ratings are missing, and an item with fewer than
+    two ratings is ignored. `level` has no default because it changes the answer: nominal
+    (labels), ordinal (ranks: the distance counts how many ratings lie between two values),
+    interval (squared difference) or ratio (squared difference relative to the sum; ratings
+    ≥ 0). `categories` restricts the allowed ratings and, for ordinal, orders them.
+    Null when every paired rating is the same value.
+    """
+    import numpy as np
+
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
+    allowed = _checked_categories(categories)
+    units: list[list[Any]] = []
+    for position, item in enumerate(_as_list(ratings, "ratings")):
+        present = _item_values(item, position)
+        for value, where in present:
+            _check_label(value, where)
+            _in_categories(value, where, allowed)
+            if level in ("interval", "ratio") and not _is_number(value):
+                raise ValueError(f"{where} is {value!r}; level {level!r} needs numbers")
+            if level == "ratio" and value < 0:
+                raise ValueError(f"{where} is {value!r}; level 'ratio' needs ratings ≥ 0")
+        if len(present) >= 2:  # a lone rating has nothing to agree with
+            units.append([value for value, _ in present])
+    if not units:
+        raise ValueError("krippendorff_alpha: no item in ratings has two or more non-null ratings")
+    domain = _domain(
+        [v for unit in units for v in unit], allowed, level == "ordinal", "level 'ordinal'"
+    )
+    index = {value: i for i, value in enumerate(domain)}
+    counts = np.zeros((len(units), len(domain)))
+    for row, unit in enumerate(units):
+        for value in unit:
+            counts[row, index[value]] += 1
+    pairable = counts.sum(axis=1)
+    # Coincidences: every ordered pair of ratings within an item, each item weighted
+    # 1/(m − 1) so that it contributes as many coincidences as it has ratings.
+    weighted = counts / (pairable - 1)[:, None]
+    coincidence = weighted.T @ counts - np.diag(weighted.sum(axis=0))
+    marginal = coincidence.sum(axis=1)
+    total = float(marginal.sum())
+    distance = _alpha_distance(level, domain, marginal)
+    observed = float((coincidence * distance).sum()) / total
+    expected = float((np.outer(marginal, marginal) * distance).sum()) / (total * (total - 1))
+    if expected == 0.0:
+        return None
+    return 1.0 - observed / expected
+
+
+def _alpha_distance(level: str, domain: list[Any], marginal: Any) -> Any:
+    """The squared difference δ² between every two categories for a level of measurement."""
+    import numpy as np
+
+    k = len(domain)
+    if level == "nominal":
+        return 1.0 - np.eye(k)
+    if level == "ordinal":
+        # Between ranks c ≤ k: the ratings from c to k, counting the two ends half.
+        through = np.cumsum(marginal)
+        low = np.minimum.outer(np.arange(k), np.arange(k))
+        high = np.maximum.outer(np.arange(k), np.arange(k))
+        between = through[high] - through[low] + marginal[low]
+        return (between - (marginal[low] + marginal[high]) / 2.0) ** 2
+    values = np.asarray(domain, dtype=float)
+    difference = values[:, None] - values[None, :]
+    if level == "interval":
+        return difference**2
+    total = values[:, None] + values[None, :]
+    safe = np.where(total == 0.0, 1.0, total)  # only 0 vs 0 sums to 0, and its δ is 0
+    return (difference / safe) ** 2
+
+
+# -- bootstrap ---------------------------------------------------------------------------
+
+
+@register("bootstrap_mean_ci", blocking=True)
+def bootstrap_mean_ci(
+    values: Sequence[float | None],
+    level: float = 0.95,
+    resamples: int = 9999,
+    seed: int = 0,
+    method: Literal["bca", "percentile"] = "bca",
+) -> dict[str, Any]:
+    """Mean of the non-null values with a seeded bootstrap confidence interval (BCa default).
+
+    `bca` (bias-corrected and accelerated, Efron & Tibshirani ch. 14) shifts the interval
+    for skew and is the better default for bounded scores; `percentile` takes the plain
+    quantiles of the resampled means. Resamples are drawn as `scipy.stats.bootstrap` draws
+    them, so the same seed gives the same interval. All-equal values give a zero-width
+    interval. Returns {mean, ci_low, ci_high, level, method, n, resamples, seed}.
+    """
+    import numpy as np
+    from scipy.special import ndtr, ndtri
+
+    if method not in ("bca", "percentile"):
+        raise ValueError(f"method must be 'bca' or 'percentile', got {method!r}")
+    if not _is_number(level) or not 0.0 < level < 1.0:
+        raise ValueError(f"level must be a number between 0 and 1, got {level!r}")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
+        raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    data = np.asarray(_numbers(values, "values"), dtype=float)
+    n = int(data.size)
+    if n == 0:
+        raise ValueError("bootstrap_mean_ci: values has no non-null number to resample")
+    estimate = float(data.mean())
+    result: dict[str, Any] = {
+        "mean": estimate,
+        "ci_low": estimate,
+        "ci_high": estimate,
+        "level": level,
+        "method": method,
+        "n": n,
+        "resamples": resamples,
+        "seed": seed,
+    }
+    if float(data.max() - data.min()) == 0.0:
+        return result  # every resample has the same mean: nothing to spread
+
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    # Draw the index matrix in slices of about 4 million cells so memory stays bounded;
+    # a data set that fits in one slice gets exactly scipy's resamples for the same seed.
+    rows = max(1, 4_000_000 // n)
+    for start in range(0, resamples, rows):
+        stop = min(start + rows, resamples)
+        means[start:stop] = data[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+
+    tail = (1.0 - level) / 2.0
+    if method == "percentile":
+        probabilities = np.array([tail, 1.0 - tail])
+    else:
+        # Bias: how far the resampled means sit off the estimate (ties count half).
+        below = np.count_nonzero(means < estimate) + np.count_nonzero(means <= estimate)
+        bias = ndtri(below / (2.0 * resamples))
+        # Acceleration: the skew of the leave-one-out means (the jackknife).
+        leave_one_out = (data.sum() - data) / (n - 1)
+        influence = leave_one_out.mean() - leave_one_out
+        acceleration = (influence**3).sum() / (6.0 * ((influence**2).sum()) ** 1.5)
+        z = ndtri(np.array([tail, 1.0 - tail]))
+        probabilities = ndtr(bias + (bias + z) / (1.0 - acceleration * (bias + z)))
+        if not np.all(np.isfinite(probabilities)):
+            raise ValueError(
+                "bootstrap_mean_ci: the BCa interval is undefined for these values "
+                "(every resample falls on one side of the mean); use method 'percentile'"
+            )
+    low, high = np.quantile(means, probabilities)
+    result["ci_low"], result["ci_high"] = float(low), float(high)
+    return result
