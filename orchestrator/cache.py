@@ -210,6 +210,11 @@ class ResponseCache:
             return
         self._pending.clear()
 
+    def __bool__(self) -> bool:
+        # An open cache is a cache even when empty; without this, `if cache` would count
+        # every row (and fail on a damaged file) through __len__.
+        return True
+
     def __len__(self) -> int:
         self.flush()
         return int(self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])

@@ -47,6 +47,12 @@ class Row:
     auto_id: bool = False  # the row had no id: `id` is row-N
 
 
+def bad_row(number: int, error: str) -> Row:
+    """A row that could not be read: it fails under the made-up id `row-N` (its own id, if
+    it had one, is lost with the row), which later rows must not reuse."""
+    return Row(number, f"row-{number}", error=error, auto_id=True)
+
+
 def row_id(data: dict[str, Any], number: int) -> tuple[str, bool]:
     """The row's id and whether it was made up (`row-N`) for a row that has none."""
     value = data.get("id")
@@ -56,11 +62,13 @@ def row_id(data: dict[str, Any], number: int) -> tuple[str, bool]:
 def unique_ids(rows: Iterable[Row], location: str) -> Iterator[Row]:
     """Rows as given, except that a row whose id was already used fails: two examples under
     one id would mix their results. A made-up `row-N` clashing with a real id says so."""
-    seen: dict[str, tuple[int, bool]] = {}
+    # id -> line of its first row, negated when that id was made up. Memory grows by one id
+    # string and one int a row (no tuple), which a file of millions of rows can afford.
+    seen: dict[str, int] = {}
     for row in rows:
         if row.error is None and row.id in seen:
-            first, first_auto = seen[row.id]
-            if row.auto_id or first_auto:
+            first = abs(seen[row.id])
+            if row.auto_id or seen[row.id] < 0:
                 row.error = (
                     f"{location}:{row.number}: id '{row.id}' is used twice (line {first} and "
                     f"line {row.number}), once as the made-up id of a row without one; give "
@@ -70,7 +78,7 @@ def unique_ids(rows: Iterable[Row], location: str) -> Iterator[Row]:
                 row.error = (
                     f"{location}:{row.number}: duplicate id '{row.id}' (first on line {first})"
                 )
-        seen.setdefault(row.id, (row.number, row.auto_id))
+        seen.setdefault(row.id, -row.number if row.auto_id else row.number)
         yield row
 
 
@@ -111,12 +119,10 @@ def _jsonl(path: Path) -> Iterator[Row]:
                 data = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
                 problem = _json_problem(line, exc)
-                yield Row(number, f"row-{number}", error=f"{path}:{number}: {problem}")
+                yield bad_row(number, f"{path}:{number}: {problem}")
                 continue
             if not isinstance(data, dict):
-                yield Row(
-                    number, f"row-{number}", error=f"{path}:{number}: a row must be a JSON object"
-                )
+                yield bad_row(number, f"{path}:{number}: a row must be a JSON object")
                 continue
             the_id, auto = row_id(data, number)
             yield Row(number, the_id, data, auto_id=auto)
@@ -136,7 +142,7 @@ def _json_array(path: Path) -> Iterator[Row]:
     for number, item in enumerate(items, start=1):
         if not isinstance(item, dict):
             problem = f"{path}:{number}: item {number} is not an object"
-            yield Row(number, f"row-{number}", error=problem)
+            yield bad_row(number, problem)
             continue
         the_id, auto = row_id(item, number)
         yield Row(number, the_id, item, auto_id=auto)
@@ -189,12 +195,13 @@ def _csv_row(path: Path, number: int, header: list[str], values: list[str]) -> R
             number,
             the_id,
             error=f"{where}: {len(values)} values but the header has {len(header)} columns",
+            auto_id=auto,
         )
     for name, value in data.items():
         byte = _undecodable(value)
         if byte is not None:
             problem = f"not valid UTF-8 (byte {byte} in column '{name}')"
-            return Row(number, the_id, error=f"{where}: {problem}")
+            return Row(number, the_id, error=f"{where}: {problem}", auto_id=auto)
     return Row(number, the_id, data, auto_id=auto)
 
 
@@ -225,9 +232,7 @@ def _csv(path: Path) -> Iterator[Row]:
             except csv.Error as exc:
                 end = reader.line_num
                 span = f"; the record runs from line {start} to {end}" if end > start else ""
-                yield Row(
-                    start, f"row-{start}", error=f"{path}:{start}: not valid CSV ({exc}){span}"
-                )
+                yield bad_row(start, f"{path}:{start}: not valid CSV ({exc}){span}")
                 start = end + 1
                 continue
             number, start = start, reader.line_num + 1

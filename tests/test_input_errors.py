@@ -17,6 +17,7 @@ from fakeserver import FakeServer
 from helpers import judge_graph, orchestrator_command, results, write_graph, write_rows
 
 from orchestrator.cache import ResponseCache, open_cache
+from orchestrator.dataset import read_rows
 
 pytestmark = pytest.mark.reliability
 
@@ -163,3 +164,40 @@ def test_reply_that_does_not_decode_is_a_miss(tmp_path: Path):
     assert store.get("good") == {"choice": {"content": "x"}}
     assert store.get("bad") is None and store.get("list") is None
     store.close()
+
+
+def test_manifest_names_a_new_empty_cache(graph: Path, tmp_path: Path):
+    """`if cache` used to count the rows: an empty cache was falsy and the manifest said the
+    run had none (and a damaged one failed the run right there)."""
+    cache = tmp_path / "new" / "cache.sqlite"
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": "a", "text": "x"}])
+    with FakeServer() as server:
+        done = run_cli(graph, data, tmp_path / "run", server.base_url, "--cache", str(cache))
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["parameters"]["cache"] == str(cache)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        # An unreadable line fails as row-2; a real id "row-2" later must not join it.
+        ("not json at all", '{"id": "row-2", "text": "b"}'),
+        ('{"text": "a"}', '{"id": "row-2", "text": "b"}'),
+    ],
+)
+def test_real_id_after_a_made_up_one_names_both_lines(
+    tmp_path: Path, first: str, second: str
+) -> None:
+    data = tmp_path / "rows.jsonl"
+    data.write_text(f'{{"id": "x", "text": "0"}}\n{first}\n{second}\n')
+    rows = list(read_rows(data))
+    assert rows[2].id == "row-2" and rows[2].error is not None
+    assert "line 2 and line 3" in rows[2].error and "made-up id" in rows[2].error
+
+
+def test_duplicate_explicit_ids_name_both_lines(tmp_path: Path) -> None:
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": 7, "text": "a"}, {"id": "7", "text": "b"}])
+    rows = list(read_rows(data))
+    assert rows[0].error is None
+    assert rows[1].error == f"{data}:2: duplicate id '7' (first on line 1)"
