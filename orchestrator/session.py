@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
-from .cache import ResponseCache, default_cache_path
+from .cache import ResponseCache, default_cache_path, open_cache
 from .client import LLMClient
 from .dataset import Row, check_fields
 from .driver import Flusher, drive, fewer_gc_passes
@@ -93,17 +93,7 @@ def _open_cache(settings: RunSettings) -> ResponseCache | None:
     """The response cache, or None; a damaged cache file costs its replies, not the run."""
     if not settings.use_cache:
         return None
-    path = settings.cache or default_cache_path()
-    try:
-        return ResponseCache(path)
-    except sqlite3.DatabaseError as exc:
-        log.warning(
-            "the response cache %s cannot be read (%s); the run goes on without it. Delete "
-            "or move the file to start a new cache.",
-            path,
-            exc,
-        )
-        return None
+    return open_cache(settings.cache or default_cache_path())
 
 
 async def _run_locked(

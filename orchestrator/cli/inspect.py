@@ -4,6 +4,7 @@ serve, cache."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -254,7 +255,11 @@ def cache_cmd(
     """Show (or clear) the response cache."""
     from ..cache import ResponseCache, default_cache_path
 
-    store = ResponseCache(path or default_cache_path())
+    target = path or default_cache_path()
+    try:
+        store = ResponseCache(target)
+    except (sqlite3.Error, OSError) as exc:
+        fail(f"the response cache {target} cannot be read ({exc}); delete or move the file")
     if clear:
         console.print(f"Deleted {store.clear()} cached replies from {store.path}")
     else:
