@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 import openai
@@ -41,8 +41,10 @@ MAX_TOKENS_GROWTH = 4  # a truncated reply is re-asked with up to 4x the node's 
 CANARY_TOKEN = "canary-7f3a9"
 MAX_OUTAGES_PER_TRY = 3  # outages one try may wait out before it counts as failed
 PROBE_TIMEOUT = 5.0  # seconds a liveness probe (GET /models) may take
+MIN_RETRY_AFTER = 1.0  # seconds: the shortest wait a Retry-After gets
 
 StructuredMode = Literal["server", "prompt"]
+T = TypeVar("T")
 
 
 class LLMCallError(Exception):
@@ -86,6 +88,10 @@ def retry_after_seconds(value: str | None) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _secs(seconds: float) -> str:
+    return f"{round(seconds, 1):g}"
 
 
 def _retry_after(exc: BaseException) -> float | None:
@@ -429,12 +435,7 @@ class LLMClient:
         body = request_body(
             ep.model, messages, params, n, schema if ep.structured == "server" else None
         )
-        watch = self._watches[ep.base_url]
         started = time.perf_counter()
-
-        def record(error: str) -> None:
-            if attempts is not None:
-                attempts.append(Attempt(len(attempts) + 1, "transport", error=error))
 
         async def post_once() -> ChatCompletion:
             nonlocal started
@@ -444,85 +445,21 @@ class LLMClient:
                 # `post` sends the body as built: `chat.completions.create` would first walk
                 # every message and the whole JSON schema to "transform" plain dicts, about
                 # a fifth of the client's CPU time at high request rates. The SDK's timeout
-                # bounds each read; the deadline bounds the whole reply.
+                # bounds each read; the deadline bounds the whole reply (about 3 µs a call).
                 try:
                     async with asyncio.timeout(self.timeout):
                         response = await ep.client.post(
                             "/chat/completions", body=body, cast_to=ChatCompletion
                         )
                 except TimeoutError:
-                    raise DeadlineExceeded(
-                        f"timed out: no complete reply within {self.timeout:g} s (--timeout, a "
-                        "deadline for the whole request)"
-                    ) from None
+                    raise self._deadline_exceeded() from None
             if len(response.choices or []) != n:
                 raise MalformedReply(
                     f"asked for {n} sample(s), the reply has {len(response.choices or [])}"
                 )
             return response
 
-        async def send() -> ChatCompletion:
-            """One counted try: a request lost to a server outage is sent again once the
-            server is back (a few times at most, so a flapping server cannot loop us), and
-            one the server asks us to repeat later (Retry-After) is repeated then, as long
-            as the waits stay within the run's server wait."""
-            outages_left = MAX_OUTAGES_PER_TRY
-            waited = 0.0
-            while True:
-                try:
-                    return await post_once()
-                except Exception as exc:
-                    record(self._describe(exc))
-                    delay = _retry_after(exc)
-                    if delay is not None:
-                        if waited + delay > self.server_wait:
-                            raise RetryAfterTooLong(
-                                f"{self._describe(exc)}; the server's Retry-After {delay:g} s "
-                                f"is longer than --server-wait ({self.server_wait:g} s) allows"
-                            ) from exc
-                        waited += delay
-                        if attempts:
-                            attempts[-1].error = (
-                                f"{attempts[-1].error}; waited {delay:g} s as the server asked "
-                                "(Retry-After)"
-                            )
-                        await asyncio.sleep(delay)
-                        continue
-                    if not _may_be_outage(exc) or outages_left == 0:
-                        raise
-                    outage = await watch.after_failure(time.monotonic())
-                    if outage is None:
-                        raise
-                    outages_left -= 1
-                    if attempts:
-                        attempts[-1].error = (
-                            f"{attempts[-1].error}; the server was down, "
-                            f"waited {outage.seconds:.1f} s for it"
-                        )
-
-        try:
-            # Most requests succeed at once, so tenacity (~60 µs of bookkeeping per attempt)
-            # is only brought in after a failure.
-            response = await send()
-        except Exception as exc:
-            if not _is_transient(exc):
-                raise
-            first: Exception | None = exc
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self.transport_retries + 1),
-                # Exponential from 0.5 s plus up to 0.5 s of jitter, built from parts every tenacity
-                # since 8.2 has (wait_exponential_jitter's `multiplier` came only in 9.2).
-                wait=wait_exponential(multiplier=0.5, max=self.backoff_max) + wait_random(0, 0.5),
-                retry=retry_if_exception(_is_transient),
-                before_sleep=lambda _: self._count_retry(),
-                reraise=True,
-            ):
-                with attempt:
-                    if first is not None:
-                        # Replayed as tenacity's attempt 1: same schedule, same records.
-                        failed, first = first, None
-                        raise failed from None
-                    response = await send()
+        response = await self._with_retries(ep, post_once, attempts)
         latency = time.perf_counter() - started
         usage = response.usage
         tokens = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
@@ -536,33 +473,121 @@ class LLMClient:
         ]
         return choices, tokens, latency
 
-    async def server_json(self, ep: Endpoint, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _deadline_exceeded(self, what: str = "reply") -> DeadlineExceeded:
+        return DeadlineExceeded(
+            f"timed out: no complete {what} within {self.timeout:g} s (--timeout, a deadline "
+            "for the whole request: connecting, waiting and reading the body)"
+        )
+
+    async def _with_retries(
+        self, ep: Endpoint, post: Callable[[], Awaitable[T]], attempts: list[Attempt] | None
+    ) -> T:
+        """`post` with the transport budget: transient failures are sent again after a
+        backoff, each failed try appended to `attempts`; waits for an outage or a
+        Retry-After do not spend the budget."""
+        try:
+            # Most requests succeed at once, so tenacity (~60 µs of bookkeeping per attempt)
+            # is only brought in after a failure.
+            return await self._send(ep, post, attempts)
+        except Exception as exc:
+            if not _is_transient(exc):
+                raise
+            first: Exception | None = exc
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(self.transport_retries + 1),
+            # Exponential from 0.5 s plus up to 0.5 s of jitter, built from parts every
+            # tenacity since 8.2 has (wait_exponential_jitter's `multiplier` came in 9.2).
+            wait=wait_exponential(multiplier=0.5, max=self.backoff_max) + wait_random(0, 0.5),
+            retry=retry_if_exception(_is_transient),
+            before_sleep=lambda _: self._count_retry(),
+            reraise=True,
+        ):
+            with attempt:
+                if first is not None:
+                    # Replayed as tenacity's attempt 1: same schedule, same records.
+                    failed, first = first, None
+                    raise failed from None
+                return await self._send(ep, post, attempts)
+        raise AssertionError("unreachable: tenacity returns the value or re-raises")
+
+    async def _send(
+        self, ep: Endpoint, post: Callable[[], Awaitable[T]], attempts: list[Attempt] | None
+    ) -> T:
+        """One counted try: a request lost to a server outage is sent again once the server
+        is back (a few times at most, so a flapping server cannot loop us), and one the
+        server asks us to repeat later (Retry-After) is repeated then, as long as the waits
+        stay within the run's server wait."""
+        watch = self._watches[ep.base_url]
+        outages_left = MAX_OUTAGES_PER_TRY
+        waited = 0.0
+        while True:
+            try:
+                return await post()
+            except Exception as exc:
+                described = self._describe(exc)
+                if attempts is not None:
+                    attempts.append(Attempt(len(attempts) + 1, "transport", error=described))
+                asked = _retry_after(exc)
+                if asked is not None:
+                    # "0" or a date already past would have us ask again at once, for as
+                    # long as the server keeps saying it: each wait is a second at least.
+                    pause = max(asked, MIN_RETRY_AFTER)
+                    if pause > self.server_wait:
+                        raise RetryAfterTooLong(
+                            f"{described}; the server's Retry-After {_secs(asked)} s is longer "
+                            f"than --server-wait ({self.server_wait:g} s) allows; raise "
+                            "--server-wait to wait for it"
+                        ) from exc
+                    if waited + pause > self.server_wait:
+                        raise RetryAfterTooLong(
+                            f"{described}; still asked to wait (Retry-After) after waiting "
+                            f"{_secs(waited)} s as the server asked, and --server-wait is "
+                            f"{self.server_wait:g} s; raise it to wait longer"
+                        ) from exc
+                    waited += pause
+                    if attempts:
+                        attempts[-1].error = (
+                            f"{described}; waited {_secs(pause)} s as the server asked "
+                            f"(Retry-After{'' if pause == asked else f' {_secs(asked)} s'})"
+                        )
+                    await asyncio.sleep(pause)
+                    continue
+                if not _may_be_outage(exc) or outages_left == 0:
+                    raise
+                outage = await watch.after_failure(time.monotonic())
+                if outage is None:
+                    raise
+                outages_left -= 1
+                if attempts:
+                    waited_out = f"waited {outage.seconds:.1f} s for it"
+                    attempts[-1].error = f"{described}; the server was down, {waited_out}"
+
+    async def server_json(
+        self,
+        ep: Endpoint,
+        path: str,
+        body: dict[str, Any],
+        attempts: list[Attempt] | None = None,
+    ) -> dict[str, Any]:
         """POST to the server's own API beside /v1 (vLLM's /tokenize, /detokenize) as a node
         call is sent: the endpoint's key, its in-flight limit, the deadline, transport
-        retries, and a server outage waited out. Raises openai.APIStatusError for an answer
-        that is not a success (e.g. 404: this server has no such route)."""
+        retries, Retry-After and a server outage waited out, each failed try appended to
+        `attempts`. Raises openai.APIStatusError for an answer that is not a success (e.g.
+        404: this server has no such route)."""
         url = ep.base_url.rstrip("/").removesuffix("/v1") + path
-        watch = self._watches[ep.base_url]
-        tries = self.transport_retries + 1
-        for attempt in range(1, tries + 1):
-            try:
-                async with ep.limit:
+
+        async def post_once() -> dict[str, Any]:
+            async with ep.limit:
+                try:
                     async with asyncio.timeout(self.timeout):
                         reply = await ep.client.post(url, body=body, cast_to=object)
-                if not isinstance(reply, dict):
-                    raise MalformedReply(f"{path} answered {type(reply).__name__}, not an object")
-                return reply
-            except Exception as caught:
-                exc: Exception = caught
-                if isinstance(caught, TimeoutError):
-                    exc = DeadlineExceeded(f"timed out: {path} gave no reply in {self.timeout:g} s")
-                if _may_be_outage(exc) and await watch.after_failure(time.monotonic()):
-                    continue  # the server was down and is back: this try does not count
-                if not _is_transient(exc) or attempt == tries:
-                    raise exc from None
-                self._count_retry()
-                await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), self.backoff_max))
-        raise AssertionError("unreachable: the last try returns or raises")
+                except TimeoutError:
+                    raise self._deadline_exceeded(f"reply from {path}") from None
+            if not isinstance(reply, dict):
+                raise MalformedReply(f"{path} answered {type(reply).__name__}, not an object")
+            return reply
+
+        return await self._with_retries(ep, post_once, attempts)
 
     def _count_retry(self) -> None:
         self.stats.retries += 1

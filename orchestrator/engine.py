@@ -262,8 +262,9 @@ class Engine:
             else value
             for arg, value in cn.args.items()
         }
+        runtime = None
         if cn.function.wants_runtime:
-            kwargs["runtime"] = self.runtime
+            runtime = kwargs["runtime"] = self.runtime.for_call()
         started = time.perf_counter()
         try:
             if cn.function.is_async:
@@ -272,11 +273,19 @@ class Engine:
                 value = await asyncio.to_thread(cn.function.fn, **kwargs)
             else:
                 value = cn.function.fn(**kwargs)
+        except ServerGone:
+            raise  # the run stops; the example is not at fault and runs again on resume
         except Exception as exc:
             message = f"function '{cn.function.name}' raised {type(exc).__name__}: {exc}"
-            self.trace.record(NodeRecord(example, cn.name, item, status="failed", error=message))
+            rec = NodeRecord(example, cn.name, item, status="failed", error=message)
+            if runtime is not None:
+                rec.attempts = runtime.attempts
+            self.trace.record(rec)
             raise NodeError(cn.name, message) from exc
         rec = NodeRecord(example, cn.name, item, value=value, latency=time.perf_counter() - started)
+        if runtime is not None:
+            # The failed tries of its requests to the server, as an LLM node keeps them.
+            rec.attempts = runtime.attempts
         self.trace.record(rec)
         return value
 

@@ -5,19 +5,28 @@ a function opening HTTP clients of its own."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .client import Endpoint, LLMClient
+from .trace import Attempt
 
 
 @dataclass
 class Runtime:
-    """The run's client and endpoints, and facts about the run (`info`: base_url, model)."""
+    """The run's client and endpoints, and facts about the run (`info`: base_url, model).
+
+    Each compute call gets its own copy (`for_call`), whose `attempts` collect the failed
+    tries of its requests for that node's trace record.
+    """
 
     client: LLMClient
     endpoints: dict[str, Endpoint]  # LLM node name -> its endpoint
     info: dict[str, Any]
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def for_call(self) -> Runtime:
+        return replace(self, attempts=[])
 
     def endpoint(self, base_url: str | None = None, model: str | None = None) -> Endpoint:
         """The endpoint serving `model` at `base_url` (either may be left out); the run's
@@ -38,9 +47,9 @@ class Runtime:
     async def tokenize(self, text: str, endpoint: Endpoint) -> dict[str, Any]:
         """vLLM's /tokenize of `text` with the endpoint's model: {"tokens", "count", …}."""
         body = {"prompt": text, "add_special_tokens": False, "model": endpoint.model}
-        return await self.client.server_json(endpoint, "/tokenize", body)
+        return await self.client.server_json(endpoint, "/tokenize", body, self.attempts)
 
     async def detokenize(self, tokens: list[int], endpoint: Endpoint) -> dict[str, Any]:
         """vLLM's /detokenize of token ids: {"prompt": text}."""
         body = {"tokens": tokens, "model": endpoint.model}
-        return await self.client.server_json(endpoint, "/detokenize", body)
+        return await self.client.server_json(endpoint, "/detokenize", body, self.attempts)

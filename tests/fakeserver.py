@@ -377,8 +377,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _tokenize(self, body: dict) -> None:
         """Mimic vLLM's ``/tokenize``: one stable fake token id per whitespace-separated word."""
         fake = self.server.fake
-        if fake.tokenize_status is not None:
-            self._send(fake.tokenize_status, _error_body(fake.tokenize_status, "tokenize refused"))
+        with fake._lock:
+            status = fake.tokenize_errors.pop(0) if fake.tokenize_errors else fake.tokenize_status
+        if status is not None:
+            self._send(status, _error_body(status, "tokenize refused"))
             return
         with fake._lock:
             fake._tokenizing += 1
@@ -481,6 +483,7 @@ class FakeServer:
         self.proxy_error: tuple[int, float] | None = None  # (status, until time.monotonic())
         self.paths: list[str] = []  # every request path, in order (tokenize, models, chat)
         self.tokenize_status: int | None = None  # answer /tokenize with this error status
+        self.tokenize_errors: list[int] = []  # the next /tokenize requests answer these, once each
         self.tokenize_delay = 0.0  # seconds each /tokenize takes
         self.peak_tokenize = 0  # most /tokenize requests in progress at once
         self._tokenizing = 0

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
-from helpers import results, run_graph, write_rows
+from helpers import is_canary, results, run_graph, write_rows
 from pydantic import ValidationError
 
 from orchestrator import RunOutcome
@@ -293,6 +293,71 @@ def test_truncation_fails_loudly_when_the_server_refuses(tmp_path: Path) -> None
     line = next(iter(results(tmp_path / "run").values()))
     assert line["status"] == "failed"
     assert "truncate_to_tokens" in line["error"] and "401" in line["error"]
+
+
+def test_failed_tokenize_tries_are_kept_in_the_trace(tmp_path: Path) -> None:
+    """A /tokenize try that fails and is sent again is kept as a transport attempt of the
+    truncation node, like a failed try of an LLM call; before, the trace kept only the value
+    and the retry left no mark."""
+    from orchestrator.trace import TraceStore
+
+    data = write_rows(tmp_path / "rows.jsonl", [json.loads(EXAMPLES.open().readline())])
+    with FakeServer(ExpertResponder()) as server:
+        server.tokenize_errors = [500]
+        run(GRAPH, data, tmp_path / "run", server.base_url, params={"max_tokens_per_text": 8})
+    line = next(iter(results(tmp_path / "run").values()))
+    assert line["status"] == "ok", line
+    store = TraceStore(tmp_path / "run" / "traces.sqlite")
+    tries = {
+        rec["node"]: rec["attempts"]
+        for rec in store.node_runs()
+        if rec["node"] in ("reference_text", "output_text")
+    }
+    store.close()
+    failed = [a["error"] for attempts in tries.values() for a in attempts]
+    # The fake server has no /detokenize: those 404s are kept too, and say why the cut
+    # text came from a word cut.
+    assert sum("HTTP 500" in error for error in failed) == 1, failed
+    assert all("HTTP 500" in error or "/detokenize" in error for error in failed), failed
+
+
+def test_server_gone_during_truncation_stops_the_run(tmp_path: Path) -> None:
+    """A server that stays away while /tokenize is asked stops the run (status "server
+    gone", the example left for the resume) as it does for an LLM call; before, the
+    truncation node failed the example as if the example were at fault."""
+    from orchestrator.outage import ServerGone
+
+    data = write_rows(tmp_path / "rows.jsonl", [json.loads(EXAMPLES.open().readline())])
+    with FakeServer() as server:
+        expert = ExpertResponder()
+
+        def respond(body: dict) -> Reply:
+            if is_canary(body):
+                # Answered; from here a proxy in front answers 502 on every route.
+                server.fail_every_route(502, 60.0)
+                return schema_responder(body)
+            return expert(body)
+
+        server.responder = respond
+        with pytest.raises(ServerGone):
+            run(GRAPH, data, tmp_path / "run", server.base_url, server_wait=1.0)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["status"] == "server gone"
+    finished = tmp_path / "run" / "results.jsonl"
+    assert not finished.exists() or finished.read_text() == ""
+
+
+def test_truncate_outside_a_run_does_not_hide_a_refusal() -> None:
+    """Called from Python with no run: a server without /tokenize (404) still gets word
+    counts, saying so, but a refusal (401) is raised instead of passing for a word count."""
+    with FakeServer() as server:
+        server.tokenize_status = 404
+        words = asyncio.run(truncate_to_tokens("w1 w2 w3 w4", 2, server.base_url, "fake-model"))
+        assert words["method"] == "words" and "404" in words["note"]
+        server.tokenize_status = None
+        server.api_key = "sk-needed"
+        with pytest.raises(httpx.HTTPStatusError, match="401"):
+            asyncio.run(truncate_to_tokens("w1 w2 w3 w4", 2, server.base_url, "fake-model"))
 
 
 # --------------------------------------------------------------------------------------------

@@ -151,6 +151,29 @@ def test_retry_after_longer_than_server_wait_is_not_waited(graph: Path, tmp_path
     assert took < 60
 
 
+def test_retry_after_zero_does_not_hammer_the_server(graph: Path, tmp_path: Path):
+    """`Retry-After: 0` (or a date already past) on every try: each wait is at least a
+    second and all of them together stay within --server-wait. Before, the call asked
+    again at once, without end (here the server gives in after 30 requests)."""
+    data = rows(tmp_path, 1)
+    asked = {"n": 0}
+
+    def respond(body: dict) -> Reply:
+        if is_canary(body):
+            return schema_responder(body)
+        asked["n"] += 1
+        if asked["n"] > 30:
+            return schema_responder(body)
+        return Reply(status=429, headers={"Retry-After": "0"})
+
+    with FakeServer(respond) as server:
+        run_graph(graph, data, tmp_path / "run", server.base_url, server_wait=3.0)
+    line = results(tmp_path / "run")["e0"]
+    assert asked["n"] <= 5, f"{asked['n']} requests for one try"
+    assert line["status"] == "failed" and "HTTP 429" in line["error"]
+    assert "still asked to wait" in line["error"]
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [("10", 10.0), ("0", 0.0), ("  7 ", 7.0), ("soon", None), ("-3", None), ("", None)],

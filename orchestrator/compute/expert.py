@@ -172,17 +172,28 @@ async def truncate_to_tokens(
         try:
             return await truncate_with(text, max_tokens, *_run_tokenizer(runtime, endpoint))
         except openai.NotFoundError:
-            return _by_words(text, max_tokens, f"{endpoint.base_url} has no /tokenize")
+            return _by_words(text, max_tokens, _no_tokenizer(endpoint.base_url))
     if not base_url:
         return _by_words(text, max_tokens, "no server URL")
     import httpx
 
-    # Called directly from Python, outside a run: a short-lived client of its own.
+    # Called directly from Python, outside a run: a short-lived client of its own, with no
+    # key. A server that cannot be reached or has no /tokenize gets word counts; one that
+    # refuses (401, 403) or fails (5xx) raises, since a word count would pass for tokens.
     try:
         async with httpx.AsyncClient(timeout=timeout) as http:
             return await truncate_with_server(text, max_tokens, base_url, model, http)
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code != 404:
+            raise
+        return _by_words(text, max_tokens, _no_tokenizer(base_url))
     except (httpx.HTTPError, ValueError, TypeError) as exc:
         return _by_words(text, max_tokens, f"/tokenize unavailable ({type(exc).__name__})")
+
+
+def _no_tokenizer(base_url: str) -> str:
+    root = base_url.rstrip("/").removesuffix("/v1")
+    return f"{root} has no /tokenize (HTTP 404): counted words, not tokens"
 
 
 # --------------------------------------------------------------------------------------------
