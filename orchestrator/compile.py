@@ -309,6 +309,14 @@ def _not_loaded(**_: Any) -> Any:
 def _compile_aggregate(ck: Checker, name: str, item: Aggregate) -> CompiledAggregate | None:
     where = f"aggregates.{name}"
     function = _resolve_function(ck, item.function, None, f"{where}.function")
+    if function is not None and (function.is_async or function.wants_runtime):
+        # Aggregates run after the last request, over the finished results: no server.
+        ck.problem(
+            f"function '{item.function}' talks to the server (it is async or takes "
+            "`runtime`), so it can only run as a node, not as an aggregate",
+            None,
+            f"{where}.function",
+        )
     args: dict[str, Expression | Any] = {}
     for arg, value in item.args.items():
         if isinstance(value, str):

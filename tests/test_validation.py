@@ -274,3 +274,22 @@ def test_problem_is_one_line_whatever_the_names() -> None:
     text = str(problem)
     assert "\n" not in text and "\x1b" not in text and "\t" not in text
     assert text == "g.yaml: node 'a\\nb', field 'x\\ty': bad value \\x1b[31mred"
+
+
+def test_a_function_that_needs_the_server_is_refused_as_an_aggregate(tmp_path: Path) -> None:
+    """Aggregates run over finished results with no server; an async (runtime) function
+    there would hand back an unawaited coroutine, so validate refuses it."""
+    spec = {
+        "name": "agg",
+        "inputs": ["text"],
+        "nodes": {"copy": {"kind": "compute", "function": "identity", "args": {"value": "text"}}},
+        "outputs": {"copy": "copy"},
+        "aggregates": {
+            "cut": {"function": "truncate_to_tokens", "args": {"text": "'x'", "max_tokens": 3}}
+        },
+    }
+    path = write_graph(tmp_path, spec, {})
+    with pytest.raises(GraphError) as error:
+        compile_graph(path)
+    assert "can only run as a node, not as an aggregate" in str(error.value)
+    assert "aggregates.cut.function" in str(error.value)
