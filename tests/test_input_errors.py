@@ -136,10 +136,19 @@ def test_cache_damaged_inside_is_named_and_the_run_goes_on(
     assert {line["status"] for line in results(tmp_path / "run").values()} == {"ok"}
 
 
-def test_cache_verb_on_a_damaged_cache_is_one_line(tmp_path: Path):
+@pytest.mark.parametrize("damage", ["garbage", "pages"])
+@pytest.mark.parametrize("clear", [False, True])
+def test_cache_verb_on_a_damaged_cache_is_one_line(tmp_path: Path, damage: str, clear: bool):
+    """Garbage fails on open; damaged pages open fine and fail on the first count."""
     cache = tmp_path / "cache.sqlite"
-    cache.write_bytes(b"\x00garbage, not SQLite\x00" * 64)
-    done = orchestrator_command("cache", "--path", str(cache))
+    if damage == "garbage":
+        cache.write_bytes(b"\x00garbage, not SQLite\x00" * 64)
+    else:
+        size = _filled_cache(cache)
+        with cache.open("r+b") as handle:
+            handle.seek(8192)
+            handle.write(random.Random(7).randbytes(size - 8192))
+    done = orchestrator_command("cache", "--path", str(cache), *(["--clear"] if clear else []))
     assert done.returncode == 1
     one_clean_line(done.stderr, str(cache), "cannot be read")
 
