@@ -258,10 +258,13 @@ def cache_cmd(
     target = path or default_cache_path()
     try:
         store = ResponseCache(target)
+        try:
+            if clear:
+                console.print(f"Deleted {store.clear()} cached replies from {store.path}")
+            else:
+                console.print(f"{store.path}: {len(store)} cached replies")
+        finally:
+            store.close()
     except (sqlite3.Error, OSError) as exc:
+        # Garbage fails on open; damaged pages open fine and fail when counted or cleared.
         fail(f"the response cache {target} cannot be read ({exc}); delete or move the file")
-    if clear:
-        console.print(f"Deleted {store.clear()} cached replies from {store.path}")
-    else:
-        console.print(f"{store.path}: {len(store)} cached replies")
-    store.close()
