@@ -75,7 +75,6 @@ class MemoryStore:
         self.numbers: dict[str, int] = {}  # example id -> its row in the source
         self.manifest: dict[str, Any] = {}
         self.summary: dict[str, Any] = {}
-        self._trace: TraceStore | None = None
 
     def open(self, overwrite: bool) -> str | None:
         return None
@@ -91,13 +90,7 @@ class MemoryStore:
 
     def trace(self, run_id: str, graph_hash: str, run_key: str) -> TraceStore:
         # SQLite's in-memory database: the same queries as a run folder's trace, no file.
-        self._trace = _KeptTrace(Path(":memory:"), run_id, graph_hash, run_key)
-        return self._trace
-
-    @property
-    def trace_store(self) -> TraceStore | None:
-        """The run's trace, readable after the run (node runs, attempts)."""
-        return self._trace
+        return TraceStore(Path(":memory:"), run_id, graph_hash, run_key)
 
     def write_snapshot(self, graph: CompiledGraph) -> None:
         return None
@@ -129,10 +122,3 @@ class MemoryStore:
 
     def describe(self) -> str:
         return "memory"
-
-
-class _KeptTrace(TraceStore):
-    """An in-memory trace outlives the run that wrote it: closing only writes the queue."""
-
-    def close(self) -> None:
-        self.flush()

@@ -36,7 +36,6 @@ from helpers import (
 
 from orchestrator import RunFolderError
 from orchestrator.compile import compile_graph
-from orchestrator.runfolder import LAYOUT_VERSION
 
 TEMPLATES = {"judge.jinja": "{% include 'rubric.jinja' %}\nText: {{ text }}\n"}
 RUBRIC = "Rate the text from 1 to 10 for clarity.\n"
@@ -50,6 +49,14 @@ def graph(tmp_path: Path) -> Path:
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
     return write_rows(tmp_path / "rows.jsonl", [{"id": f"e{i}", "text": f"t{i}"} for i in range(4)])
+
+
+def run_cli(
+    graph: Path, data: Path, out: Path, url: str, cache: Path
+) -> subprocess.CompletedProcess[str]:
+    """`orchestrator run` as a user types it again (the same command, the same cache)."""
+    command = ["run", str(graph), "--data", str(data), "--out", str(out), "--base-url", url]
+    return orchestrator_command(*command, "--cache", str(cache))
 
 
 def manifest(out: Path) -> dict[str, Any]:
@@ -213,7 +220,6 @@ def test_folder_of_the_old_layout_is_not_resumed_blindly(graph: Path, data: Path
         (tmp_path / "run" / "manifest.json").write_text(json.dumps(old))
         with pytest.raises(RunFolderError, match="older orchestrator"):
             run_graph(graph, data, tmp_path / "run", server.base_url)
-    assert LAYOUT_VERSION == 2
 
 
 # -- one writer -------------------------------------------------------------------------------
@@ -228,18 +234,7 @@ def test_second_writer_is_refused_naming_the_first(graph: Path, tmp_path: Path):
         first = start_cli_run(graph, data, out, server.base_url, "--concurrency", "2")
         try:
             wait_for_lines(out / "results.jsonl", 1, first)
-            second = orchestrator_command(
-                "run",
-                str(graph),
-                "--data",
-                str(data),
-                "--out",
-                str(out),
-                "--base-url",
-                server.base_url,
-                "--cache",
-                str(tmp_path / "cache.sqlite"),
-            )
+            second = run_cli(graph, data, out, server.base_url, tmp_path / "cache.sqlite")
         finally:
             output, _ = first.communicate(timeout=120)
     assert second.returncode == 1
@@ -277,18 +272,7 @@ def test_lock_of_a_killed_run_is_taken_over(graph: Path, tmp_path: Path):
         wait_for_lines(out / "results.jsonl", 2, proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        again = orchestrator_command(
-            "run",
-            str(graph),
-            "--data",
-            str(data),
-            "--out",
-            str(out),
-            "--base-url",
-            server.base_url,
-            "--cache",
-            str(tmp_path / "cache.sqlite"),
-        )
+        again = run_cli(graph, data, out, server.base_url, tmp_path / "cache.sqlite")
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"took over the lock of a run that stopped without releasing it (pid {proc.pid}" in (
         again.stdout
@@ -312,18 +296,7 @@ def test_kill_during_start_up_then_same_command_resumes(graph: Path, data: Path,
         assert not (out / "manifest.json").exists()
         server.hanging.clear()
     with FakeServer() as server:
-        again = orchestrator_command(
-            "run",
-            str(graph),
-            "--data",
-            str(data),
-            "--out",
-            str(out),
-            "--base-url",
-            server.base_url,
-            "--cache",
-            str(tmp_path / "cache.sqlite"),
-        )
+        again = run_cli(graph, data, out, server.base_url, tmp_path / "cache.sqlite")
     assert again.returncode == 0, again.stdout + again.stderr
     assert sorted(results(out)) == ["e0", "e1", "e2", "e3"]
 
