@@ -526,7 +526,9 @@ class LLMClient:
             except Exception as exc:
                 described = self._describe(exc)
                 if attempts is not None:
-                    attempts.append(Attempt(len(attempts) + 1, "transport", error=described))
+                    attempts.append(
+                        Attempt(number=len(attempts) + 1, kind="transport", error=described)
+                    )
                 asked = _retry_after(exc)
                 if asked is not None:
                     # "0" or a date already past would have us ask again at once, for as
@@ -621,8 +623,8 @@ class LLMClient:
                         result.raw[i] = hit["choice"]["content"]
                         result.attempts.append(
                             Attempt(
-                                len(result.attempts) + 1,
-                                "cache",
+                                number=len(result.attempts) + 1,
+                                kind="cache",
                                 raw=hit["choice"]["content"],
                                 cached=True,
                             )
@@ -687,8 +689,8 @@ class LLMClient:
             if isinstance(parsed, dict):
                 result.attempts.append(
                     Attempt(
-                        len(result.attempts) + 1,
-                        "ok",
+                        number=len(result.attempts) + 1,
+                        kind="ok",
                         raw=choice.content,
                         finish_reason=choice.finish_reason,
                     )
@@ -699,8 +701,8 @@ class LLMClient:
             kind = "truncated" if choice.finish_reason == "length" else "invalid"
             result.attempts.append(
                 Attempt(
-                    len(result.attempts) + 1,
-                    kind,
+                    number=len(result.attempts) + 1,
+                    kind=kind,
                     error=parsed,
                     raw=choice.content,
                     finish_reason=choice.finish_reason,

@@ -213,7 +213,7 @@ class Engine:
             return value
         if cn.foreach is None:
             if cn.when is not None and not _evaluate(cn.when, ctx, cn.name, "when"):
-                self.trace.record(NodeRecord(example, cn.name, status="skipped"))
+                self.trace.record(NodeRecord(example_id=example, node=cn.name, status="skipped"))
                 return None
             return await self._execute(cn, ctx, example, WHOLE)
         items = _evaluate(cn.foreach, ctx, cn.name, "foreach")
@@ -233,7 +233,7 @@ class Engine:
             )
         )
         collected = list(results)
-        self.trace.record(NodeRecord(example, cn.name, value=collected))
+        self.trace.record(NodeRecord(example_id=example, node=cn.name, value=collected))
         return collected
 
     async def _run_item(
@@ -243,7 +243,9 @@ class Engine:
         if found:
             return value
         if cn.when is not None and not _evaluate(cn.when, ctx, cn.name, f"when (item {index})"):
-            self.trace.record(NodeRecord(example, cn.name, index, status="skipped"))
+            self.trace.record(
+                NodeRecord(example_id=example, node=cn.name, item=index, status="skipped")
+            )
             return None
         return await self._execute(cn, ctx, example, index)
 
@@ -277,12 +279,20 @@ class Engine:
             raise  # the run stops; the example is not at fault and runs again on resume
         except Exception as exc:
             message = f"function '{cn.function.name}' raised {type(exc).__name__}: {exc}"
-            rec = NodeRecord(example, cn.name, item, status="failed", error=message)
+            rec = NodeRecord(
+                example_id=example, node=cn.name, item=item, status="failed", error=message
+            )
             if runtime is not None:
                 rec.attempts = runtime.attempts
             self.trace.record(rec)
             raise NodeError(cn.name, message) from exc
-        rec = NodeRecord(example, cn.name, item, value=value, latency=time.perf_counter() - started)
+        rec = NodeRecord(
+            example_id=example,
+            node=cn.name,
+            item=item,
+            value=value,
+            latency=time.perf_counter() - started,
+        )
         if runtime is not None:
             # The failed tries of its requests to the server, as an LLM node keeps them.
             rec.attempts = runtime.attempts
@@ -339,9 +349,9 @@ class Engine:
         sampling = self._sampling_for(cn, ctx)
         ep = self.endpoints[cn.name]
         rec = NodeRecord(
-            example,
-            cn.name,
-            item,
+            example_id=example,
+            node=cn.name,
+            item=item,
             messages=messages,
             model=ep.model,
             endpoint=ep.base_url,

@@ -242,7 +242,7 @@ def test_a_write_that_times_out_on_the_lock_loses_nothing(tmp_path: Path, kind: 
         store.put("k", {"choice": {"content": "{}"}})
     else:
         store = TraceStore(path, "run", "graph")
-        store.record(NodeRecord("e1", "judge", value={"score": 3}))
+        store.record(NodeRecord(example_id="e1", node="judge", value={"score": 3}))
     store._db.execute("PRAGMA busy_timeout=50")
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")

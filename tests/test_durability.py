@@ -102,7 +102,7 @@ def test_trace_from_before_the_request_columns_still_opens(tmp_path: Path):
         db.execute("ALTER TABLE node_runs DROP COLUMN schema_hash")
         db.execute("ALTER TABLE node_runs DROP COLUMN run_key")
     store = TraceStore(path, "new", "h", "key")
-    store.record(NodeRecord("e1", "judge", value={"score": 3}))
+    store.record(NodeRecord(example_id="e1", node="judge", value={"score": 3}))
     store.close()
     reopened = TraceStore(path, "again", "h", "key")
     assert reopened.finished_value("e1", "judge") == (True, {"score": 3})
