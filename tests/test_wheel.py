@@ -1,0 +1,103 @@
+"""The package as a user installs it: a built wheel, imported from outside the checkout.
+
+A source checkout finds graphs/ beside the package, so the CLI tests cannot tell whether the
+shipped protocols reach an installed wheel; this test builds one and runs it from elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from fakeserver import FakeServer, schema_responder
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding orchestrator as installed from its wheel (no dependencies: those
+    come from this interpreter's environment)."""
+    work = tmp_path_factory.mktemp("wheel")
+    # Build isolation fetches hatchling from PyPI; ~10 s on this machine.
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work), str(ROOT)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    (wheel,) = work.glob("orchestrator-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "orchestrator/_shipped/graphs/expert.yaml" in names
+    assert "orchestrator/_shipped/examples/pointwise.jsonl" in names
+    for template in (ROOT / "prompts").rglob("*.jinja"):
+        assert f"orchestrator/_shipped/prompts/{template.relative_to(ROOT / 'prompts')}" in names
+    target = work / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), wheel],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return target
+
+
+def _run(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # The wheel's folder first on the path: the editable checkout must not answer instead.
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_installed_wheel_imports_itself_not_the_checkout(installed: Path, tmp_path: Path) -> None:
+    probe = _run(
+        installed,
+        tmp_path,
+        "-c",
+        "import orchestrator, orchestrator.shipped as s; "
+        "print(orchestrator.__file__); print(s.shipped_root())",
+    )
+    assert probe.returncode == 0, probe.stderr
+    module_file, root = probe.stdout.split()
+    assert Path(module_file).is_relative_to(installed)
+    assert Path(root) == installed / "orchestrator" / "_shipped"
+
+
+def test_installed_wheel_validates_and_runs_shipped_protocols_by_name(
+    installed: Path, tmp_path: Path
+) -> None:
+    listed = sorted(p.stem for p in (ROOT / "graphs").glob("*.yaml"))
+    for name in listed:
+        checked = _run(installed, tmp_path, "-m", "orchestrator", "validate", name)
+        assert checked.returncode == 0, f"{name}: {checked.stdout}{checked.stderr}"
+        assert "is valid" in checked.stdout, checked.stdout
+    shipped = installed / "orchestrator" / "_shipped" / "examples" / "pointwise.jsonl"
+    with FakeServer(schema_responder) as server:
+        ran = _run(
+            installed,
+            tmp_path,
+            "-m",
+            "orchestrator",
+            "run",
+            "pointwise",
+            "--data",
+            str(shipped),
+            "--out",
+            "runs/pointwise",
+            "--base-url",
+            server.base_url,
+            "--no-cache",
+        )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    lines = (tmp_path / "runs/pointwise/results.jsonl").read_text().splitlines()
+    rows = shipped.read_text().splitlines()
+    assert len(lines) == len([r for r in rows if r.strip()])
+    assert all(json.loads(line)["status"] == "ok" for line in lines)
+    # The run folder's snapshot holds the installed graph, so it reports without a checkout.
+    assert (tmp_path / "runs/pointwise/snapshot").is_dir()
