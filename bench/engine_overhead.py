@@ -6,6 +6,8 @@ compared. Target: ours >= 0.8x the bare client's requests/s. The bare loop is me
 three ways: `chat.completions.create` on the SDK's default httpx transport (what most
 scripts do), the same on the aiohttp transport orchestrator uses, and `client.post` on
 aiohttp, which is exactly how orchestrator sends: the last ratio is our own overhead.
+The Python API (`orchestrator.run`) and the `orchestrator run` command (in this process) are
+timed too, each as a ratio to the runner path of the same round: target within 5%.
 
     python bench/engine_overhead.py --rows 5000 --concurrency 64
 """
@@ -24,7 +26,9 @@ from loopback import Loopback
 from workload import (
     Timing,
     rendered_requests,
+    run_api,
     run_bare,
+    run_cli,
     run_ours,
     write_judge_graph,
     write_rows,
@@ -35,6 +39,8 @@ LABELS = {
     "bare_aiohttp": "bare AsyncOpenAI loop, aiohttp transport as ours",
     "bare_post": "bare AsyncOpenAI loop, aiohttp + client.post as ours",
     "ours": "orchestrator run (cache, trace, results, progress bar)",
+    "api": "orchestrator.run(...) Python API, same settings, no bar",
+    "cli": "`orchestrator run` command, in this process",
 }
 
 
@@ -54,9 +60,12 @@ def main() -> None:
         for i in range(args.repeat):
             for name in LABELS:
                 before = server.requests()
+                out = folder / f"{name}{i}"
                 if name == "ours":
-                    out = folder / f"run{i}"
                     timing = run_ours(graph, data, out, server.base_url, args.concurrency)
+                elif name in ("api", "cli"):
+                    run = run_api if name == "api" else run_cli
+                    timing = run(graph, data, out, server.base_url, args.concurrency)
                 else:
                     timing = run_bare(
                         requests,
@@ -86,9 +95,20 @@ def main() -> None:
         )
         for name in ("bare", "bare_aiohttp", "bare_post")
     }
+    # The API and the CLI each against the runner path of the same round.
+    entry = {
+        name: statistics.median(
+            e.rate / o.rate for e, o in zip(runs[name], runs["ours"], strict=True)
+        )
+        for name in ("api", "cli")
+    }
     print(
         "median of per-round ratios: "
         + ", ".join(f"ours/{name} {value:.2f}" for name, value in paired.items())
+    )
+    print(
+        f"API / runner {entry['api']:.2f}, CLI / runner {entry['cli']:.2f}"
+        " (medians of per-round ratios; target: within 5%, i.e. >= 0.95)"
     )
     print(
         f"ratios orchestrator / bare: SDK default {rates['ours'] / rates['bare']:.2f}, "

@@ -129,6 +129,51 @@ def run_ours(
     return Timing(seconds, counts["requests"] + counts["cache_hits"], last - first)
 
 
+def _timing_from(out: Path, seconds: float, counts: dict[str, Any]) -> Timing:
+    if counts["examples_failed"]:
+        raise SystemExit(f"our run had {counts['examples_failed']} failed examples")
+    with sqlite3.connect(out / "traces.sqlite") as db:
+        first, last = db.execute("SELECT MIN(started), MAX(finished) FROM node_runs").fetchone()
+    return Timing(seconds, counts["requests"] + counts["cache_hits"], last - first)
+
+
+def run_api(graph: Path, data: Path, out: Path, base_url: str, concurrency: int) -> Timing:
+    """The same run through `orchestrator.run` (the Python API, no progress bar)."""
+    import orchestrator as orc
+
+    started = time.perf_counter()
+    result = orc.run(
+        graph,
+        data,
+        out=out,
+        base_url=base_url,
+        concurrency=concurrency,
+        cache=out.parent / f"{out.name}-cache.sqlite",
+        structured="server",
+        overwrite=True,
+    )
+    seconds = time.perf_counter() - started
+    return _timing_from(out, seconds, result.manifest.counts.model_dump())
+
+
+def run_cli(graph: Path, data: Path, out: Path, base_url: str, concurrency: int) -> Timing:
+    """The same run as the `orchestrator run` command, invoked in this process (no
+    interpreter start-up: that is a fixed cost, not a per-request one)."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    cache = out.parent / f"{out.name}-cache.sqlite"
+    args = run_command(graph, data, out, base_url, concurrency, cache)[3:]
+    started = time.perf_counter()
+    outcome = CliRunner().invoke(app, [*args, "--structured", "server", "--overwrite"])
+    seconds = time.perf_counter() - started
+    if outcome.exit_code != 0:
+        raise SystemExit(f"orchestrator run exited {outcome.exit_code}: {outcome.output[-500:]}")
+    manifest = orjson.loads((out / "manifest.json").read_bytes())
+    return _timing_from(out, seconds, manifest["counts"])
+
+
 def run_command(
     graph: Path, data: Path, out: Path, base_url: str, concurrency: int, cache: Path
 ) -> list[str]:
