@@ -2,18 +2,115 @@
 
 A result line's outputs depend on the graph, so `ResultLine` keeps them as extra fields (the
 file stays flat: `{"id": …, "status": "ok", "score": 7}`); the manifest and summary are
-typed where every run has the field and open where a graph adds its own.
+typed where every run has the field and open where a graph adds its own. `NodeRun` and
+`Attempt` are the trace's rows: the writer stores them and the reader gives them back.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import time
+import warnings
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 
 from .runkey import RunKey
 
 Status = Literal["ok", "failed"]
+NodeStatus = Literal["ok", "skipped", "failed"]
+AttemptKind = Literal["ok", "invalid", "truncated", "transport", "cache"]
+ATTEMPT_KINDS: tuple[str, ...] = get_args(AttemptKind)
+WHOLE = -1  # `item` value of a node's own record (foreach items are 0, 1, …)
+
+
+class Attempt(BaseModel):
+    """One try at an LLM call: a transport failure, an invalid reply, or the accepted one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    number: int
+    kind: AttemptKind
+    error: str | None = None
+    raw: str | None = None
+    finish_reason: str | None = None
+    latency: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+
+
+# `schema` is the stored column's name and what the engine passes; pydantic only warns that
+# it hides BaseModel's deprecated `schema()` classmethod, which nothing here uses.
+with warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore", message=".*shadows an attribute in parent", category=UserWarning
+    )
+
+    class NodeRun(BaseModel):
+        """One node execution (or one foreach item of it) for one example, with its attempts.
+
+        Built by keyword and filled in by attribute as the node runs (assignment is not
+        validated: `record()` is on the hot path, measured at ~2 µs a construction); the
+        last four fields are set when read back.
+        """
+
+        model_config = ConfigDict(extra="forbid")
+
+        example_id: str
+        node: str
+        item: int = WHOLE
+        status: NodeStatus = "ok"
+        value: Any = None
+        error: str | None = None
+        # The JSON payloads are not validated: a copy would cost per record, and `schema`
+        # must stay the node's own memoised dict (the trace keys its cache on its identity).
+        messages: SkipValidation[list[dict[str, Any]] | None] = None
+        raw: SkipValidation[list[str] | None] = None
+        model: str | None = None
+        endpoint: str | None = None
+        cached: bool = False
+        prompt_tokens: int = 0
+        completion_tokens: int = 0
+        latency: float = 0.0
+        started: float = Field(default_factory=time.time)
+        finished: float = 0.0
+        attempts: list[Attempt] = Field(default_factory=list)
+        # What was sent besides messages (params, mode), and the JSON schema of the reply.
+        request: SkipValidation[dict[str, Any] | None] = None
+        schema: SkipValidation[dict[str, Any] | None] = None
+        # Written by the store, not the node: which row and run this is.
+        id: int | None = None
+        run_id: str | None = None
+        graph_hash: str | None = None
+        run_key: str | None = None
+
+
+class TraceRun(BaseModel):
+    """One run's row in the trace: a folder resumed three times holds three."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str
+    started: float | None = None
+    graph: str | None = None
+    graph_hash: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    server: str | None = None
+    structured: str | None = None
+    settings: dict[str, Any] | None = None
+    run_key: str | None = None
+
+
+class InputLine(BaseModel):
+    """inputs.jsonl: an example's inputs as the run read them (data None when unstorable)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    number: int = 0
+    data: dict[str, Any] | None = None
+    error: str | None = None
 
 
 class ResultLine(BaseModel):

@@ -23,6 +23,7 @@ from .trace import TraceStore
 if TYPE_CHECKING:
     from .dataset import Row
     from .graph import CompiledGraph
+    from .reader import RunReader
 
 RESULTS = "results.jsonl"
 TRACES = "traces.sqlite"
@@ -70,16 +71,20 @@ def read_json(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
 
 
-def _iter_lines(path: Path) -> Iterator[dict[str, Any]]:
-    """JSON lines one at a time, skipping a torn last line of a killed run."""
+def iter_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) one at a time, skipping a torn last line of a killed run."""
     if not path.is_file():
         return
     with path.open("rb") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, start=1):
             try:
-                yield orjson.loads(line)
+                yield number, orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
+
+
+def _iter_lines(path: Path) -> Iterator[dict[str, Any]]:
+    return (line for _, line in iter_lines(path))
 
 
 def iter_results(folder: Path) -> Iterator[dict[str, Any]]:
@@ -198,6 +203,12 @@ class RunFolder:
 
     def results(self) -> Iterator[dict[str, Any]]:
         return iter_results(self.path)
+
+    def reader(self) -> RunReader:
+        """The folder read back as typed records (what report, trace and meta-eval use)."""
+        from .reader import RunReader
+
+        return RunReader(self.path)
 
     def describe(self) -> str:
         return str(self.path)

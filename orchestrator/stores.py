@@ -17,10 +17,13 @@ from .trace import TraceStore
 if TYPE_CHECKING:
     from .dataset import Row
     from .graph import CompiledGraph
+    from .reader import RunReader
 
 
 class RunStore(Protocol):
-    """What a run writes through; `done` holds the ids finished by an earlier run."""
+    """What a run writes through and is read back from: the trace writer (`trace`), the
+    resume index (`done`, `begin`, and the trace's `finished_value`) and the reader
+    (`reader`, a `RunReader`, or None for a store that keeps nothing to read back)."""
 
     done: set[str]
 
@@ -63,6 +66,10 @@ class RunStore(Protocol):
 
     def describe(self) -> str:
         """How messages name the store."""
+        ...
+
+    def reader(self) -> RunReader | None:
+        """The run read back as typed records (`reader.RunReader`)."""
         ...
 
 
@@ -122,3 +129,7 @@ class MemoryStore:
 
     def describe(self) -> str:
         return "memory"
+
+    def reader(self) -> RunReader | None:
+        # Nothing is written, so there is no folder to read; `RunResult` holds the records.
+        return None

@@ -1,7 +1,8 @@
 """The decision trace: one row per node execution and one per attempt, in the run folder.
 
 It is also what makes resume work: a node whose finished value is here is not run again,
-whether or not the response cache still holds its replies.
+whether or not the response cache still holds its replies. This module writes it and
+answers resume lookups; `reader.TraceReader` reads it back as `NodeRun` models.
 """
 
 from __future__ import annotations
@@ -10,13 +11,18 @@ import hashlib
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .errors import RunFolderError
+from .records import WHOLE, Attempt, NodeRun, TraceRun
+
+if TYPE_CHECKING:
+    from .reader import TraceReader
+
+__all__ = ["WHOLE", "Attempt", "NodeRecord", "NodeRun", "TraceStore", "damaged"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -42,54 +48,17 @@ CREATE INDEX IF NOT EXISTS attempts_node ON attempts (node_run_id);
 """
 
 FLUSH_EVERY = 1000  # queued records that force a write even between the runner's flushes
-WHOLE = -1  # `item` value of a node's own record (foreach items are 0, 1, …)
 
-
-@dataclass
-class Attempt:
-    """One try at an LLM call: a transport failure, an invalid reply, or the accepted one."""
-
-    number: int
-    kind: str  # "ok" | "invalid" | "truncated" | "transport" | "cache"
-    error: str | None = None
-    raw: str | None = None
-    finish_reason: str | None = None
-    latency: float = 0.0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached: bool = False
-
-
-@dataclass
-class NodeRecord:
-    """One node execution (or one foreach item of it) for one example."""
-
-    example_id: str
-    node: str
-    item: int = WHOLE
-    status: str = "ok"  # "ok" | "skipped" | "failed"
-    value: Any = None
-    error: str | None = None
-    messages: list[dict[str, Any]] | None = None
-    raw: list[str] | None = None
-    model: str | None = None
-    endpoint: str | None = None
-    cached: bool = False
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency: float = 0.0
-    started: float = field(default_factory=time.time)
-    finished: float = 0.0
-    attempts: list[Attempt] = field(default_factory=list)
-    request: dict[str, Any] | None = None  # what was sent besides messages: params, mode
-    schema: dict[str, Any] | None = None  # the JSON schema the reply had to follow
+# The engine and the client build these by keyword; they are the records' models.
+NodeRecord = NodeRun
 
 
 def _dumps(value: Any) -> bytes | None:
     return None if value is None else orjson.dumps(value, default=str)
 
 
-def _loads(blob: bytes | None) -> Any:
+def loads(blob: bytes | None) -> Any:
+    """A stored JSON column (NULL stays None)."""
     return None if blob is None else orjson.loads(blob)
 
 
@@ -133,28 +102,11 @@ class TraceStore:
         )
 
     @classmethod
-    def reader(cls, path: Path) -> TraceStore:
-        """Open a trace to read only (a run may be writing it): no schema changes, no lock
-        taken beyond SQLite's readers'."""
-        store = cls.__new__(cls)
-        store.path, store.run_id, store.graph_hash, store.run_key = path, "", "", ""
-        if not path.is_file():
-            raise damaged(path, FileNotFoundError("no such file"))
-        try:
-            store._db = sqlite3.connect(
-                f"{path.resolve().as_uri()}?mode=ro",
-                uri=True,
-                timeout=30,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            store._db.execute("SELECT COUNT(*) FROM node_runs").fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise damaged(path, exc) from None
-        store._pending_runs, store._pending_attempts = [], []
-        store._pending_schemas, store._schema_ids = {}, {}
-        store._next_id, store._resumable = 0, False
-        return store
+    def reader(cls, path: Path) -> TraceReader:
+        """Open a trace to read only (a run may be writing it): typed node runs, no writes."""
+        from .reader import TraceReader
+
+        return TraceReader.open(path)
 
     def start_run(self, **fields: Any) -> None:
         settings = fields.pop("settings", None)
@@ -175,7 +127,7 @@ class TraceStore:
             ),
         )
 
-    def record(self, rec: NodeRecord) -> None:
+    def record(self, rec: NodeRun) -> None:
         """Queue a finished node execution with its attempts; written by the next `flush`."""
         rec.finished = rec.finished or time.time()
         row_id = self._next_id
@@ -297,60 +249,25 @@ class TraceStore:
         ).fetchone()
         if row is None:
             return False, None
-        return True, _loads(row[1])
+        return True, loads(row[1])
+
+    def _reading(self) -> TraceReader:
+        """A reader over this store's own connection, with every queued record written."""
+        from .reader import TraceReader
+
+        self.flush()
+        return TraceReader(self._db, self.path)
 
     def node_runs(
         self, example_id: str | None = None, node: str | None = None
     ) -> Iterator[dict[str, Any]]:
-        """Node executions (newest run's last), each with its attempts, for `trace`/`report`."""
-        self.flush()
-        sql = "SELECT * FROM node_runs WHERE 1=1"
-        args: list[Any] = []
-        if example_id is not None:
-            sql += " AND example_id=?"
-            args.append(example_id)
-        if node is not None:
-            sql += " AND node=?"
-            args.append(node)
-        sql += " ORDER BY id"
-        cursor = self._db.execute(sql, args)
-        columns = [c[0] for c in cursor.description]
-        schemas: dict[str | None, dict[str, Any] | None] = {}
-        for row in cursor.fetchall():
-            rec = dict(zip(columns, row, strict=True))
-            for key in ("value", "messages", "raw", "request"):
-                rec[key] = _loads(rec[key])
-            digest = rec.pop("schema_hash")
-            if digest not in schemas:
-                schemas[digest] = self.schema(digest)
-            rec["schema"] = schemas[digest]
-            rec["cached"] = bool(rec["cached"])
-            att = self._db.execute(
-                "SELECT number, kind, error, raw, finish_reason, latency, prompt_tokens,"
-                " completion_tokens, cached FROM attempts WHERE node_run_id=? ORDER BY number",
-                (rec["id"],),
-            )
-            names = [c[0] for c in att.description]
-            rec["attempts"] = [dict(zip(names, a, strict=True)) for a in att.fetchall()]
-            yield rec
+        """Node executions (oldest first) as plain dicts, each with its attempts: the JSON
+        export of `trace --format jsonl`. Typed access is `reader.TraceReader.node_runs`."""
+        for run in self._reading().node_runs(example_id, node):
+            yield run.model_dump()
 
-    def first_example(self) -> str | None:
-        """The id of the first example with a recorded node execution, if any."""
-        row = self._db.execute("SELECT example_id FROM node_runs ORDER BY id LIMIT 1").fetchone()
-        return None if row is None else str(row[0])
-
-    def schema(self, digest: str | None) -> dict[str, Any] | None:
-        """A stored JSON schema by the hash a node run points at."""
-        if digest is None:
-            return None
-        row = self._db.execute("SELECT schema FROM schemas WHERE hash=?", (digest,)).fetchone()
-        return _loads(row[0]) if row else None
-
-    def runs(self) -> list[dict[str, Any]]:
-        self.flush()
-        cursor = self._db.execute("SELECT * FROM runs ORDER BY started")
-        columns = [c[0] for c in cursor.description]
-        return [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
+    def runs(self) -> list[TraceRun]:
+        return self._reading().runs()
 
     def close(self) -> None:
         self.flush()

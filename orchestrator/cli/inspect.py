@@ -7,28 +7,26 @@ import json
 import sqlite3
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
-import orjson
 import typer
 from rich.markup import escape
 
 from ..errors import RunFolderError
-
-if TYPE_CHECKING:
-    pass
-
-
 from .app import app, console, fail
 
+if TYPE_CHECKING:
+    from ..records import NodeRun
 
-def _describe_request(rec: dict[str, Any]) -> str:
+
+def _describe_request(rec: NodeRun) -> str:
     """One line on how a call was asked: sampling values, and the schema it had to follow."""
-    params = {k: v for k, v in rec["request"].get("params", {}).items() if v is not None}
+    request = rec.request or {}
+    params = {k: v for k, v in request.get("params", {}).items() if v is not None}
     sent = " ".join(f"{k}={v}" for k, v in params.items())
-    schema = rec.get("schema") or {}
+    schema = rec.schema or {}
     fields = list(schema.get("properties", {}))
-    mode = rec["request"].get("structured")
+    mode = request.get("structured")
     enforced = "enforced by the server" if mode == "server" else "given in the prompt"
     return f"{sent}; schema {enforced}, fields in order: {', '.join(fields) or '—'}"
 
@@ -51,15 +49,15 @@ def trace(
     prompt_chars: Annotated[int, typer.Option(help="Prompt length shown in text mode.")] = 600,
 ) -> None:
     """Print the decision path of one example: nodes, prompts, outputs, attempts, errors."""
-    from ..runfolder import TRACES, read_results
-    from ..trace import TraceStore
+    from ..reader import RunReader
+    from ..runfolder import TRACES
 
-    path = folder / TRACES
-    if not path.is_file():
+    run = RunReader(folder)
+    if not run.has_trace:
         fail(f"{folder} has no {TRACES}; is it a run folder?")
-    results = read_results(folder)
     try:
-        store = TraceStore.reader(path)
+        results = list(run.results())
+        store = run.trace()
     except RunFolderError as exc:
         fail(str(exc))
         raise
@@ -67,8 +65,8 @@ def trace(
         # jsonl is an export: without --example it covers every example.
         if example is None and format != "jsonl":
             if results:
-                failed = [r for r in results if r.get("status") == "failed"]
-                example = str((failed or results)[0]["id"])
+                failed = [r for r in results if r.status == "failed"]
+                example = (failed or results)[0].id
             else:
                 example = store.first_example()
                 if example is None:
@@ -77,67 +75,70 @@ def trace(
                         "try again once the run has made progress."
                     )
         records = list(store.node_runs(example, node))
+    except RunFolderError as exc:
+        fail(str(exc))
+        raise
     finally:
         store.close()
     if format == "jsonl":
         for rec in records:
-            sys.stdout.write(orjson.dumps(rec, default=str).decode() + "\n")
+            sys.stdout.write(rec.model_dump_json() + "\n")
         return
     if format != "text":
         fail("--format must be text or jsonl")
-    result = next((r for r in results if str(r.get("id")) == example), None)
+    result = next((r for r in results if r.id == example), None)
     assert example is not None  # chosen above, or the command has already failed
     # Ids, errors and node labels come from data and servers: shown as text, never markup.
     console.rule(f"example {escape(example)}")
     if result:
         console.print(
-            f"status: [bold]{escape(str(result.get('status')))}[/]"
-            + (f" — {escape(str(result.get('error')))}" if result.get("error") else "")
+            f"status: [bold]{escape(result.status)}[/]"
+            + (f" — {escape(result.error)}" if result.error else "")
         )
     if not records:
         console.print("no node executions recorded for this example")
     for rec in records:
-        label = rec["node"] + (f"[{rec['item']}]" if rec["item"] >= 0 else "")
-        flags = ", ".join(
-            f
-            for f in (
-                rec["status"],
-                "cached" if rec["cached"] else "",
-                f"{rec['latency']:.2f}s" if rec["latency"] else "",
-                f"{rec['prompt_tokens']}+{rec['completion_tokens']} tok"
-                if rec["prompt_tokens"]
-                else "",
-            )
-            if f
+        _print_record(rec, prompt_chars)
+
+
+def _print_record(rec: NodeRun, prompt_chars: int) -> None:
+    """One node execution: flags, how it was asked, the prompt, its value and attempts."""
+    label = rec.node + (f"[{rec.item}]" if rec.item >= 0 else "")
+    flags = ", ".join(
+        f
+        for f in (
+            rec.status,
+            "cached" if rec.cached else "",
+            f"{rec.latency:.2f}s" if rec.latency else "",
+            f"{rec.prompt_tokens}+{rec.completion_tokens} tok" if rec.prompt_tokens else "",
         )
-        console.print(f"\n[bold cyan]{escape(label)}[/] ({flags})")
-        if rec.get("request"):
+        if f
+    )
+    console.print(f"\n[bold cyan]{escape(label)}[/] ({flags})")
+    if rec.request:
+        console.print(f"  [dim]sent:[/] {_describe_request(rec)}", highlight=False, soft_wrap=True)
+    for message in rec.messages or []:
+        console.print(f"  [dim]{message['role']}:[/]")
+        body = _abridge(message["content"], prompt_chars).replace("\n", "\n    ")
+        console.print("    " + body, markup=False, highlight=False)
+    if rec.value is not None:
+        value = (
+            {k: v for k, v in rec.value.items() if k != "_logprobs"}
+            if isinstance(rec.value, dict)
+            else rec.value
+        )
+        console.print(
+            "  → " + json.dumps(value, ensure_ascii=False)[:2000], markup=False, highlight=False
+        )
+    for att in rec.attempts:
+        if att.kind != "ok" or len(rec.attempts) > 1:
             console.print(
-                f"  [dim]sent:[/] {_describe_request(rec)}", highlight=False, soft_wrap=True
+                f"  attempt {att.number}: {att.kind}" + (f" — {att.error}" if att.error else ""),
+                markup=False,
+                highlight=False,
             )
-        for message in rec["messages"] or []:
-            console.print(f"  [dim]{message['role']}:[/]")
-            body = _abridge(message["content"], prompt_chars).replace("\n", "\n    ")
-            console.print("    " + body, markup=False, highlight=False)
-        if rec["value"] is not None:
-            value = (
-                {k: v for k, v in rec["value"].items() if k != "_logprobs"}
-                if isinstance(rec["value"], dict)
-                else rec["value"]
-            )
-            console.print(
-                "  → " + json.dumps(value, ensure_ascii=False)[:2000], markup=False, highlight=False
-            )
-        for att in rec["attempts"]:
-            if att["kind"] != "ok" or len(rec["attempts"]) > 1:
-                console.print(
-                    f"  attempt {att['number']}: {att['kind']}"
-                    + (f" — {att['error']}" if att["error"] else ""),
-                    markup=False,
-                    highlight=False,
-                )
-        if rec["error"]:
-            console.print(f"  [red]error:[/] {escape(rec['error'])}")
+    if rec.error:
+        console.print(f"  [red]error:[/] {escape(rec.error)}")
 
 
 @app.command()
@@ -178,9 +179,10 @@ def report(
     port: Annotated[int, typer.Option(help="Port for --serve.")] = 8770,
 ) -> None:
     """Write RUN_DIR/report.html, a self-contained page to audit every decision of a run."""
+    from ..reader import RunReader
     from ..report import build_report, serve_report
 
-    if not (folder / "results.jsonl").is_file():
+    if not RunReader(folder).has_results:
         fail(f"{folder} has no results.jsonl; is it a run folder?")
     if serve:
         serve_report(folder, port=port, full_prompts=full_prompts)
