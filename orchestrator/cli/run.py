@@ -17,9 +17,10 @@ from ..errors import DatasetError, GraphError, RunFolderError
 from ..outage import DEFAULT_SERVER_WAIT, ServerGone
 
 if TYPE_CHECKING:
+    from ..api import RunResult
     from ..embedded import EmbeddedServer
     from ..graph import CompiledGraph
-    from ..runner import RunOutcome
+    from ..records import Manifest
 
 
 from .app import EMBEDDED_TIMEOUT, app, console, err, fail
@@ -129,7 +130,7 @@ def run(
         base_url, server = _embedded_server(port)
     try:
         outcome = _execute(
-            graph=graph,
+            graph=compiled,
             data=data,
             out=out or Path("runs") / graph.stem,
             base_url=base_url or "http://127.0.0.1:8000/v1",
@@ -148,7 +149,7 @@ def run(
         )
     finally:
         _stop(server)
-    if outcome.manifest["counts"]["examples_failed"]:
+    if outcome.manifest.counts.examples_failed:
         raise typer.Exit(2)
 
 
@@ -196,45 +197,63 @@ def _stop(server: EmbeddedServer | None) -> None:
         server.stop()
 
 
-def _execute(**fields: Any) -> RunOutcome:
-    """One run with errors turned into messages; prints the summary table."""
-    from ..client import ServerError
-    from ..runner import RunConfig, execute
+def _execute(
+    graph: CompiledGraph,
+    data: Path,
+    out: Path,
+    *,
+    cache: Path | None = None,
+    use_cache: bool = True,
+    **settings: Any,
+) -> RunResult:
+    """`orchestrator.arun` with its errors turned into messages and exit codes, a progress
+    bar on a terminal, and the summary table at the end."""
+    import sys
 
-    config = RunConfig(**fields)
+    from ..api import arun
+    from ..client import ServerError
+
     # A kill (SIGTERM) unwinds like Ctrl-C: queued results and traces are written out and
     # the manifest says "interrupted".
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        outcome = asyncio.run(execute(config, console))
+        result = asyncio.run(
+            arun(
+                graph,
+                data,
+                out=out,
+                cache=(cache or True) if use_cache else False,
+                progress=sys.stderr.isatty(),
+                **settings,
+            )
+        )
     except (GraphError, DatasetError, RunFolderError, ServerError) as exc:
         fail(str(exc))
         raise
     except KeyboardInterrupt:
         err.print(
-            "Interrupted. Finished examples are saved; re-run the same command to resume "
-            f"({config.out})."
+            f"Interrupted. Finished examples are saved; re-run the same command to resume ({out})."
         )
         raise typer.Exit(130) from None
     except (sqlite3.Error, OSError) as exc:
         what = "a database of the run" if isinstance(exc, sqlite3.Error) else "a file"
         fail(
             f"{what} could not be written ({exc}); finished work up to the last write is in "
-            f"{config.out}. Fix the cause (e.g. free disk space), then re-run the same command "
+            f"{out}. Fix the cause (e.g. free disk space), then re-run the same command "
             "to resume."
         )
         raise
     except ServerGone as exc:
         fail(
-            f"stopped: {exc}. Finished examples are saved in {config.out}; re-run the same "
+            f"stopped: {exc}. Finished examples are saved in {out}; re-run the same "
             "command to resume once the server is back.",
             code=3,
         )
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _print_summary(outcome.manifest, outcome.folder)
-    return outcome
+    _print_summary(result.manifest, out)
+    return result
 
 
 @app.command()
@@ -258,50 +277,46 @@ def demo(
             f"the shipped {missing} graph(s) or their examples are not installed; reinstall "
             "orchestrator, or run from a source checkout"
         )
-    for graph_path, _ in shipped.values():
-        _compile_or_exit(graph_path)
+    compiled = {name: _compile_or_exit(graph_path) for name, (graph_path, _) in shipped.items()}
     base_url, server = _embedded_server(port)
     failed = 0
     try:
-        for name, (graph_path, data_path) in shipped.items():
+        for name, (_, data_path) in shipped.items():
             console.rule(f"{name}")
             outcome = _execute(
-                graph=graph_path,
+                graph=compiled[name],
                 data=data_path,
                 out=out / name,
                 base_url=base_url,
                 limit=limit,
                 timeout=EMBEDDED_TIMEOUT,
             )
-            failed += outcome.manifest["counts"]["examples_failed"]
+            failed += outcome.manifest.counts.examples_failed
             from ..report import build_report
 
-            console.print(f"report:  {build_report(outcome.folder)}")
+            console.print(f"report:  {build_report(out / name)}")
     finally:
         _stop(server)
     if failed:
         raise typer.Exit(2)
 
 
-def _print_summary(manifest: dict[str, Any], folder: Path) -> None:
-    counts = manifest["counts"]
-    table = Table(title=f"{manifest['graph']['name']} — {folder}", show_header=False)
+def _print_summary(manifest: Manifest, folder: Path) -> None:
+    counts = manifest.counts
+    table = Table(title=f"{manifest.graph['name']} — {folder}", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     rows = [
-        ("examples ok / failed", f"{counts['examples_ok']} / {counts['examples_failed']}"),
-        ("resumed (already done)", str(counts["examples_resumed"])),
-        ("LLM requests", str(counts["requests"])),
-        ("cache hits", str(counts["cache_hits"])),
-        ("retries", str(counts["retries"])),
-        (
-            "tokens (prompt + completion)",
-            f"{counts['prompt_tokens']} + {counts['completion_tokens']}",
-        ),
-        ("wall time", f"{manifest['wall_seconds']:.1f} s"),
-        ("model", str(manifest.get("model"))),
+        ("examples ok / failed", f"{counts.examples_ok} / {counts.examples_failed}"),
+        ("resumed (already done)", str(counts.examples_resumed)),
+        ("LLM requests", str(counts.requests)),
+        ("cache hits", str(counts.cache_hits)),
+        ("retries", str(counts.retries)),
+        ("tokens (prompt + completion)", f"{counts.prompt_tokens} + {counts.completion_tokens}"),
+        ("wall time", f"{manifest.wall_seconds or 0.0:.1f} s"),
+        ("model", str(manifest.model)),
     ]
-    for name, value in manifest.get("means", {}).items():
+    for name, value in manifest.means.items():
         rows.append((f"mean {name}", f"{value:.4g}"))
     for row in rows:
         table.add_row(*row)
