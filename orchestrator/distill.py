@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
+from .reader import RunReader
 
 SCORER_FILE = "scorer.joblib"
 CARD_FILE = "card.json"
@@ -35,29 +35,27 @@ def read_labelled(
     run_dir: Path, text_field: str, label_field: str, context_field: str | None
 ) -> list[dict[str, Any]]:
     """Ok result lines that carry a text and a label (jury N/A rows are left out)."""
-    path = Path(run_dir) / "results.jsonl"
-    if not path.is_file():
+    run = RunReader(run_dir)
+    if not run.has_results:
+        path = run.path / "results.jsonl"
         raise FileNotFoundError(f"{path} not found: give a run folder of a jury graph")
     rows = []
-    with path.open("rb") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            row = orjson.loads(line)
-            if row.get("status") != "ok":
-                continue
-            text, label = row.get(text_field), row.get(label_field)
-            if not isinstance(text, str) or label is None or isinstance(label, bool):
-                continue
-            rows.append(
-                {
-                    "id": row.get("id"),
-                    "text": text,
-                    "label": int(label),
-                    "group": row.get("group"),
-                    "context": row.get(context_field) if context_field else None,
-                }
-            )
+    for line in run.results():
+        if line.status != "ok":
+            continue
+        outputs = line.outputs
+        text, label = outputs.get(text_field), outputs.get(label_field)
+        if not isinstance(text, str) or label is None or isinstance(label, bool):
+            continue
+        rows.append(
+            {
+                "id": line.id,
+                "text": text,
+                "label": int(label),
+                "group": outputs.get("group"),
+                "context": outputs.get(context_field) if context_field else None,
+            }
+        )
     return rows
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from rich.table import Table
 
-from .runfolder import read_results
+from .reader import RunReader
 
 META_EVAL = "meta_eval.json"
 CHOICE_FIELDS = ("choices", "outcomes", "choice", "winner")  # tried in order by default
@@ -235,17 +235,18 @@ def meta_eval(
     """
     run_dir = Path(run_dir)
     items = read_labels(Path(labels))
-    results = read_results(run_dir)
+    results = list(RunReader(run_dir).results())
     if not results:
         raise LabelError(f"{run_dir}: no results.jsonl with result lines")
-    rows = {str(r["id"]): r for r in results if r.get("status") == "ok"}
+    # Fields are looked up among the outputs (dots reach into them); a later line wins.
+    rows = {r.id: r.outputs for r in results if r.status == "ok"}
     score_labels = [x for x in items if "score" in x]
     choice_labels = [x for x in items if "score" not in x]
     report: dict[str, Any] = {
         "run_dir": str(run_dir),
         "labels": str(labels),
         "examples_ok": len(rows),
-        "examples_failed": sum(r.get("status") != "ok" for r in results),
+        "examples_failed": sum(r.status != "ok" for r in results),
     }
     if score_labels:
         report["scores"] = _score_section(rows, score_labels, field or "score", baseline)
