@@ -1,0 +1,235 @@
+"""A node call: n samples of one prompt, each validated with the output's pydantic model,
+re-asked with the validation error fed back (or with more max_tokens when cut off) until
+valid or out of budget; every try is kept as an `Attempt`."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from ..outage import ServerGone
+from ..schemas import json_schema
+from ..spec import Sampling
+from ..stats import RunStats
+from ..trace import Attempt
+from .errors import LLMCallError
+from .registry import Endpoint, StructuredMode
+from .request import request_params, with_schema_instruction
+from .sender import Choice, Sender
+
+DEFAULT_RETRIES = 2
+MAX_TOKENS_GROWTH = 4  # a truncated reply is re-asked with up to 4x the node's max_tokens
+
+Keep = Callable[[int, Choice], None]  # told of each sample's valid reply (by sample index)
+
+
+@dataclass
+class CallResult:
+    """The validated samples of one node call."""
+
+    values: list[dict[str, Any]]
+    raw: list[str]
+    attempts: list[Attempt]
+    cached: bool
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency: float = 0.0
+
+
+@dataclass(slots=True)
+class Ask:
+    """One node call as it is sent: the conversation (schema instruction included in
+    prompt-only mode), sampling values, schema, samples and re-ask budget."""
+
+    model: type[BaseModel]
+    messages: list[dict[str, Any]]
+    params: dict[str, Any]
+    schema: dict[str, Any]
+    n: int
+    retries: int
+
+
+def extract_json(text: str) -> str:
+    """For prompt-only mode: the JSON object inside a reply that may carry prose/fences."""
+    fenced = re.search(r"```(?:json)?\s*(\{.*\})\s*```", text, re.S)
+    if fenced:
+        return fenced.group(1)
+    start, end = text.find("{"), text.rfind("}")
+    return text[start : end + 1] if 0 <= start < end else text
+
+
+def validate(model: type[BaseModel], choice: Choice, mode: StructuredMode) -> dict | str:
+    """The validated value, or the error text that goes back to the model."""
+    if choice.finish_reason == "length":
+        return "the reply was cut off at max_tokens (finish_reason=length)"
+    text = choice.content if mode == "server" else extract_json(choice.content)
+    try:
+        value = model.model_validate_json(text).model_dump(mode="json")
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+            for e in exc.errors()[:8]
+        )
+        return f"invalid JSON output — {problems}"
+    if choice.logprobs is not None:
+        value["_logprobs"] = choice.logprobs
+    return value
+
+
+class StructuredCaller:
+    """Validated samples for rendered prompts; LLMCallError when the budget runs out."""
+
+    def __init__(self, sender: Sender, stats: RunStats) -> None:
+        self.sender = sender
+        self.stats = stats
+
+    @staticmethod
+    def prepare(
+        ep: Endpoint, messages: list[dict[str, Any]], model: type[BaseModel], sampling: Sampling
+    ) -> Ask:
+        schema = json_schema(model)
+        if ep.structured == "prompt":
+            messages = with_schema_instruction(messages, schema)
+        retries = DEFAULT_RETRIES if sampling.retries is None else int(sampling.retries)
+        return Ask(model, messages, request_params(sampling), schema, int(sampling.n or 1), retries)
+
+    async def call(
+        self,
+        ep: Endpoint,
+        messages: list[dict[str, Any]],
+        model: type[BaseModel],
+        sampling: Sampling,
+    ) -> CallResult:
+        """n validated samples for one rendered prompt."""
+        ask = self.prepare(ep, messages, model, sampling)
+        result = CallResult([{}] * ask.n, [""] * ask.n, [], cached=False)
+        values: list[dict[str, Any] | None] = [None] * ask.n
+        await self.complete(ep, ask, list(range(ask.n)), values, result, None)
+        result.values = [v for v in values if v is not None]
+        return result
+
+    async def complete(
+        self,
+        ep: Endpoint,
+        ask: Ask,
+        pending: list[int],
+        values: list[dict[str, Any] | None],
+        result: CallResult,
+        keep: Keep | None,
+    ) -> None:
+        """Ask for the `pending` samples in one request and settle each into `values` and
+        `result.raw`; `keep` hears of each valid reply as it is settled."""
+        started = time.perf_counter()
+        try:
+            choices, tokens, _ = await self.sender.chat(
+                ep, ask.messages, ask.params, len(pending), ask.schema, result.attempts
+            )
+        except (LLMCallError, ServerGone):
+            raise
+        except Exception as exc:
+            tries = sum(a.kind == "transport" for a in result.attempts)
+            raise LLMCallError(
+                f"request failed after {tries} tr{'y' if tries == 1 else 'ies'}: "
+                f"{self.sender.describe(exc)}",
+                result.attempts,
+            ) from exc
+        result.prompt_tokens += tokens[0]
+        result.completion_tokens += tokens[1]
+        # Samples that came back invalid are repaired one by one, concurrently.
+        repairs = [
+            self._settle(ep, ask, choice, result, i, keep)
+            for i, choice in zip(pending, choices, strict=True)
+        ]
+        if len(repairs) == 1:  # the usual case; a task per call costs more than the rest
+            settled: list[Any] = [await repairs[0]]
+        else:
+            settled = await asyncio.gather(*repairs, return_exceptions=True)
+        errors = [s for s in settled if isinstance(s, BaseException)]
+        if errors:
+            raise LLMCallError(str(errors[0]), result.attempts)
+        for i, (value, raw) in zip(pending, settled, strict=True):
+            values[i] = value
+            result.raw[i] = raw
+        result.latency = time.perf_counter() - started
+
+    async def _settle(
+        self,
+        ep: Endpoint,
+        ask: Ask,
+        choice: Choice,
+        result: CallResult,
+        index: int,
+        keep: Keep | None,
+    ) -> tuple[dict[str, Any], str]:
+        """Validate one sample; re-ask with the error fed back until valid or out of budget."""
+        base_max = ask.params["max_tokens"]
+        conversation = list(ask.messages)
+        asked = dict(ask.params, temperature=ask.params.get("temperature"))
+        for round_ in range(ask.retries + 1):
+            parsed = validate(ask.model, choice, ep.structured)
+            if isinstance(parsed, dict):
+                result.attempts.append(
+                    Attempt(
+                        number=len(result.attempts) + 1,
+                        kind="ok",
+                        raw=choice.content,
+                        finish_reason=choice.finish_reason,
+                    )
+                )
+                if keep is not None:
+                    keep(index, choice)
+                return parsed, choice.content
+            kind: Literal["truncated", "invalid"] = (
+                "truncated" if choice.finish_reason == "length" else "invalid"
+            )
+            result.attempts.append(
+                Attempt(
+                    number=len(result.attempts) + 1,
+                    kind=kind,
+                    error=parsed,
+                    raw=choice.content,
+                    finish_reason=choice.finish_reason,
+                )
+            )
+            if round_ == ask.retries:
+                break
+            self.stats.retries += 1
+            if kind == "truncated":
+                # Feeding back a cut-off reply helps nothing; give the answer more room.
+                asked["max_tokens"] = min(asked["max_tokens"] * 2, base_max * MAX_TOKENS_GROWTH)
+                reask = conversation
+            else:
+                reask = [
+                    *conversation,
+                    {"role": "assistant", "content": choice.content},
+                    {
+                        "role": "user",
+                        "content": (
+                            "That reply was rejected: " + parsed + "\nReply again with only the "
+                            "corrected JSON object."
+                        ),
+                    },
+                ]
+            try:
+                choices, tokens, _ = await self.sender.chat(
+                    ep, reask, asked, 1, ask.schema, result.attempts
+                )
+            except ServerGone:
+                raise
+            except Exception as exc:
+                message = f"re-ask failed: {self.sender.describe(exc)}"
+                raise LLMCallError(message, result.attempts) from exc
+            result.prompt_tokens += tokens[0]
+            result.completion_tokens += tokens[1]
+            choice = choices[0]
+        last = result.attempts[-1]
+        raise LLMCallError(
+            f"no valid reply after {ask.retries + 1} attempts; last error: {last.error}",
+            result.attempts,
+        )

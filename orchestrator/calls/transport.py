@@ -1,0 +1,183 @@
+"""How requests reach a server: the `Transport` seam, and `OpenAITransport` (the OpenAI SDK on
+aiohttp) as the default. Everything above it sees SDK-shaped replies and asks the transport
+which of its exceptions are worth a retry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Protocol
+
+import httpx
+import openai
+from openai.types.chat import ChatCompletion
+
+from .errors import DeadlineExceeded, MalformedReply, RetryAfterTooLong
+
+PROBE_TIMEOUT = 5.0  # seconds a liveness probe (GET /models) may take
+
+# What a proxy (nginx, a load balancer, a router in front of vLLM replicas) answers while
+# the server behind it restarts: an outage if the model list fails too.
+PROXY_ERRORS = frozenset({502, 503, 504})
+
+
+class Connection(Protocol):
+    """One connection pool to one server, used with one API key."""
+
+    def chat(self, body: dict[str, Any]) -> Awaitable[ChatCompletion]:
+        """POST a chat-completion body exactly as built; the SDK-shaped reply."""
+        ...
+
+    def post_json(self, url: str, body: dict[str, Any]) -> Awaitable[object]:
+        """POST JSON to a server path (vLLM's /tokenize beside /v1); the decoded answer."""
+        ...
+
+    async def probe(self) -> bool:
+        """Liveness: does the server answer (list its models) within a few seconds?"""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """Opens connections and knows its own exceptions: which are transient, which may mean
+    the server is down, what Retry-After they carry, and how to name them in one line."""
+
+    def connect(
+        self, base_url: str, api_key: str, *, connections: int, timeout: float
+    ) -> Connection: ...
+
+    async def list_models(self, base_url: str, api_key: str) -> list[str]: ...
+
+    def is_transient(self, exc: BaseException) -> bool: ...
+
+    def may_be_outage(self, exc: BaseException) -> bool: ...
+
+    def retry_after(self, exc: BaseException) -> float | None: ...
+
+    def describe(self, exc: BaseException) -> str: ...
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A Retry-After header as seconds from now: delta-seconds or an HTTP date; None when
+    absent or unreadable (the usual backoff applies then)."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def make_http_client(connections: int, timeout: float) -> openai.DefaultAioHttpClient:
+    """The SDK on aiohttp, with a keep-alive slot for every request in flight.
+
+    The SDK's default httpx pool scans all its connections on every request and keeps only
+    100 alive; at 64 requests in flight that cost a third of our throughput against a fast
+    server (bench/engine_overhead.py).
+    """
+    limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
+        max_connections=max(connections, 100), max_keepalive_connections=connections
+    )
+    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
+
+
+class OpenAIConnection:
+    """An `openai.AsyncOpenAI` client; retries are ours (tenacity, recorded in the trace),
+    not the SDK's."""
+
+    def __init__(self, base_url: str, api_key: str, *, connections: int, timeout: float) -> None:
+        self.client = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=0,
+            http_client=make_http_client(connections, timeout),
+        )
+        self._quick = self.client.with_options(timeout=PROBE_TIMEOUT)
+
+    def chat(self, body: dict[str, Any]) -> Awaitable[ChatCompletion]:
+        # `post` sends the body as built: `chat.completions.create` would first walk every
+        # message and the whole JSON schema to "transform" plain dicts, about a fifth of the
+        # client's CPU time at high request rates.
+        return self.client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+
+    def post_json(self, url: str, body: dict[str, Any]) -> Awaitable[object]:
+        return self.client.post(url, body=body, cast_to=object)
+
+    async def probe(self) -> bool:
+        try:
+            await self._quick.models.list()
+        except (openai.APIError, httpx.HTTPError, OSError):
+            return False
+        return True
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    """No HTTP answer at all: refused, reset, cut off mid-body or timed out."""
+    return isinstance(exc, openai.APIConnectionError | httpx.TransportError | DeadlineExceeded)
+
+
+class OpenAITransport:
+    """The default transport: the OpenAI SDK against any OpenAI-compatible server."""
+
+    def connect(
+        self, base_url: str, api_key: str, *, connections: int, timeout: float
+    ) -> OpenAIConnection:
+        return OpenAIConnection(base_url, api_key, connections=connections, timeout=timeout)
+
+    async def list_models(self, base_url: str, api_key: str) -> list[str]:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=15, max_retries=2)
+        try:
+            page = await client.models.list()
+            return [m.id for m in page.data]
+        finally:
+            await client.close()
+
+    def is_transient(self, exc: BaseException) -> bool:
+        if isinstance(exc, openai.APIStatusError):
+            return exc.status_code in (408, 409, 429) or exc.status_code >= 500
+        return _is_connection_failure(exc) or isinstance(
+            exc, openai.APIResponseValidationError | json.JSONDecodeError | MalformedReply
+        )
+
+    def may_be_outage(self, exc: BaseException) -> bool:
+        """No answer, or a proxy's error page: the liveness probe decides if it is down."""
+        if isinstance(exc, openai.APIStatusError):
+            return exc.status_code in PROXY_ERRORS
+        return _is_connection_failure(exc)
+
+    def retry_after(self, exc: BaseException) -> float | None:
+        if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (429, 503):
+            return None
+        return retry_after_seconds(exc.response.headers.get("retry-after"))
+
+    def describe(self, exc: BaseException) -> str:
+        """One line naming the fault, as it goes into the trace and a failed example's error."""
+        if isinstance(exc, openai.APIStatusError):
+            return f"HTTP {exc.status_code}: {exc.message}"
+        if isinstance(exc, openai.APIConnectionError):
+            # The SDK's own text ("Connection error.") hides the fault; its cause names it.
+            # Its aiohttp transport reports refused and reset connections as ConnectTimeout,
+            # so the cause, not the class, tells a slow reply from a failed connection.
+            cause = exc.__cause__
+            detail = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+            if cause is None or "ReadTimeout" in type(cause).__name__:
+                return f"timed out waiting for the reply ({detail})"
+            return f"connection failed ({detail})"
+        if isinstance(exc, json.JSONDecodeError):
+            return f"reply body is not JSON ({exc})"
+        if isinstance(exc, DeadlineExceeded | RetryAfterTooLong):
+            return str(exc)
+        return f"{type(exc).__name__}: {exc}"
