@@ -77,7 +77,7 @@ with warnings.catch_warnings():
         attempts: list[Attempt] = Field(default_factory=list)
         # What was sent besides messages (params, mode), and the JSON schema of the reply.
         request: SkipValidation[dict[str, Any] | None] = None
-        schema: SkipValidation[dict[str, Any] | None] = None
+        schema: SkipValidation[dict[str, Any] | None] = None  # type: ignore[assignment]
         # Written by the store, not the node: which row and run this is.
         id: int | None = None
         run_id: str | None = None

@@ -14,6 +14,26 @@
   const nodeInfo = {};
   (meta.nodes || []).forEach((n) => { nodeInfo[n.name] = n; });
   const indexById = new Map(rows.id.map((id, i) => [id, i]));
+  /* Trace records arrive under short keys. The maps come with the page (report/payload.py
+     derives them from the trace's models), so no key is spelled here, and a field this
+     script has no view for is still listed under "other fields". */
+  const K = meta.keys.run;
+  const KA = meta.keys.attempt;
+  const KRUN = meta.keys.earlier_run;
+  const SHOWN = new Set(['item', 'status', 'value', 'error', 'messages', 'raw', 'attempts', 'cached',
+    'latency', 'prompt_tokens', 'completion_tokens', 'model'].map((f) => K[f]));
+  const SHOWN_ATTEMPT = new Set(['number', 'kind', 'error', 'raw', 'finish_reason', 'latency',
+    'prompt_tokens', 'completion_tokens', 'cached'].map((f) => KA[f]));
+  /* The fields of a record this script has no special view for, by their model names. */
+  function otherFields(obj, keys, shown) {
+    const names = {};
+    for (const [field, key] of Object.entries(keys)) names[key] = field;
+    const other = {};
+    for (const [key, value] of Object.entries(obj)) {
+      if (!shown.has(key) && names[key] !== undefined) other[names[key]] = value;
+    }
+    return other;
+  }
 
   /* -- small helpers --------------------------------------------------------------- */
 
@@ -87,7 +107,7 @@
   function inputText(d, value) {
     if (!Array.isArray(value)) return String(value);
     const [, p, m, offset, length] = value;
-    const msg = d.path[p] && d.path[p].rec && d.path[p].rec.m && d.path[p].rec.m[m];
+    const msg = d.path[p] && d.path[p].rec && d.path[p].rec[K.messages] && d.path[p].rec[K.messages][m];
     return msg ? msg[2].substr(offset, length) : '';
   }
 
@@ -323,16 +343,18 @@
     const body = h('tbody');
     for (const a of attempts) {
       const err = h('td');
-      if (a.e) err.append(h('div', { class: 'error-box', text: a.e }));
-      if (a.r) err.append(h('details', { class: 'raw' }, h('summary', { text: 'rejected reply' }), h('pre', { text: a.r })));
+      if (a[KA.error]) err.append(h('div', { class: 'error-box', text: a[KA.error] }));
+      if (a[KA.raw]) err.append(h('details', { class: 'raw' }, h('summary', { text: 'rejected reply' }), h('pre', { text: a[KA.raw] })));
+      const other = otherFields(a, KA, SHOWN_ATTEMPT);
+      if (Object.keys(other).length) err.append(kvGrid(other));
       body.append(h('tr', null,
-        h('td', { text: a.n }),
-        h('td', null, badge(a.k === 'ok' || a.k === 'cache' ? 'ok' : 'failed'), ' ', a.k),
+        h('td', { text: a[KA.number] }),
+        h('td', null, badge(a[KA.kind] === 'ok' || a[KA.kind] === 'cache' ? 'ok' : 'failed'), ' ', a[KA.kind]),
         err,
-        h('td', { text: a.f || '' }),
-        h('td', { text: seconds(a.l) || '' }),
-        h('td', { text: a.pt || a.ct ? a.pt + ' + ' + a.ct : '' }),
-        h('td', { text: a.c ? 'hit' : '' })));
+        h('td', { text: a[KA.finish_reason] || '' }),
+        h('td', { text: seconds(a[KA.latency]) || '' }),
+        h('td', { text: a[KA.prompt_tokens] || a[KA.completion_tokens] ? a[KA.prompt_tokens] + ' + ' + a[KA.completion_tokens] : '' }),
+        h('td', { text: a[KA.cached] ? 'hit' : '' })));
     }
     t.append(body);
     return t;
@@ -340,36 +362,38 @@
 
   function chips(rec) {
     const out = [];
-    if (rec.c) out.push(h('span', { class: 'chip', text: 'cache hit' }));
-    const l = seconds(rec.l);
+    if (rec[K.cached]) out.push(h('span', { class: 'chip', text: 'cache hit' }));
+    const l = seconds(rec[K.latency]);
     if (l) out.push(h('span', { class: 'chip', text: l }));
-    if (rec.pt || rec.ct) out.push(h('span', { class: 'chip', text: (rec.pt || 0) + ' + ' + (rec.ct || 0) + ' tokens' }));
-    if (rec.a && rec.a.length) out.push(h('span', { class: 'chip', text: rec.a.length + ' attempt' + (rec.a.length === 1 ? '' : 's') }));
-    if (rec.model) out.push(h('span', { class: 'chip', text: rec.model }));
+    if (rec[K.prompt_tokens] || rec[K.completion_tokens]) out.push(h('span', { class: 'chip', text: (rec[K.prompt_tokens] || 0) + ' + ' + (rec[K.completion_tokens] || 0) + ' tokens' }));
+    if (rec[K.attempts] && rec[K.attempts].length) out.push(h('span', { class: 'chip', text: rec[K.attempts].length + ' attempt' + (rec[K.attempts].length === 1 ? '' : 's') }));
+    if (rec[K.model]) out.push(h('span', { class: 'chip', text: rec[K.model] }));
     return out;
   }
 
   function renderRecord(rec, info) {
     const box = h('div', { class: 'record' });
-    if (rec.s === 'skipped') {
+    if (rec[K.status] === 'skipped') {
       box.append(h('p', { class: 'muted', text: 'skipped: `when` was false' + (info && info.when ? ' (' + info.when + ')' : '') }));
       return box;
     }
-    if (rec.e) box.append(h('div', { class: 'error-box', text: rec.e }));
-    if (rec.m) box.append(renderPrompt(rec.m));
-    if (rec.v !== undefined) {
+    if (rec[K.error]) box.append(h('div', { class: 'error-box', text: rec[K.error] }));
+    if (rec[K.messages]) box.append(renderPrompt(rec[K.messages]));
+    if (rec[K.value] !== undefined) {
       const label = info && info.kind === 'llm' ? 'parsed output' : 'value';
-      box.append(h('div', { class: 'parsed' }, h('h4', { text: label }), renderValue(rec.v)));
+      box.append(h('div', { class: 'parsed' }, h('h4', { text: label }), renderValue(rec[K.value])));
     }
-    if (rec.r) box.append(h('details', { class: 'raw' }, h('summary', { text: 'raw reply' }), h('pre', { text: Array.isArray(rec.r) ? rec.r.join('\n---\n') : json(rec.r) })));
-    if (rec.a && rec.a.length) box.append(h('h4', { text: 'attempts' }), renderAttempts(rec.a));
+    if (rec[K.raw]) box.append(h('details', { class: 'raw' }, h('summary', { text: 'raw reply' }), h('pre', { text: Array.isArray(rec[K.raw]) ? rec[K.raw].join('\n---\n') : json(rec[K.raw]) })));
+    if (rec[K.attempts] && rec[K.attempts].length) box.append(h('h4', { text: 'attempts' }), renderAttempts(rec[K.attempts]));
+    const other = otherFields(rec, K, SHOWN);
+    if (Object.keys(other).length) box.append(h('div', { class: 'other-fields' }, h('h4', { text: 'other fields' }), kvGrid(other)));
     return box;
   }
 
   function preview(rec) {
-    if (rec.s === 'skipped') return 'skipped';
-    if (rec.e) return rec.e;
-    const text = json(rec.v, 0);
+    if (rec[K.status] === 'skipped') return 'skipped';
+    if (rec[K.error]) return rec[K.error];
+    const text = json(rec[K.value], 0);
     return text && text.length > 140 ? text.slice(0, 140) + '…' : text;
   }
 
@@ -391,22 +415,22 @@
       const wrap = h('div', { class: 'items' });
       const many = entry.items.length > 4;
       for (const item of entry.items) {
-        const open = item.s === 'failed' || !many;
-        const d = h('details', { class: 'item', 'data-item': item.i, open: open },
-          h('summary', null, h('b', { text: 'item ' + item.i }), ' ', badge(item.s), chips(item),
+        const open = item[K.status] === 'failed' || !many;
+        const d = h('details', { class: 'item', 'data-item': item[K.item], open: open },
+          h('summary', null, h('b', { text: 'item ' + item[K.item] }), ' ', badge(item[K.status]), chips(item),
             h('span', { class: 'preview', text: preview(item) })),
           renderRecord(item, info));
         wrap.append(d);
       }
       card.append(wrap);
-      if (entry.rec && entry.rec.v !== undefined) {
-        card.append(h('details', { class: 'raw' }, h('summary', { text: 'the node\'s value (list of item values)' }), h('pre', { text: json(entry.rec.v) })));
+      if (entry.rec && entry.rec[K.value] !== undefined) {
+        card.append(h('details', { class: 'raw' }, h('summary', { text: 'the node\'s value (list of item values)' }), h('pre', { text: json(entry.rec[K.value]) })));
       }
     }
     if (entry.earlier && entry.earlier.length) {
       const list = h('ul');
       for (const e of entry.earlier) {
-        list.append(h('li', null, (e.i >= 0 ? 'item ' + e.i + ': ' : ''), badge(e.s), e.run ? ' run ' + e.run + ' ' : ' ', e.e ? h('span', { class: 'mono', text: e.e }) : null));
+        list.append(h('li', null, (e[K.item] >= 0 ? 'item ' + e[K.item] + ': ' : ''), badge(e[K.status]), e[KRUN] ? ' run ' + e[KRUN] + ' ' : ' ', e[K.error] ? h('span', { class: 'mono', text: e[K.error] }) : null));
       }
       card.append(h('details', { class: 'raw' }, h('summary', { text: entry.earlier.length + ' earlier execution(s), replaced by the one above' }), list));
     }

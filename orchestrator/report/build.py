@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from .. import __version__
-from ..trace import TraceStore
+from ..records import NodeRun
 from .collect import (
     DetailOptions,
     RunData,
@@ -26,6 +26,7 @@ from .collect import (
     table_rows,
 )
 from .dag import dag_svg
+from .payload import page_keys
 from .render import facts, histogram, summary_tables
 
 REPORT = "report.html"
@@ -61,10 +62,9 @@ class Page:
 
 
 def _meta(run: RunData, page: Page) -> dict[str, Any]:
-    graph = run.manifest.get("graph") or {}
     return {
         "mode": page.mode,
-        "title": graph.get("name") or run.summary.get("graph") or run.run_dir.name,
+        "title": run.title,
         "run_dir": str(run.run_dir),
         "nodes": [n.as_dict() for n in run.graph.nodes],
         "score": run.score_column,
@@ -74,13 +74,13 @@ def _meta(run: RunData, page: Page) -> dict[str, Any]:
         "full_prompts": page.full_prompts,
         "embedded": page.embedded,
         "total": len(run.results),
+        "keys": page_keys(),
     }
 
 
 def render_page(run: RunData, order: list[int], page: Page) -> str:
     """Fill the template; each marker is replaced once, so run text cannot inject one."""
-    graph = run.manifest.get("graph") or {}
-    title = str(graph.get("name") or run.summary.get("graph") or run.run_dir.name)
+    title = run.title
     score = run.score_column
     rows = table_rows(run, order)
     values: list[float] = []
@@ -126,13 +126,10 @@ def embedded_details(
     run: RunData, order: list[int], full_prompts: bool, max_bytes: int
 ) -> tuple[str, list[str], int]:
     """The per-example JSON array (in table order), the shared prompt heads, how many fit."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    if run.traces_path.is_file():
-        store = TraceStore.reader(run.traces_path)
-        try:
-            grouped = records_by_example(store)
-        finally:
-            store.close()
+    grouped: dict[str, list[NodeRun]] = {}
+    if run.reader.has_trace:
+        with run.reader.trace() as trace:
+            grouped = records_by_example(trace)
     shared, index = shared_heads(grouped)
     opts = DetailOptions(full=full_prompts, shared=shared, shared_index=index)
     parts: list[bytes] = []
@@ -143,7 +140,7 @@ def embedded_details(
         if size > max_bytes:
             parts.append(b"null")
             continue
-        records = grouped.get(str(result.get("id")), [])
+        records = grouped.get(result.id, [])
         blob = orjson.dumps(example_detail(run, result, records, opts), default=str)
         size += len(blob)
         parts.append(blob)

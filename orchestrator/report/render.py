@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from ..records import Manifest, Summary, TraceRun
+
 POINT_KEYS = ("median", "mean", "rating", "elo", "estimate", "score", "value", "strength", "bt")
 LOW_KEYS = ("ci_low", "ci_lower", "low", "lower", "lo", "ci_lo", "q_low", "q025", "p2_5")
 HIGH_KEYS = ("ci_high", "ci_upper", "high", "upper", "hi", "ci_hi", "q_high", "q975", "p97_5")
@@ -209,18 +211,17 @@ def _record_table(named: list[tuple[str, dict[str, Any]]]) -> str:
     return _table(["", *columns], rows) + _more(len(named))
 
 
-def summary_tables(summary: dict[str, Any]) -> str:
+def summary_tables(summary: Summary | dict[str, Any]) -> str:
     """Every dataset-level table of summary.json except the counts shown elsewhere."""
+    if isinstance(summary, dict):
+        summary = Summary.model_validate(summary)
     parts = []
-    means = summary.get("means")
-    if isinstance(means, dict) and means:
+    if summary.means:
         parts.append(
             f'<section class="agg"><h3>means of outputs (ok examples)</h3>'
-            f"{render_value(means)}</section>"
+            f"{render_value(summary.means)}</section>"
         )
-    for name, value in summary.items():
-        if name in ("graph", "counts", "means"):
-            continue
+    for name, value in summary.aggregates.items():
         parts.append(
             f'<section class="agg" data-aggregate="{escape(name)}"><h3>{escape(name)}</h3>'
             f"{render_value(value)}</section>"
@@ -279,20 +280,20 @@ def _when(stamp: Any) -> str:
     return dt.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def facts(manifest: dict[str, Any], runs: list[dict[str, Any]], results_count: int) -> str:
+def facts(manifest: Manifest, runs: list[TraceRun], results_count: int) -> str:
     """Key/value tables of what ran where, and the run's counts."""
-    graph = manifest.get("graph") or {}
-    servers = manifest.get("servers") or {}
+    graph = manifest.graph
     server_text = "; ".join(
         f"{s.get('base_url')} ({s.get('structured_output', '?')} structured output"
         + (f", vLLM {s['version']}" if s.get("version") else "")
         + ")"
-        for s in servers.values()
+        for s in manifest.servers.values()
         if isinstance(s, dict)
     )
-    if not server_text and runs:
-        server_text = str(runs[-1].get("base_url") or "—")
-    dataset = manifest.get("dataset") or {}
+    last = runs[-1] if runs else None
+    if not server_text and last is not None:
+        server_text = str(last.base_url or "—")
+    dataset = manifest.dataset
     rows = [
         (
             "graph",
@@ -300,7 +301,7 @@ def facts(manifest: dict[str, Any], runs: list[dict[str, Any]], results_count: i
             f"<code>{escape(str(graph.get('hash', '—')))}</code> · "
             f"{escape(str(graph.get('path')))}",
         ),
-        ("model", escape(str(manifest.get("model") or (runs[-1].get("model") if runs else "—")))),
+        ("model", escape(str(manifest.model or (last.model if last else "—")))),
         ("server", escape(server_text or "—")),
         (
             "dataset",
@@ -309,32 +310,34 @@ def facts(manifest: dict[str, Any], runs: list[dict[str, Any]], results_count: i
         ),
         (
             "status",
-            escape(str(manifest.get("status", "—")))
-            + (f" — {escape(str(manifest['error']))}" if manifest.get("error") else ""),
+            escape(manifest.status) + (f" — {escape(manifest.error)}" if manifest.error else ""),
         ),
-        ("started", _when(manifest.get("started"))),
+        ("started", _when(manifest.started)),
         (
             "wall time",
-            f"{manifest['wall_seconds']:.1f} s"
-            if _number(manifest.get("wall_seconds")) is not None
-            else "—",
+            f"{manifest.wall_seconds:.1f} s" if _number(manifest.wall_seconds) is not None else "—",
         ),
         ("runs in this folder", str(len(runs) or 1)),
     ]
-    counts = manifest.get("counts") or {}
-    tokens = counts.get("tokens")
+    # A manifest from a run that never finished has no counts: dashes, not zeros.
+    known = manifest.counts.model_fields_set | set(manifest.counts.model_extra or {})
+    counts = manifest.counts.model_dump()
+
+    def count(name: str, default: Any = "—") -> Any:
+        return counts[name] if name in known else default
+
+    tokens = count("tokens", None)
     count_rows = [
-        ("examples", str(counts.get("examples", results_count))),
-        ("ok / failed", f"{counts.get('examples_ok', '—')} / {counts.get('examples_failed', '—')}"),
-        ("resumed", str(counts.get("examples_resumed", "—"))),
-        ("LLM requests", str(counts.get("requests", "—"))),
-        ("cache hits", str(counts.get("cache_hits", "—"))),
-        ("retries", str(counts.get("retries", "—"))),
+        ("examples", str(count("examples", results_count))),
+        ("ok / failed", f"{count('examples_ok')} / {count('examples_failed')}"),
+        ("resumed", str(count("examples_resumed"))),
+        ("LLM requests", str(count("requests"))),
+        ("cache hits", str(count("cache_hits"))),
+        ("retries", str(count("retries"))),
         (
             "tokens",
             f"{tokens if tokens is not None else '—'} "
-            f"({counts.get('prompt_tokens', '—')} prompt + "
-            f"{counts.get('completion_tokens', '—')} completion)",
+            f"({count('prompt_tokens')} prompt + {count('completion_tokens')} completion)",
         ),
     ]
 

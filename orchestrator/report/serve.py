@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from ..trace import TraceStore
+from ..reader import TraceReader
+from ..records import NodeRun
 from .build import Page, render_page
 from .collect import DetailOptions, RunData, example_detail, example_order, load_run
 
@@ -32,8 +33,8 @@ class ReportServer(ThreadingHTTPServer):
         page = Page("serve", full_prompts, [], "", 0)
         self.page = render_page(self.run, self.order, page).encode()
         self.options = DetailOptions(full=full_prompts)
-        traces = self.run.traces_path
-        self.store = TraceStore.reader(traces) if traces.is_file() else None
+        reader = self.run.reader
+        self.store: TraceReader | None = reader.trace() if reader.has_trace else None
         self.lock = threading.Lock()  # one SQLite connection, shared by the handler threads
         super().__init__(("127.0.0.1", port), _Handler)
 
@@ -45,10 +46,10 @@ class ReportServer(ThreadingHTTPServer):
         if not 0 <= position < len(self.order):
             return None
         result = self.run.results[self.order[position]]
-        records: list[dict[str, Any]] = []
+        records: list[NodeRun] = []
         if self.store is not None:
             with self.lock:
-                records = list(self.store.node_runs(str(result.get("id"))))
+                records = list(self.store.node_runs(result.id))
         return example_detail(self.run, result, records, self.options)
 
     def server_close(self) -> None:

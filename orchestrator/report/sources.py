@@ -11,12 +11,8 @@ from typing import Any
 
 import orjson
 
-from ..runfolder import (
-    INPUTS,
-    iter_inputs,
-    snapshot_graph,
-    snapshot_prompts,
-)
+from ..reader import RunReader
+from ..records import Manifest
 from .values import abridge
 
 
@@ -73,15 +69,15 @@ def find_file(raw: str | None, run_dir: Path) -> Path | None:
     return next((p for p in _candidates(raw, run_dir) if p.is_file()), None)
 
 
-def load_graph(manifest: dict[str, Any], run_dir: Path, seen_nodes: Iterable[str]) -> GraphInfo:
+def load_graph(manifest: Manifest, run: RunReader, seen_nodes: Iterable[str]) -> GraphInfo:
     """Nodes and edges from the run's graph file; the trace's node names when it is gone."""
     from ..compile import compile_graph
     from ..errors import GraphError
 
-    info = manifest.get("graph") or {}
+    info = manifest.graph
     fallback = [NodeInfo(name, "?") for name in dict.fromkeys(seen_nodes)]
-    snapshot = snapshot_graph(run_dir)
-    path = snapshot or find_file(info.get("path"), run_dir)
+    snapshot = run.snapshot_graph
+    path = snapshot or find_file(info.get("path"), run.path)
     if path is None:
         missing = f"graph file {info.get('path')!r} not found: nodes come from the trace, no edges"
         return GraphInfo(fallback, [], note=missing)
@@ -89,7 +85,7 @@ def load_graph(manifest: dict[str, Any], run_dir: Path, seen_nodes: Iterable[str
         # The snapshot is the graph as the run used it: drawn without the user's functions,
         # which need not be installed where the folder is read.
         graph = (
-            compile_graph(path, prompts_dir=snapshot_prompts(run_dir), functions=False)
+            compile_graph(path, prompts_dir=run.snapshot_prompts, functions=False)
             if snapshot
             else compile_graph(path)
         )
@@ -130,15 +126,15 @@ def load_graph(manifest: dict[str, Any], run_dir: Path, seen_nodes: Iterable[str
 
 
 def load_inputs(
-    manifest: dict[str, Any], run_dir: Path, fields: list[str], limit: int | None
+    manifest: Manifest, run: RunReader, fields: list[str], limit: int | None
 ) -> tuple[dict[str, dict[str, str]], dict[str, int], str | None]:
     """Dataset fields of every row by id (abridged), row numbers, and a note when unusable."""
     from ..dataset import file_hash, read_rows
 
-    if (run_dir / INPUTS).is_file():
-        return _snapshot_inputs(run_dir, fields, limit)
-    info = manifest.get("dataset") or {}
-    path = find_file(info.get("path"), run_dir)
+    if run.has_inputs:
+        return _snapshot_inputs(run, fields, limit)
+    info = manifest.dataset
+    path = find_file(info.get("path"), run.path)
     if path is None:
         return {}, {}, f"dataset {info.get('path')!r} not found: inputs are not shown"
     if info.get("hash") and file_hash(path) != info.get("hash"):
@@ -166,14 +162,14 @@ def load_inputs(
 
 
 def _snapshot_inputs(
-    run_dir: Path, fields: list[str], limit: int | None
+    run: RunReader, fields: list[str], limit: int | None
 ) -> tuple[dict[str, dict[str, str]], dict[str, int], str | None]:
     """Inputs as the run read them (inputs.jsonl), so the dataset file is not needed."""
     inputs: dict[str, dict[str, str]] = {}
     numbers: dict[str, int] = {}
-    for line in iter_inputs(run_dir):
-        example, data = str(line.get("id")), line.get("data") or {}
-        numbers[example] = int(line.get("number") or 0)
+    for line in run.inputs():
+        example, data = line.id, line.data or {}
+        numbers[example] = line.number
         wanted = fields or [k for k in data if k != "id"]
         inputs[example] = {
             name: abridge(
