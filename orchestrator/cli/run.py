@@ -253,7 +253,37 @@ def _execute(
     finally:
         signal.signal(signal.SIGTERM, previous)
     _print_summary(result.manifest, out)
+    if result.manifest.counts.examples_failed:
+        _print_failures(out)
     return result
+
+
+SHOWN_REASONS = 10  # a run failing in many different ways shows the commonest
+
+
+def _print_failures(folder: Path) -> None:
+    """The reasons examples failed, grouped by message, each with a count and one id."""
+    from ..failures import failure_groups
+    from ..records import ResultLine
+    from ..runfolder import iter_results
+
+    groups = failure_groups(ResultLine.model_validate(line) for line in iter_results(folder))
+    if not groups:
+        return
+    err.print(f"[bold red]failed examples[/] ({sum(g.count for g in groups)}), by reason:")
+    for group in groups[:SHOWN_REASONS]:
+        err.print(
+            f"  {group.count} × {escape(group.message)}  (e.g. {escape(group.example)})",
+            soft_wrap=True,
+        )
+    if len(groups) > SHOWN_REASONS:
+        rest = sum(g.count for g in groups[SHOWN_REASONS:])
+        err.print(f"  … and {len(groups) - SHOWN_REASONS} other reasons ({rest} examples)")
+    err.print(
+        f"see every decision of one: orchestrator trace {escape(str(folder))} "
+        f"--example {escape(groups[0].example)}",
+        soft_wrap=True,
+    )
 
 
 @app.command()
