@@ -22,6 +22,10 @@ _EXPORTS = {
     "graph_from_dict": ".api",
     "load_graph": ".api",
     "run": ".api",
+    "FakeAnswer": ".calls.fake",
+    "FakeTransport": ".calls.fake",
+    "RetryPolicy": ".calls.retry",
+    "Transport": ".calls.transport",
     "CompiledGraph": ".compile",
     "compile_graph": ".compile",
     "ConfigurationError": ".errors",
@@ -45,6 +49,9 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from .api import Graph, RunResult, arun, graph_from_dict, load_graph, run
+    from .calls.fake import FakeAnswer, FakeTransport
+    from .calls.retry import RetryPolicy
+    from .calls.transport import Transport
     from .compile import CompiledGraph, compile_graph
     from .errors import (
         ConfigurationError,
@@ -72,6 +79,8 @@ __all__ = [
     "CompiledGraph",
     "ConfigurationError",
     "DatasetError",
+    "FakeAnswer",
+    "FakeTransport",
     "Graph",
     "GraphError",
     "Manifest",
@@ -79,6 +88,7 @@ __all__ = [
     "NodeError",
     "OrchestratorError",
     "ResultLine",
+    "RetryPolicy",
     "RowSource",
     "RunConfig",
     "RunFolderError",
@@ -88,6 +98,7 @@ __all__ = [
     "ServerGone",
     "ServerUnavailable",
     "Summary",
+    "Transport",
     "__version__",
     "arun",
     "compile_graph",

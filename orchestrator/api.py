@@ -24,6 +24,9 @@ from typing import Any, ParamSpec, TypeVar
 
 from rich.console import Console
 
+from .calls.fake import FAKE_BASE_URL
+from .calls.retry import RetryPolicy
+from .calls.transport import Transport
 from .compile import CompiledGraph, compile_dict, compile_graph
 from .errors import ConfigurationError
 from .outage import DEFAULT_SERVER_WAIT
@@ -131,11 +134,17 @@ async def arun(
     timeout: float = 120.0,
     server_wait: float = DEFAULT_SERVER_WAIT,
     progress: bool = False,
+    transport: Transport | None = None,
+    retry: RetryPolicy | None = None,
 ) -> RunResult:
     """Run `graph` over `data` (a path, list of dicts, pandas/polars DataFrame or Hugging
     Face Dataset). With `out`, results go to a resumable run folder; without, they stay
-    in memory. `cache=True` uses the shared response cache, a path another one."""
+    in memory. `cache=True` uses the shared response cache, a path another one.
+    `transport` (e.g. `orc.FakeTransport()`, no server needed) and `retry` replace the
+    OpenAI SDK and the default retry policy."""
     compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph)
+    if base_url is None and transport is not None:
+        base_url = FAKE_BASE_URL  # a transport of its own needs no server to be found
     settings = RunSettings(
         base_url=base_url or _default_base_url(),
         model=model,
@@ -150,6 +159,8 @@ async def arun(
         params=dict(params or {}),
         timeout=timeout,
         server_wait=server_wait,
+        transport=transport,
+        retry=retry,
     )
     store: RunStore = RunFolder(out) if out is not None else MemoryStore()
     console = Console(stderr=True) if progress else None

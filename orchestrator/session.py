@@ -23,6 +23,8 @@ from rich.console import Console
 
 from . import __version__
 from .cache import ResponseCache, default_cache_path, open_cache
+from .calls.retry import RetryPolicy
+from .calls.transport import Transport
 from .client import LLMClient
 from .dataset import Row, check_fields
 from .driver import Flusher, drive, fewer_gc_passes
@@ -58,6 +60,9 @@ class RunSettings:
     params: dict[str, Any] = field(default_factory=dict)
     timeout: float = 120.0
     server_wait: float = DEFAULT_SERVER_WAIT
+    # Seams for tests and other providers: None is the OpenAI SDK and the default policy.
+    transport: Transport | None = field(default=None, repr=False)
+    retry: RetryPolicy | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -114,6 +119,8 @@ async def _run_locked(
         refresh=settings.refresh,
         server_wait=settings.server_wait,
         say=log.warning,
+        transport=settings.transport,
+        retry=settings.retry,
     )
     run_id = uuid.uuid4().hex[:12]
     choice = ServerChoice(settings.base_url, settings.model, settings.api_key, settings.structured)
@@ -281,6 +288,11 @@ def _manifest(
             "structured": settings.structured,
             "timeout": settings.timeout,
             "server_wait": settings.server_wait,
+            **(
+                {"transport": type(settings.transport).__name__}
+                if settings.transport is not None
+                else {}
+            ),
         },
         "package": {
             "name": "orchestrator",

@@ -119,8 +119,9 @@ def schema_answer(request: FakeRequest) -> str:
 
 
 class FakeTransport:
-    """A `Transport` that answers in-process. `respond` maps a request to its content (or a
-    FakeAnswer); `faults[i]` is applied to the i-th node request (the canary is not counted),
+    """A `Transport` that answers in-process. `respond` maps a node's request to its content
+    (or a FakeAnswer); `canary` answers the run's structured-output check (by default as a
+    server that enforces the schema); `faults[i]` is applied to the i-th node request;
     `latency` is slept before each answer. `requests` keeps every chat request."""
 
     def __init__(
@@ -130,8 +131,10 @@ class FakeTransport:
         models: Sequence[str] = (FAKE_MODEL,),
         faults: Sequence[Fault | None] = (),
         latency: float = 0.0,
+        canary: Respond = schema_answer,
     ) -> None:
         self.respond: Respond = respond or schema_answer
+        self.canary = canary
         self.models = list(models)
         self.faults = list(faults)
         self.latency = latency
@@ -184,7 +187,7 @@ class FakeTransport:
             await asyncio.sleep(self.latency)
         if fault == "transient":
             raise FakeTransientError(f"fake transient fault on request {len(self.requests)}")
-        answer = self.respond(request)
+        answer = (self.canary if request.is_canary else self.respond)(request)
         if not isinstance(answer, FakeAnswer):
             answer = FakeAnswer(answer)
         n = int(body.get("n") or 1)

@@ -48,13 +48,15 @@ def _secs(seconds: float) -> str:
 
 @dataclass
 class RetryPolicy:
-    """`retries` transport retries after the first try; backoff exponential from 0.5 s up to
-    `backoff_max`, plus up to 0.5 s of jitter; Retry-After waits within `server_wait`;
-    `timeout` bounds each whole reply; `max_outages_per_try` outages one try may wait out
-    before it counts as failed."""
+    """`retries` transport retries after the first try; backoff exponential from
+    `backoff_first` s up to `backoff_max`, plus up to `jitter` s; Retry-After waits within
+    `server_wait`; `timeout` bounds each whole reply; `max_outages_per_try` outages one try
+    may wait out before it counts as failed."""
 
     retries: int = 4
     backoff_max: float = 20.0
+    backoff_first: float = 0.5
+    jitter: float = 0.5
     server_wait: float = DEFAULT_SERVER_WAIT
     timeout: float = 120.0
     max_outages_per_try: int = 3
@@ -87,7 +89,8 @@ class RetryPolicy:
             stop=stop_after_attempt(self.retries + 1),
             # Exponential from 0.5 s plus up to 0.5 s of jitter, built from parts every
             # tenacity since 8.2 has (wait_exponential_jitter's `multiplier` came in 9.2).
-            wait=wait_exponential(multiplier=0.5, max=self.backoff_max) + wait_random(0, 0.5),
+            wait=wait_exponential(multiplier=self.backoff_first, max=self.backoff_max)
+            + wait_random(0, self.jitter),
             retry=retry_if_exception(hooks.is_transient),
             before_sleep=lambda _: hooks.count_retry(),
             reraise=True,
