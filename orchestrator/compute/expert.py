@@ -1,22 +1,37 @@
-"""ExPerT compute nodes: truncation before extraction, matched pairs, the explanation and the
-15 P/R/F scores; plus the G-Eval score (probability-weighted over score tokens).
+"""ExPerT compute nodes: matched pairs, the explanation and the 15 P/R/F scores; plus the
+G-Eval score (probability-weighted over score tokens). Truncation before extraction lives in
+truncate.py and is importable from here too.
 
 The scores are a pure function of the explanation (`scores_from_explanation`), so anyone can
-recompute them from a result line.
+recompute them from a result line; the report imports the same functions.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .registry import register
+from .truncate import truncate_to_tokens, truncate_with, truncate_with_server
 
-if TYPE_CHECKING:
-    from ..client import Endpoint
-    from ..runtime import Runtime
+__all__ = [
+    "AGGREGATIONS",
+    "NO_LOGPROBS",
+    "SCORE_KEYS",
+    "aspect_credit",
+    "build_explanation",
+    "expert_pairs",
+    "expert_scores",
+    "f1",
+    "is_matched",
+    "logprob_weighted_score",
+    "mean_credit",
+    "scores_from_explanation",
+    "truncate_to_tokens",
+    "truncate_with",
+    "truncate_with_server",
+]
 
 AGGREGATIONS = (
     "content_only",
@@ -27,174 +42,6 @@ AGGREGATIONS = (
 )
 SCORE_KEYS = tuple(f"{a}_{m}" for a in AGGREGATIONS for m in ("recall", "precision", "f1"))
 NO_MATCH = "none"
-
-# --------------------------------------------------------------------------------------------
-# Truncation
-# --------------------------------------------------------------------------------------------
-
-_WORD = re.compile(r"\S+")
-
-
-def _cut_words(text: str, keep: int) -> str:
-    """The text up to the end of its `keep`-th word, original spacing and newlines kept."""
-    if keep <= 0:
-        return ""
-    end = None
-    for count, match in enumerate(_WORD.finditer(text), start=1):
-        end = match.end()
-        if count == keep:
-            break
-    return text if end is None else text[:end]
-
-
-def _by_words(text: str, max_tokens: int, note: str | None = None) -> dict[str, Any]:
-    words = len(_WORD.findall(text))
-    kept = _cut_words(text, max_tokens) if words > max_tokens else text
-    result: dict[str, Any] = {
-        "text": kept,
-        "truncated": words > max_tokens,
-        "tokens_before": words,
-        "tokens_after": min(words, max_tokens),
-        "method": "words",
-    }
-    if note:
-        result["note"] = note
-    return result
-
-
-Tokenize = Callable[[str], Awaitable[dict[str, Any]]]
-Detokenize = Callable[[list[int]], Awaitable[dict[str, Any] | None]]
-
-
-async def truncate_with(
-    text: str, max_tokens: int, tokenize: Tokenize, detokenize: Detokenize
-) -> dict[str, Any]:
-    """Cut `text` to `max_tokens` of the served model's tokenizer.
-
-    The cut text comes from detokenizing the first tokens; a server without /detokenize
-    (`detokenize` gives None) gets a word cut scaled by the token/word ratio, re-counted.
-    """
-    data = await tokenize(text)
-    tokens = data.get("tokens") or []
-    count = int(data.get("count", len(tokens)))
-    if count <= max_tokens:
-        return {
-            "text": text,
-            "truncated": False,
-            "tokens_before": count,
-            "tokens_after": count,
-            "method": "tokenize",
-        }
-    back = await detokenize(tokens[:max_tokens])
-    if back is not None and isinstance(back.get("prompt"), str):
-        return {
-            "text": back["prompt"],
-            "truncated": True,
-            "tokens_before": count,
-            "tokens_after": max_tokens,
-            "method": "tokenize",
-        }
-    # No /detokenize: keep the share of words that matches the token budget, then re-count.
-    words = len(_WORD.findall(text))
-    keep = max(1, math.floor(words * max_tokens / count))
-    cut = _cut_words(text, keep)
-    recount = await tokenize(cut)
-    return {
-        "text": cut,
-        "truncated": True,
-        "tokens_before": count,
-        "tokens_after": int(recount.get("count", 0)),
-        "method": "tokenize+words",
-    }
-
-
-async def truncate_with_server(
-    text: str, max_tokens: int, base_url: str, model: str | None, http: Any
-) -> dict[str, Any]:
-    """`truncate_with` over a plain `httpx.AsyncClient`, for calls made outside a run."""
-    root = base_url.rstrip("/").removesuffix("/v1")
-    extra = {"model": model} if model else {}
-
-    async def tokenize(part: str) -> dict[str, Any]:
-        reply = await http.post(
-            f"{root}/tokenize", json={"prompt": part, "add_special_tokens": False, **extra}
-        )
-        reply.raise_for_status()
-        return dict(reply.json())
-
-    async def detokenize(tokens: list[int]) -> dict[str, Any] | None:
-        reply = await http.post(f"{root}/detokenize", json={"tokens": tokens, **extra})
-        return dict(reply.json()) if reply.status_code == 200 else None
-
-    return await truncate_with(text, max_tokens, tokenize, detokenize)
-
-
-def _run_tokenizer(runtime: Runtime, endpoint: Endpoint) -> tuple[Tokenize, Detokenize]:
-    """Tokenize and detokenize through the run's client: key, limit, deadline, outages."""
-    import openai
-
-    async def tokenize(part: str) -> dict[str, Any]:
-        return await runtime.tokenize(part, endpoint)
-
-    async def detokenize(tokens: list[int]) -> dict[str, Any] | None:
-        try:
-            return await runtime.detokenize(tokens, endpoint)
-        except openai.NotFoundError:
-            return None
-
-    return tokenize, detokenize
-
-
-@register("truncate_to_tokens")
-async def truncate_to_tokens(
-    text: str | None,
-    max_tokens: int = 512,
-    base_url: str | None = None,
-    model: str | None = None,
-    timeout: float = 10.0,
-    runtime: Runtime | None = None,
-) -> dict[str, Any]:
-    """Cut a text to a token budget before aspect extraction (ExPerT's reference: 512).
-
-    Inside a run it uses the run's server (the endpoint serving `model` at `base_url`, else
-    the run's own) with that endpoint's key, limits and outage handling; a server with no
-    /tokenize (404) falls back to whitespace-separated words, and the result says which
-    method was used and whether anything was cut. Any other server error fails the node.
-    """
-    import openai
-
-    text = text or ""
-    max_tokens = int(max_tokens)
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
-    if runtime is not None:
-        endpoint = runtime.endpoint(base_url, model)
-        try:
-            return await truncate_with(text, max_tokens, *_run_tokenizer(runtime, endpoint))
-        except openai.NotFoundError:
-            return _by_words(text, max_tokens, _no_tokenizer(endpoint.base_url))
-    if not base_url:
-        return _by_words(text, max_tokens, "no server URL")
-    import httpx
-
-    # Called directly from Python, outside a run: a short-lived client of its own, with no
-    # key. A server that cannot be reached or has no /tokenize gets word counts; one that
-    # refuses (401, 403) or fails (5xx) raises, since a word count would pass for tokens.
-    try:
-        async with httpx.AsyncClient(timeout=timeout) as http:
-            return await truncate_with_server(text, max_tokens, base_url, model, http)
-    except httpx.HTTPStatusError as exc:
-        if exc.response.status_code != 404:
-            raise
-        return _by_words(text, max_tokens, _no_tokenizer(base_url))
-    except (httpx.HTTPError, ValueError, TypeError) as exc:
-        return _by_words(text, max_tokens, f"/tokenize unavailable ({type(exc).__name__})")
-
-
-def _no_tokenizer(base_url: str) -> str:
-    root = base_url.rstrip("/").removesuffix("/v1")
-    return f"{root} has no /tokenize (HTTP 404): counted words, not tokens"
-
 
 # --------------------------------------------------------------------------------------------
 # Matched pairs
@@ -372,13 +219,18 @@ def build_explanation(
     }
 
 
+def is_matched(entry: Any) -> bool:
+    """Whether an explanation entry counts as matched (the report draws the same lines)."""
+    return isinstance(entry, dict) and bool(entry.get("matched"))
+
+
 def aspect_credit(entry: dict[str, Any], aggregation: str) -> float:
     """ε for one aspect: 0 when unmatched, else the aggregation of its two verdicts.
 
     The one definition of ExPerT's per-aspect credit: the scores and the report's
     explanation of them both use it, so they cannot disagree.
     """
-    if not isinstance(entry, dict) or not entry.get("matched"):
+    if not is_matched(entry):
         return 0.0
     content = entry.get("content") is True
     style = entry.get("style") is True

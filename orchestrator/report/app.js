@@ -465,7 +465,7 @@
   /* ExPerT: reference aspects (recall side) and output aspects (precision side) with the
      match each one's call chose, drawn as lines, then the P/R/F arithmetic. */
   function aspectCard(entry, index, side) {
-    const matched = entry.matched === true || entry.matched === 'true';
+    const matched = entry._matched;  // decided by compute/expert.py, as the scores are
     const cls = 'aspect' + (matched ? '' : ' unmatched') + (entry.failed ? ' failed' : '');
     const card = h('div', { class: cls, 'data-side': side, 'data-index': index });
     const label = entry.id !== undefined ? String(entry.id) : (side === 'recall' ? 'R' : 'O') + (index + 1);
@@ -481,8 +481,8 @@
     else {
       const target = [entry.matched_id, entry.matched_aspect].filter((x) => x !== null && x !== undefined && x !== '');
       verdict.append('matches ', h('b', { text: target.join(' · ') || '?' }), ' · content ',
-        h('span', { class: entry.content ? 'yes' : 'no', text: entry.content ? '✓' : '✗' }), ' · style ',
-        h('span', { class: entry.style ? 'yes' : 'no', text: entry.style ? '✓' : '✗' }));
+        h('span', { class: entry.content === true ? 'yes' : 'no', text: entry.content === true ? '✓' : '✗' }), ' · style ',
+        h('span', { class: entry.style === true ? 'yes' : 'no', text: entry.style === true ? '✓' : '✗' }));
     }
     if (entry.judged_on && entry.judged_on !== side) verdict.append(h('span', { class: 'muted', text: ' (pair judged on the ' + entry.judged_on + ' side)' }));
     card.append(verdict);

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..compute.expert import AGGREGATIONS as EXPERT_AGGREGATIONS
-from ..compute.expert import aspect_credit, f1, mean_credit
+from ..compute.expert import aspect_credit, f1, is_matched, mean_credit
 from .values import finite
 
 _SCORE_SUFFIXES = {
@@ -50,7 +50,7 @@ def _reported(scores: dict[str, Any], aggregation: str, part: str) -> float | No
 
 def _match_target(entry: dict[str, Any], other: list[dict[str, Any]]) -> int | None:
     """Index on the other side of the aspect this entry names as its match."""
-    if not entry.get("matched"):
+    if not is_matched(entry):
         return None
     target = entry.get("matched_id", entry.get("matched_aspect"))
     if target is None:
@@ -94,8 +94,13 @@ def expert_view(result: dict[str, Any]) -> dict[str, Any] | None:
                 "reported": {part: _reported(scores, agg, part) for part in _SCORE_SUFFIXES},
             }
         )
+    # `_matched` is the compute module's verdict, so the page cannot read "matched" its own way.
     return {
-        "recall": [{**e, "_to": _match_target(e, precision)} for e in recall],
-        "precision": [{**e, "_to": _match_target(e, recall)} for e in precision],
+        "recall": [
+            {**e, "_to": _match_target(e, precision), "_matched": is_matched(e)} for e in recall
+        ],
+        "precision": [
+            {**e, "_to": _match_target(e, recall), "_matched": is_matched(e)} for e in precision
+        ],
         "aggregations": rows,
     }
