@@ -5,6 +5,7 @@ of them are reported at once, each naming file, node and field."""
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -12,12 +13,12 @@ from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError, nodes
 
 from .errors import Problem
 from .graph import CompiledNode
+from .kinds.base import kind_of
 from .loaders import SealedLoader, template_sources
 from .spec import (
     SAMPLING_RANGES,
     FieldSpec,
     GraphSpec,
-    LLMNode,
     Sampling,
     sampling_problem,
 )
@@ -97,6 +98,47 @@ class Checker:
         return None, set()
 
 
+@dataclass
+class NodeScope:
+    """One node as its kind compiles it: parses its expressions and templates, checks the
+    names they use and records the uses (edges, cycle places, attribute checks)."""
+
+    ck: Checker
+    node: str
+    known: set[str]  # names its expressions may use: inputs, nodes, its `foreach` item
+    refs: dict[str, str]  # name used -> first field that uses it
+    used: set[str] = field(default_factory=set)
+    template_fields: list[str] = field(default_factory=list)
+    exprs: list[tuple[str, Expression]] = field(default_factory=list)
+
+    def problem(self, message: str, field: str | None = None) -> None:
+        self.ck.problem(message, self.node, field)
+
+    def use(self, names: set[str], field: str) -> None:
+        self.used |= names
+        for ref in sorted(names):
+            self.refs.setdefault(ref, field)
+
+    def expression(
+        self, source: Any, field: str, names_field: str | None = None
+    ) -> Expression | None:
+        """`source` parsed, its names checked (reported under `names_field` if given)."""
+        expr = self.ck.expression(source, self.node, field)
+        if expr:
+            self.use(expr.names, field)
+            check_names(self.ck, expr.names, self.known, self.node, names_field or field)
+            self.exprs.append((field, expr))
+        return expr
+
+    def template(self, name: str, field: str) -> Prompt | None:
+        """The template `name` loaded and checked with everything it includes."""
+        template, names = self.ck.template(name, self.node, field)
+        self.template_fields.append(field)
+        self.use(names, field)
+        check_names(self.ck, names, self.known, self.node, f"{field} ({name})")
+        return template
+
+
 def check_cycles(ck: Checker, graph: nx.DiGraph) -> None:
     """One problem per group of nodes that wait on each other, naming who uses whom where.
 
@@ -170,12 +212,12 @@ def _static_kind(ck: Checker, ast: nodes.Expr, source: str) -> str | None:
             value = value[part]
         # null is a placeholder that `--param` fills in.
         return None if value is None or isinstance(value, list) else _kind(value)
-    other = ck.spec.nodes.get(head)
-    if not isinstance(other, LLMNode) or other.foreach or not single_call(ck, other):
+    output = _known_fields(ck, head)
+    if output is None:
         return None
     spec: FieldSpec | None = None  # None: the node's whole output object
     for part in rest:
-        fields = other.output if spec is None else spec.fields
+        fields = output if spec is None else spec.fields
         if fields is None or part not in fields:
             return None  # a missing field is the attribute check's to report
         spec = fields[part]
@@ -189,9 +231,12 @@ def _kind(value: Any) -> str:
     return names.get(type(value), "a mapping" if isinstance(value, dict) else "not a list")
 
 
-def single_call(ck: Checker, node: LLMNode) -> bool:
-    """An LLM node whose value is one output object (not a list of samples)."""
-    return (node.n or ck.spec.defaults.n or 1) == 1
+def _known_fields(ck: Checker, name: str) -> dict[str, FieldSpec] | None:
+    """The fields node `name`'s value is known to have now (its kind says), else None."""
+    other = ck.spec.nodes.get(name)
+    if other is None or other.foreach:
+        return None
+    return kind_of(other).value_fields(other, ck.spec)
 
 
 def check_names(
@@ -205,40 +250,36 @@ def check_names(
         )
 
 
-def node_sources(ck: Checker, cn: CompiledNode) -> list[tuple[str, str]]:
+def node_sources(ck: Checker, cn: CompiledNode, scope: NodeScope) -> list[tuple[str, str]]:
     """(field, template text) for every template and expression of a node."""
     sources: list[tuple[str, str]] = []
-    for fld in ("prompt", "system"):
+    for fld in scope.template_fields:
         for text in ck.sources.get((cn.name, fld), {}).values():
             sources.append((fld, text))
     exprs: list[tuple[str, Expression | None]] = [("when", cn.when), ("foreach", cn.foreach)]
-    exprs += [(f"args.{arg}", v) for arg, v in cn.args.items() if isinstance(v, Expression)]
-    exprs += [(f"output.{path}.enum_from", v) for path, v in cn.dynamic.items()]
-    exprs += list(cn.sampling_exprs.items())
+    exprs += scope.exprs
     sources += [(fld, "{{ " + expr.source + " }}") for fld, expr in exprs if expr is not None]
     return sources
 
 
 def check_attributes(ck: Checker, owner: str | None, sources: list[tuple[str, str]]) -> None:
-    """`judge.scoer` typos: an attribute of an LLM node that its schema lacks."""
+    """`judge.scoer` typos: an attribute of a node's value that its schema lacks."""
     for fld, source in sources:
         try:
             uses = list(attribute_uses(ck.env, source))
         except (TemplateSyntaxError, RecursionError):
             continue  # reported where the source was first parsed
         for target, attr in uses:
-            other = ck.spec.nodes.get(target)
+            output = _known_fields(ck, target)
             if (
-                isinstance(other, LLMNode)
-                and not other.foreach
-                and single_call(ck, other)
-                and attr not in other.output
-                and attr not in ("failed", "error")
+                output is not None
+                and attr not in output
+                and attr not in ("failed", "error")  # an LLM node's value with on_error: record
                 and not hasattr(dict, attr)  # judge.get('score'): a method of the value
             ):
                 ck.problem(
                     f"'{target}.{attr}': node '{target}' has no output field '{attr}' "
-                    f"(fields: {', '.join(other.output)})",
+                    f"(fields: {', '.join(output)})",
                     owner,
                     fld,
                 )

@@ -15,6 +15,7 @@ import networkx as nx
 
 from .checks import (
     Checker,
+    NodeScope,
     check_attributes,
     check_cycles,
     check_foreach,
@@ -22,18 +23,16 @@ from .checks import (
     check_sampling,
     node_sources,
 )
-from .compute import ComputeFunction, resolve
 from .errors import GraphError, Problem
 from .graph import CompiledAggregate, CompiledGraph, CompiledNode, GraphOrigin
+from .kinds.base import kind_of
+from .kinds.compute import resolve_function
 from .loaders import SealedLoader, all_sources, has_dynamic_reference
-from .schemas import SchemaError, build_model, dynamic_fields
 from .spec import (
     IDENTIFIER,
     Aggregate,
-    ComputeNode,
     GraphSpec,
-    LLMNode,
-    Sampling,
+    NodeBase,
     load_spec,
     spec_from_raw,
 )
@@ -54,14 +53,6 @@ def _hash_graph(source: bytes, templates: dict[str, str]) -> str:
         digest.update(b"\0" + name.encode() + b"\0")
         digest.update(templates[name].encode("utf-8"))
     return digest.hexdigest()[:16]
-
-
-def _merge_sampling(defaults: Sampling, node: LLMNode) -> Sampling:
-    values = defaults.model_dump(exclude_none=True)
-    values.update(
-        {k: v for k, v in node.model_dump().items() if k in Sampling.model_fields and v is not None}
-    )
-    return Sampling(**values)
 
 
 def compile_graph(
@@ -193,122 +184,45 @@ def _template_closure(ck: Checker) -> dict[str, str]:
 
 
 def _compile_node(
-    ck: Checker, name: str, node: LLMNode | ComputeNode, inputs: set[str], node_names: set[str]
+    ck: Checker, name: str, node: NodeBase, inputs: set[str], node_names: set[str]
 ) -> CompiledNode:
-    cn = CompiledNode(name, node, deps=set())
+    """What every node has (`foreach`, `when`, `after`), then its kind compiles the rest."""
+    kind = kind_of(node)
+    cn = kind.compiled(name=name, spec=node, deps=set(), kind=kind)
     known = inputs | node_names
     item_names = {node.as_, f"{node.as_}_index"} if node.foreach else set()
-    used: set[str] = set()
-    refs = ck.refs.setdefault(name, {})
-
-    def use(names: set[str], field: str) -> None:
-        nonlocal used
-        used |= names
-        for ref in sorted(names):
-            refs.setdefault(ref, field)
+    scope = NodeScope(ck, name, known | item_names, ck.refs.setdefault(name, {}))
 
     if node.foreach:
         if not IDENTIFIER.fullmatch(node.as_):
             ck.problem(f"'{node.as_}' is not a plain name to bind each element to", name, "as")
         cn.foreach = ck.expression(node.foreach, name, "foreach")
         if cn.foreach:
-            use(cn.foreach.names, "foreach")
+            scope.use(cn.foreach.names, "foreach")
             check_names(ck, cn.foreach.names, known, name, "foreach")
     if node.when:
         cn.when = ck.expression(node.when, name, "when")
         if cn.when:
-            use(cn.when.names, "when")
+            scope.use(cn.when.names, "when")
             check_names(ck, cn.when.names, known | item_names, name, "when")
     for dep in node.after:
         if dep not in node_names:
             ck.problem(f"unknown node '{dep}'", name, "after")
-    use(set(node.after), "after")
+    scope.use(set(node.after), "after")
 
-    if isinstance(node, LLMNode):
-        cn.sampling = _merge_sampling(ck.spec.defaults, node)
-        for fld, tname in (("prompt", node.prompt), ("system", node.system)):
-            if tname is None:
-                continue
-            template, tnames = ck.template(tname, name, fld)
-            setattr(cn, fld, template)
-            use(tnames, fld)
-            check_names(ck, tnames, known | item_names, name, f"{fld} ({tname})")
-        if not node.output:
-            ck.problem("the output declares no fields", name, "output")
-        try:
-            cn.model = build_model(name, node.output)
-        except SchemaError as exc:
-            ck.problem(f"bad output schema: {exc}", name, f"output.{exc.field}")
-        except (TypeError, ValueError) as exc:
-            ck.problem(f"bad output schema: {exc}", name, "output")
-        for fpath, source in dynamic_fields(node.output).items():
-            expr = ck.expression(source, name, f"output.{fpath}.enum_from")
-            if expr:
-                cn.dynamic[fpath] = expr
-                use(expr.names, f"output.{fpath}.enum_from")
-                check_names(ck, expr.names, known | item_names, name, f"output.{fpath}")
-        check_sampling(ck, node, name, "")
-        for key, value in cn.sampling.model_dump(exclude_none=True).items():
-            if isinstance(value, str):
-                expr = ck.expression(value, name, key)
-                if expr:
-                    cn.sampling_exprs[key] = expr
-                    use(expr.names, key)
-                    check_names(ck, expr.names, known | item_names, name, key)
-    else:
-        cn.function = _resolve_function(ck, node.function, name, "function")
-        for arg, value in node.args.items():
-            if isinstance(value, str):
-                expr = ck.expression(value, name, f"args.{arg}")
-                if expr:
-                    cn.args[arg] = expr
-                    use(expr.names, f"args.{arg}")
-                    check_names(ck, expr.names, known | item_names, name, f"args.{arg}")
-            else:
-                cn.args[arg] = value
+    kind.compile(cn, scope)
 
+    used = scope.used
     cn.deps = (used & node_names) - {name} - item_names
     if name in used - item_names:
-        ck.problem("node refers to itself", name, refs.get(name))
-    check_attributes(ck, name, node_sources(ck, cn))
+        ck.problem("node refers to itself", name, scope.refs.get(name))
+    check_attributes(ck, name, node_sources(ck, cn, scope))
     return cn
-
-
-def _resolve_function(
-    ck: Checker, fname: str, node: str | None, field: str
-) -> ComputeFunction | None:
-    if not ck.functions:
-        return ComputeFunction(fname, _not_loaded)
-    try:
-        function = resolve(fname)
-    except LookupError as exc:
-        ck.problem(str(exc), node, field)
-        return None
-    except Exception as exc:  # importing a user's module can fail in any way
-        ck.problem(f"cannot load function '{fname}': {type(exc).__name__}: {exc}", node, field)
-        return None
-    missing = function.missing()
-    if missing:
-        hint = (
-            f"pip install -e '.[{function.extra}]'"
-            if function.extra
-            else "pip install " + " ".join(missing)
-        )
-        ck.problem(
-            f"function '{fname}' needs {', '.join(missing)}, not installed: run {hint}",
-            node,
-            field,
-        )
-    return function
-
-
-def _not_loaded(**_: Any) -> Any:
-    raise RuntimeError("this graph was compiled for reading only; its functions are not loaded")
 
 
 def _compile_aggregate(ck: Checker, name: str, item: Aggregate) -> CompiledAggregate | None:
     where = f"aggregates.{name}"
-    function = _resolve_function(ck, item.function, None, f"{where}.function")
+    function = resolve_function(ck, item.function, None, f"{where}.function")
     if function is not None and (function.is_async or function.wants_runtime):
         # Aggregates run after the last request, over the finished results: no server.
         ck.problem(

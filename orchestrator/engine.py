@@ -1,28 +1,24 @@
 """The scheduler: every example in flight under the endpoint limits, each node started as
-soon as its inputs are ready, results streamed out as examples finish.
+soon as its inputs are ready, results streamed out as examples finish. What running a node
+means is its kind's business (orchestrator/kinds); `foreach`, `when` and resume are here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jinja2 import TemplateError
-from pydantic import BaseModel
-
-from .client import Endpoint, LLMCallError, LLMClient, request_params
+from .client import Endpoint, LLMClient
 from .dataset import Row
 from .errors import NodeError
 from .graph import CompiledGraph, CompiledNode
+from .kinds.base import RunServices
+from .kinds.base import evaluate as _evaluate
 from .outage import ServerGone
 from .runtime import Runtime
-from .schemas import build_model, json_schema
-from .spec import SAMPLING_TYPES, LLMNode, Sampling, sampling_problem
 from .stats import RunStats
-from .templates import Expression
 from .trace import WHOLE, NodeRecord, TraceStore
 
 ResultSink = Callable[[dict[str, Any]], None]
@@ -32,13 +28,6 @@ ResultSink = Callable[[dict[str, Any]], None]
 class EngineOptions:
     params: dict[str, Any] = field(default_factory=dict)
     window: int = 128  # examples in flight at once; bounded so memory does not grow
-
-
-def _evaluate(expr: Expression, ctx: dict[str, Any], node: str, where: str) -> Any:
-    try:
-        return expr(ctx)
-    except Exception as exc:  # template runtime errors come in many types
-        raise NodeError(node, f"{where} `{expr.source}` failed: {exc}") from exc
 
 
 def _first_error(group: BaseExceptionGroup) -> Exception:
@@ -98,9 +87,9 @@ class Engine:
             "model": first.model if first else None,
         }
         self.runtime = Runtime(client, endpoints, self.run_info)
+        # What node kinds execute with; the engine itself never looks inside a node.
+        self.services = RunServices(client, trace, endpoints, self.runtime)
         self._chain = _is_chain(graph)
-        self._models: dict[tuple[str, tuple[tuple[str, tuple[Any, ...]], ...]], type[BaseModel]]
-        self._models = {}
 
     # -- dataset level ----------------------------------------------------------------
 
@@ -215,7 +204,7 @@ class Engine:
             if cn.when is not None and not _evaluate(cn.when, ctx, cn.name, "when"):
                 self.trace.record(NodeRecord(example_id=example, node=cn.name, status="skipped"))
                 return None
-            return await self._execute(cn, ctx, example, WHOLE)
+            return await cn.kind.execute(cn, ctx, example, WHOLE, self.services)
         items = _evaluate(cn.foreach, ctx, cn.name, "foreach")
         if items is None:
             items = []
@@ -247,143 +236,4 @@ class Engine:
                 NodeRecord(example_id=example, node=cn.name, item=index, status="skipped")
             )
             return None
-        return await self._execute(cn, ctx, example, index)
-
-    async def _execute(self, cn: CompiledNode, ctx: dict[str, Any], example: str, item: int) -> Any:
-        if cn.is_llm:
-            return await self._llm(cn, ctx, example, item)
-        return await self._compute(cn, ctx, example, item)
-
-    # -- node kinds -------------------------------------------------------------------
-
-    async def _compute(self, cn: CompiledNode, ctx: dict[str, Any], example: str, item: int) -> Any:
-        assert cn.function is not None
-        kwargs = {
-            arg: _evaluate(value, ctx, cn.name, f"args.{arg}")
-            if isinstance(value, Expression)
-            else value
-            for arg, value in cn.args.items()
-        }
-        runtime = None
-        if cn.function.wants_runtime:
-            runtime = kwargs["runtime"] = self.runtime.for_call()
-        started = time.perf_counter()
-        try:
-            if cn.function.is_async:
-                value = await cn.function.fn(**kwargs)
-            elif cn.function.blocking:
-                value = await asyncio.to_thread(cn.function.fn, **kwargs)
-            else:
-                value = cn.function.fn(**kwargs)
-        except ServerGone:
-            raise  # the run stops; the example is not at fault and runs again on resume
-        except Exception as exc:
-            message = f"function '{cn.function.name}' raised {type(exc).__name__}: {exc}"
-            rec = NodeRecord(
-                example_id=example, node=cn.name, item=item, status="failed", error=message
-            )
-            if runtime is not None:
-                rec.attempts = runtime.attempts
-            self.trace.record(rec)
-            raise NodeError(cn.name, message) from exc
-        rec = NodeRecord(
-            example_id=example,
-            node=cn.name,
-            item=item,
-            value=value,
-            latency=time.perf_counter() - started,
-        )
-        if runtime is not None:
-            # The failed tries of its requests to the server, as an LLM node keeps them.
-            rec.attempts = runtime.attempts
-        self.trace.record(rec)
-        return value
-
-    def _schema_for(self, cn: CompiledNode, ctx: dict[str, Any]) -> type[BaseModel]:
-        """The node's model, with dynamic enums filled in for this call (memoised)."""
-        assert cn.model is not None and isinstance(cn.spec, LLMNode)
-        if not cn.dynamic:
-            return cn.model
-        choices: dict[str, tuple[Any, ...]] = {}
-        for path, expr in cn.dynamic.items():
-            value = _evaluate(expr, ctx, cn.name, f"output.{path}.enum_from")
-            if not isinstance(value, list | tuple) or not value:
-                raise NodeError(
-                    cn.name, f"enum_from for '{path}' must give a non-empty list, got {value!r}"
-                )
-            choices[path] = tuple(value)
-        key = (cn.name, tuple(sorted(choices.items())))
-        if key not in self._models:
-            self._models[key] = build_model(cn.name, cn.spec.output, dict(choices))
-        return self._models[key]
-
-    def _sampling_for(self, cn: CompiledNode, ctx: dict[str, Any]) -> Sampling:
-        """The node's sampling values with expression-valued ones evaluated for this call."""
-        if not cn.sampling_exprs:
-            return cn.sampling
-        values = cn.sampling.model_dump(exclude_none=True)
-        for key, expr in cn.sampling_exprs.items():
-            raw = _evaluate(expr, ctx, cn.name, key)
-            try:
-                values[key] = SAMPLING_TYPES[key](raw)
-            except (TypeError, ValueError) as exc:
-                raise NodeError(
-                    cn.name,
-                    f"{key} `{expr.source}` gave {raw!r}, not a {SAMPLING_TYPES[key].__name__}",
-                ) from exc
-            problem = sampling_problem(key, values[key])
-            if problem is not None:
-                raise NodeError(cn.name, f"{key} `{expr.source}`: {problem}")
-        return Sampling(**values)
-
-    def _messages(self, cn: CompiledNode, ctx: dict[str, Any]) -> list[dict[str, str]]:
-        try:
-            return cn.messages(ctx)
-        except (TemplateError, TypeError, ValueError) as exc:
-            raise NodeError(cn.name, f"rendering the prompt failed: {exc}") from exc
-
-    async def _llm(self, cn: CompiledNode, ctx: dict[str, Any], example: str, item: int) -> Any:
-        assert isinstance(cn.spec, LLMNode)
-        messages = self._messages(cn, ctx)
-        model = self._schema_for(cn, ctx)
-        sampling = self._sampling_for(cn, ctx)
-        ep = self.endpoints[cn.name]
-        rec = NodeRecord(
-            example_id=example,
-            node=cn.name,
-            item=item,
-            messages=messages,
-            model=ep.model,
-            endpoint=ep.base_url,
-            request={
-                "params": {**request_params(sampling), "n": sampling.n or 1},
-                "structured": ep.structured,
-            },
-            schema=json_schema(model),
-        )
-        started = time.perf_counter()
-        try:
-            result = await self.client.call(ep, messages, model, sampling)
-        except LLMCallError as exc:
-            rec.attempts = exc.attempts
-            rec.error = str(exc)
-            rec.status = "failed"
-            rec.latency = time.perf_counter() - started
-            if cn.spec.on_error == "record":
-                # The protocol counts this call as a known failure (e.g. ExPerT: unmatched);
-                # the value says so, and the trace keeps every attempt.
-                rec.value = {"failed": True, "error": str(exc)}
-                self.trace.record(rec)
-                return rec.value
-            self.trace.record(rec)
-            raise NodeError(cn.name, str(exc)) from exc
-        value: Any = result.values[0] if (sampling.n or 1) == 1 else result.values
-        rec.value = value
-        rec.raw = result.raw
-        rec.attempts = result.attempts
-        rec.cached = result.cached
-        rec.prompt_tokens = result.prompt_tokens
-        rec.completion_tokens = result.completion_tokens
-        rec.latency = time.perf_counter() - started
-        self.trace.record(rec)
-        return value
+        return await cn.kind.execute(cn, ctx, example, index, self.services)

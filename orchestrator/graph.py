@@ -5,54 +5,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 from .compute import ComputeFunction
-from .spec import (
-    Aggregate,
-    ComputeNode,
-    GraphSpec,
-    LLMNode,
-    Sampling,
-)
-from .templates import (
-    Expression,
-    Prompt,
-)
+from .spec import Aggregate, GraphSpec, NodeBase
+from .templates import Expression
+
+if TYPE_CHECKING:
+    from .kinds.base import NodeKind
 
 
 @dataclass
 class CompiledNode:
-    """A node ready to run: parsed expressions, loaded templates, compiled schema."""
+    """A node ready to run; its kind's subclass adds what its executor needs (templates,
+    schema, function...)."""
 
     name: str
-    spec: LLMNode | ComputeNode
+    spec: NodeBase
     deps: set[str]
+    kind: NodeKind[Any, Any]
     foreach: Expression | None = None
     when: Expression | None = None
-    prompt: Prompt | None = None
-    system: Prompt | None = None
-    model: type[BaseModel] | None = None  # static schema (dynamic enums left open)
-    dynamic: dict[str, Expression] = field(default_factory=dict)
-    function: ComputeFunction | None = None
-    args: dict[str, Expression | Any] = field(default_factory=dict)
-    sampling: Sampling = field(default_factory=Sampling)
-    sampling_exprs: dict[str, Expression] = field(default_factory=dict)
 
     @property
     def is_llm(self) -> bool:
-        return isinstance(self.spec, LLMNode)
+        return self.kind.name == "llm"
 
-    def messages(self, context: dict[str, Any]) -> list[dict[str, str]]:
-        """The chat messages of an LLM node for one call: system (if any), then user."""
-        assert self.prompt is not None, f"{self.name} is not an LLM node"
-        messages = []
-        if self.system is not None:
-            messages.append({"role": "system", "content": self.system.render(context)})
-        messages.append({"role": "user", "content": self.prompt.render(context)})
-        return messages
+    @property
+    def uses_server(self) -> bool:
+        """It talks to a server, so the run needs an endpoint for it."""
+        return self.kind.endpoint_want(self.spec) is not None
 
 
 @dataclass
@@ -109,7 +91,7 @@ class CompiledGraph:
         """Functions named by module path (not built-ins): their code is part of a run's
         identity."""
         found: dict[str, Any] = {}
-        functions = [cn.function for cn in self.nodes.values() if cn.function is not None]
+        functions = [fn for cn in self.nodes.values() for fn in cn.kind.functions(cn)]
         functions += [agg.function for agg in self.aggregates.values()]
         for function in functions:
             module = getattr(function.fn, "__module__", "") or ""

@@ -1,5 +1,6 @@
-"""The servers a run talks to: each LLM node's endpoint, each server checked once (its model
-list, a structured-output canary, its version) before any example is sent."""
+"""The servers a run talks to: the endpoint of each node whose kind talks to one, each
+server checked once (its model list, a structured-output canary, its version) before any
+example is sent."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 
 from .client import Endpoint, LLMClient, ServerError
-from .spec import LLMNode
 
 if TYPE_CHECKING:
     from .graph import CompiledGraph
@@ -47,19 +47,20 @@ async def server_version(base_url: str) -> str | None:
 async def prepare_endpoints(
     graph: CompiledGraph, client: LLMClient, choice: ServerChoice
 ) -> tuple[dict[str, Endpoint], dict[str, Any]]:
-    """The endpoint of every LLM node, and what the manifest records of each server."""
+    """The endpoint of every node that talks to a server (its kind says which, and what it
+    asks for), and what the manifest records of each server."""
     endpoints: dict[str, Endpoint] = {}
     served_by: dict[str, list[str]] = {}
     for name, cn in graph.nodes.items():
-        spec = cn.spec
-        if not isinstance(spec, LLMNode):
+        want = cn.kind.endpoint_want(cn.spec)
+        if want is None:
             continue
-        base_url = spec.base_url or choice.base_url
-        api_key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else choice.api_key
+        base_url = want.base_url or choice.base_url
+        api_key = os.environ.get(want.api_key_env, "") if want.api_key_env else choice.api_key
         if base_url not in served_by:
             served_by[base_url] = await client.list_models(base_url, api_key or "EMPTY")
         served = served_by[base_url]
-        model = spec.model or (choice.model if base_url == choice.base_url else None)
+        model = want.model or (choice.model if base_url == choice.base_url else None)
         model = model or (served[0] if served else None)
         if model is None:
             raise ServerError(f"{base_url} serves no model; pass --model")

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
 
 from .errors import GraphError, Problem
 from .graphfile import load_yaml
+
+if TYPE_CHECKING:
+    from .kinds.compute import ComputeNode as ComputeNode
+    from .kinds.llm import LLMNode as LLMNode
 
 MAX_NODES = 1_000  # more is a runaway or hostile file, not a protocol
 
@@ -114,35 +121,14 @@ def sampling_problem(key: str, value: object) -> str | None:
 
 
 class NodeBase(_Strict):
+    """What every node has, whatever its kind; a kind's spec model adds `kind: Literal[...]`
+    and its own fields (see orchestrator/kinds)."""
+
     foreach: str | None = None
     as_: str = Field(default="item", alias="as")
     when: str | None = None
     after: list[str] = Field(default_factory=list)
     description: str | None = None
-
-
-class LLMNode(NodeBase, Sampling):
-    """A call to the model: prompt template(s) in, schema-validated JSON out."""
-
-    kind: Literal["llm"]
-    prompt: str
-    system: str | None = None
-    output: dict[str, FieldSpec]
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
-    on_error: Literal["fail", "record"] = "fail"
-
-
-class ComputeNode(NodeBase):
-    """A plain Python function over upstream values (registered name or module:function)."""
-
-    kind: Literal["compute"]
-    function: str
-    args: dict[str, Any] = Field(default_factory=dict)
-
-
-Node = Annotated[LLMNode | ComputeNode, Field(discriminator="kind")]
 
 
 class Aggregate(_Strict):
@@ -163,7 +149,8 @@ class GraphSpec(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     prompts: str = "../prompts"
     defaults: Sampling = Field(default_factory=Sampling)
-    nodes: dict[str, Node]
+    # Parsed with the union of the registered kinds' models (see `_parser`).
+    nodes: dict[str, NodeBase]
     outputs: dict[str, str]
     aggregates: dict[str, Aggregate] = Field(default_factory=dict)
 
@@ -182,20 +169,42 @@ def _type_name(value: Any) -> str:
     )
 
 
-_TAGS = ("llm", "compute")
+_PARSERS: dict[tuple[type[NodeBase], ...], type[GraphSpec]] = {}
 
 
-def _loc_to_place(loc: tuple[Any, ...]) -> tuple[str | None, str | None]:
+def _parser() -> type[GraphSpec]:
+    """GraphSpec whose nodes are the union of the registered kinds' models, picked by
+    `kind:` (built once per set of kinds)."""
+    from .kinds.base import kinds
+
+    models = tuple(kind.spec_model for kind in kinds().values())
+    if models not in _PARSERS:
+        union: Any = functools.reduce(operator.or_, models)
+        node = Annotated[union, Field(discriminator="kind")]
+        _PARSERS[models] = create_model(
+            "GraphSpec", __base__=GraphSpec, __module__=__name__, nodes=(dict[str, node], ...)
+        )
+    return _PARSERS[models]
+
+
+def _kind_choices() -> str:
+    from .kinds.base import kinds
+
+    names = [f"'{name}'" for name in kinds()]
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
+
+def _loc_to_place(loc: tuple[Any, ...], tags: set[str]) -> tuple[str | None, str | None]:
     """Turn a pydantic error location into (node, field) for the message."""
     parts = [str(p) for p in loc]
     if len(parts) >= 2 and parts[0] == "nodes":
         # Drop the discriminator tag pydantic inserts after the node id.
-        rest = parts[3:] if len(parts) > 2 and parts[2] in _TAGS else parts[2:]
+        rest = parts[3:] if len(parts) > 2 and parts[2] in tags else parts[2:]
         return parts[1], ".".join(rest) or None
     return None, ".".join(parts) or None
 
 
-def _problem(file: str, err: Any) -> Problem:
+def _problem(file: str, err: Any, tags: set[str]) -> Problem:
     """One pydantic error as a Problem, in the words of the graph file."""
     loc = tuple(err["loc"])
     kind = err["type"]
@@ -205,12 +214,12 @@ def _problem(file: str, err: Any) -> Problem:
             return Problem(file, "a node id must be a string", node=str(loc[1]))
         field = ".".join(str(p) for p in loc[:-2]) or None
         return Problem(file, f"key {loc[-2]!r} must be a string", field=field)
-    node, field = _loc_to_place(loc)
+    node, field = _loc_to_place(loc, tags)
     message = err["msg"]
     if kind == "union_tag_invalid":
-        field, message = "kind", f"unknown kind '{ctx.get('tag')}': use 'llm' or 'compute'"
+        field, message = "kind", f"unknown kind '{ctx.get('tag')}': use {_kind_choices()}"
     elif kind == "union_tag_not_found":
-        field, message = "kind", "no kind given: use 'llm' or 'compute'"
+        field, message = "kind", f"no kind given: use {_kind_choices()}"
     elif kind == "extra_forbidden":
         message = "unknown key (misspelt, or not allowed here)"
     elif kind == "missing":
@@ -241,7 +250,21 @@ def spec_from_raw(raw: Any, file: str) -> GraphSpec:
     if isinstance(nodes, dict) and len(nodes) > MAX_NODES:
         message = f"{len(nodes)} nodes; a graph may have at most {MAX_NODES}"
         raise GraphError([Problem(file, message, field="nodes")])
+    parser = _parser()
     try:
-        return GraphSpec.model_validate(raw)
+        return parser.model_validate(raw)
     except ValidationError as exc:
-        raise GraphError([_problem(file, err) for err in exc.errors()]) from exc
+        from .kinds.base import kinds
+
+        tags = set(kinds())
+        raise GraphError([_problem(file, err, tags) for err in exc.errors()]) from exc
+
+
+def __getattr__(name: str) -> Any:
+    # The built-in kinds' spec models live with their kinds; importing them here at load
+    # time would be circular (they build on NodeBase above).
+    if name in ("LLMNode", "ComputeNode"):
+        from .kinds import compute, llm
+
+        return getattr(llm if name == "LLMNode" else compute, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

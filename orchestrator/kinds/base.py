@@ -1,0 +1,173 @@
+"""What a node kind is (spec model, compile step, executor) and the registry of kinds.
+
+The engine schedules nodes without knowing their kinds; spec parsing, checks, servers and
+run identity ask a node's kind. A new kind is one module defining a `NodeKind` plus one
+`register_kind(...)` call.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, get_args
+
+from ..errors import NodeError
+from ..spec import NodeBase
+
+if TYPE_CHECKING:
+    from ..checks import NodeScope
+    from ..client import Endpoint, LLMClient
+    from ..compute import ComputeFunction
+    from ..graph import CompiledNode
+    from ..runtime import Runtime
+    from ..spec import FieldSpec, GraphSpec
+    from ..templates import Expression
+    from ..trace import TraceStore
+
+SpecT = TypeVar("SpecT", bound=NodeBase)
+NodeT = TypeVar("NodeT", bound="CompiledNode")
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def evaluate(expr: Expression, ctx: dict[str, Any], node: str, where: str) -> Any:
+    """An expression's value for one call; its failure is the node's error, naming where."""
+    try:
+        return expr(ctx)
+    except Exception as exc:  # template runtime errors come in many types
+        raise NodeError(node, f"{where} `{expr.source}` failed: {exc}") from exc
+
+
+class EndpointWant(NamedTuple):
+    """What a node that talks to a server asks of the run's servers (None: the run's own)."""
+
+    base_url: str | None
+    model: str | None
+    api_key_env: str | None
+
+
+@dataclass
+class RunServices:
+    """What an executor may use of the run it is part of: one per engine (so per run)."""
+
+    client: LLMClient
+    trace: TraceStore
+    endpoints: dict[str, Endpoint]  # node name -> the endpoint it talks to
+    runtime: Runtime
+    memo: dict[Any, Any] = field(default_factory=dict)  # per-run caches of kinds
+
+
+class NodeKind(ABC, Generic[SpecT, NodeT]):
+    """One kind of node: the `kind:` tag, its spec model, its compile step, its executor.
+
+    `spec_model` must declare `kind: Literal["<name>"]` (the tag parsing dispatches on);
+    `compiled` is the `CompiledNode` subclass its compile step fills in.
+    """
+
+    name: str
+    spec_model: type[SpecT]
+    compiled: type[NodeT]
+
+    @abstractmethod
+    def compile(self, cn: NodeT, scope: NodeScope) -> None:
+        """Fill in `cn`'s own parts from `cn.spec`; report problems through `scope`."""
+
+    @abstractmethod
+    async def execute(
+        self, cn: NodeT, ctx: dict[str, Any], example: str, item: int, run: RunServices
+    ) -> Any:
+        """Run the node once (one `foreach` element, or WHOLE), record it in `run.trace`,
+        return its value; raise NodeError to fail the example."""
+
+    def endpoint_want(self, spec: SpecT) -> EndpointWant | None:
+        """The server this node talks to, or None when it needs no endpoint of its own."""
+        return None
+
+    def value_fields(self, spec: SpecT, graph: GraphSpec) -> dict[str, FieldSpec] | None:
+        """The fields its value is known (before any call) to have, for `node.field` typo
+        checks; None when not known. Only asked of nodes without `foreach`."""
+        return None
+
+    def functions(self, cn: NodeT) -> list[ComputeFunction]:
+        """Python functions it runs: user code among them is part of the run's identity."""
+        return []
+
+
+_KINDS: dict[str, NodeKind[Any, Any]] = {}
+_BY_MODEL: dict[type[NodeBase], NodeKind[Any, Any]] = {}
+_builtins_loaded = False
+
+
+def _load_builtins() -> None:
+    # Imported on first use, not at import time: the built-in kinds import the checks and
+    # the graph, which import this module.
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    from .compute import ComputeKind
+    from .llm import LLMKind
+
+    for kind in (LLMKind(), ComputeKind()):  # this order is the order errors list them in
+        register_kind(kind)
+
+
+def register_kind(kind: NodeKind[Any, Any], *, replace: bool = False) -> NodeKind[Any, Any]:
+    """Make `kind:` <kind.name> a node kind graphs may use; returns the kind."""
+    _load_builtins()
+    name = kind.name
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"a kind name is lower-case letters, digits and _, got {name!r}")
+    tag = kind.spec_model.model_fields.get("kind")
+    if tag is None or get_args(tag.annotation) != (name,):
+        raise TypeError(
+            f"{kind.spec_model.__name__} must declare `kind: Literal[{name!r}]` "
+            "(graph files pick the node's model by it)"
+        )
+    if name in _KINDS and not replace:
+        raise ValueError(f"node kind '{name}' is already registered")
+    unregister_kind(name)
+    _KINDS[name] = kind
+    _BY_MODEL[kind.spec_model] = kind
+    return kind
+
+
+def unregister_kind(name: str) -> None:
+    """Forget a kind (a test's own kind, after the test)."""
+    kind = _KINDS.pop(name, None)
+    if kind is not None:
+        _BY_MODEL.pop(kind.spec_model, None)
+
+
+def kinds() -> dict[str, NodeKind[Any, Any]]:
+    """Every registered kind by name, in registration order (built-ins first)."""
+    _load_builtins()
+    return _KINDS
+
+
+def get_kind(name: str) -> NodeKind[Any, Any]:
+    """The kind registered under `name`; KeyError naming the registered ones if none."""
+    found = kinds().get(name)
+    if found is None:
+        raise KeyError(f"no node kind '{name}' (registered: {', '.join(_KINDS)})")
+    return found
+
+
+def kind_of(spec: NodeBase) -> NodeKind[Any, Any]:
+    """The kind whose spec model parsed `spec`."""
+    _load_builtins()
+    return _BY_MODEL[type(spec)]
+
+
+__all__ = [
+    "EndpointWant",
+    "NodeKind",
+    "RunServices",
+    "evaluate",
+    "get_kind",
+    "kind_of",
+    "kinds",
+    "register_kind",
+    "unregister_kind",
+]

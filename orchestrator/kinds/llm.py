@@ -1,0 +1,201 @@
+"""The `llm` node kind: prompt template(s) in, schema-validated JSON out, one server call
+(with its re-asks) per run of the node."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from jinja2 import TemplateError
+from pydantic import BaseModel
+
+from ..checks import check_sampling
+from ..client import LLMCallError, request_params
+from ..errors import NodeError
+from ..graph import CompiledNode
+from ..schemas import SchemaError, build_model, dynamic_fields, json_schema
+from ..spec import SAMPLING_TYPES, FieldSpec, GraphSpec, NodeBase, Sampling, sampling_problem
+from ..trace import NodeRecord
+from .base import EndpointWant, NodeKind, RunServices, evaluate
+
+if TYPE_CHECKING:
+    from ..checks import NodeScope
+    from ..templates import Expression, Prompt
+
+
+class LLMNode(NodeBase, Sampling):
+    """A call to the model: prompt template(s) in, schema-validated JSON out."""
+
+    kind: Literal["llm"]
+    prompt: str
+    system: str | None = None
+    output: dict[str, FieldSpec]
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    on_error: Literal["fail", "record"] = "fail"
+
+
+@dataclass
+class CompiledLLM(CompiledNode):
+    """An LLM node ready to run: loaded templates, compiled schema, merged sampling."""
+
+    spec: LLMNode
+    prompt: Prompt | None = None
+    system: Prompt | None = None
+    model: type[BaseModel] | None = None  # static schema (dynamic enums left open)
+    dynamic: dict[str, Expression] = field(default_factory=dict)
+    sampling: Sampling = field(default_factory=Sampling)
+    sampling_exprs: dict[str, Expression] = field(default_factory=dict)
+
+    def messages(self, context: dict[str, Any]) -> list[dict[str, str]]:
+        """The chat messages for one call: system (if any), then user."""
+        assert self.prompt is not None, f"{self.name} did not compile"
+        messages = []
+        if self.system is not None:
+            messages.append({"role": "system", "content": self.system.render(context)})
+        messages.append({"role": "user", "content": self.prompt.render(context)})
+        return messages
+
+
+def _merge_sampling(defaults: Sampling, node: LLMNode) -> Sampling:
+    values = defaults.model_dump(exclude_none=True)
+    values.update(
+        {k: v for k, v in node.model_dump().items() if k in Sampling.model_fields and v is not None}
+    )
+    return Sampling(**values)
+
+
+class LLMKind(NodeKind[LLMNode, CompiledLLM]):
+    """`kind: llm`."""
+
+    name = "llm"
+    spec_model = LLMNode
+    compiled = CompiledLLM
+
+    def compile(self, cn: CompiledLLM, scope: NodeScope) -> None:
+        node = cn.spec
+        cn.sampling = _merge_sampling(scope.ck.spec.defaults, node)
+        cn.prompt = scope.template(node.prompt, "prompt")
+        if node.system is not None:
+            cn.system = scope.template(node.system, "system")
+        if not node.output:
+            scope.problem("the output declares no fields", "output")
+        try:
+            cn.model = build_model(cn.name, node.output)
+        except SchemaError as exc:
+            scope.problem(f"bad output schema: {exc}", f"output.{exc.field}")
+        except (TypeError, ValueError) as exc:
+            scope.problem(f"bad output schema: {exc}", "output")
+        for fpath, source in dynamic_fields(node.output).items():
+            expr = scope.expression(source, f"output.{fpath}.enum_from", f"output.{fpath}")
+            if expr:
+                cn.dynamic[fpath] = expr
+        check_sampling(scope.ck, node, cn.name, "")
+        for key, value in cn.sampling.model_dump(exclude_none=True).items():
+            if isinstance(value, str):
+                expr = scope.expression(value, key)
+                if expr:
+                    cn.sampling_exprs[key] = expr
+
+    def endpoint_want(self, spec: LLMNode) -> EndpointWant:
+        return EndpointWant(spec.base_url, spec.model, spec.api_key_env)
+
+    def value_fields(self, spec: LLMNode, graph: GraphSpec) -> dict[str, FieldSpec] | None:
+        # With n > 1 the value is a list of samples, not one output object.
+        return spec.output if (spec.n or graph.defaults.n or 1) == 1 else None
+
+    async def execute(
+        self, cn: CompiledLLM, ctx: dict[str, Any], example: str, item: int, run: RunServices
+    ) -> Any:
+        messages = _messages(cn, ctx)
+        model = _schema_for(cn, ctx, run.memo)
+        sampling = _sampling_for(cn, ctx)
+        ep = run.endpoints[cn.name]
+        rec = NodeRecord(
+            example_id=example,
+            node=cn.name,
+            item=item,
+            messages=messages,
+            model=ep.model,
+            endpoint=ep.base_url,
+            request={
+                "params": {**request_params(sampling), "n": sampling.n or 1},
+                "structured": ep.structured,
+            },
+            schema=json_schema(model),
+        )
+        started = time.perf_counter()
+        try:
+            result = await run.client.call(ep, messages, model, sampling)
+        except LLMCallError as exc:
+            rec.attempts = exc.attempts
+            rec.error = str(exc)
+            rec.status = "failed"
+            rec.latency = time.perf_counter() - started
+            if cn.spec.on_error == "record":
+                # The protocol counts this call as a known failure (e.g. ExPerT: unmatched);
+                # the value says so, and the trace keeps every attempt.
+                rec.value = {"failed": True, "error": str(exc)}
+                run.trace.record(rec)
+                return rec.value
+            run.trace.record(rec)
+            raise NodeError(cn.name, str(exc)) from exc
+        value: Any = result.values[0] if (sampling.n or 1) == 1 else result.values
+        rec.value = value
+        rec.raw = result.raw
+        rec.attempts = result.attempts
+        rec.cached = result.cached
+        rec.prompt_tokens = result.prompt_tokens
+        rec.completion_tokens = result.completion_tokens
+        rec.latency = time.perf_counter() - started
+        run.trace.record(rec)
+        return value
+
+
+def _schema_for(cn: CompiledLLM, ctx: dict[str, Any], memo: dict[Any, Any]) -> type[BaseModel]:
+    """The node's model, with dynamic enums filled in for this call (memoised per run)."""
+    assert cn.model is not None
+    if not cn.dynamic:
+        return cn.model
+    choices: dict[str, tuple[Any, ...]] = {}
+    for path, expr in cn.dynamic.items():
+        value = evaluate(expr, ctx, cn.name, f"output.{path}.enum_from")
+        if not isinstance(value, list | tuple) or not value:
+            raise NodeError(
+                cn.name, f"enum_from for '{path}' must give a non-empty list, got {value!r}"
+            )
+        choices[path] = tuple(value)
+    key = ("llm schema", cn.name, tuple(sorted(choices.items())))
+    if key not in memo:
+        memo[key] = build_model(cn.name, cn.spec.output, dict(choices))
+    model: type[BaseModel] = memo[key]
+    return model
+
+
+def _sampling_for(cn: CompiledLLM, ctx: dict[str, Any]) -> Sampling:
+    """The node's sampling values with expression-valued ones evaluated for this call."""
+    if not cn.sampling_exprs:
+        return cn.sampling
+    values = cn.sampling.model_dump(exclude_none=True)
+    for key, expr in cn.sampling_exprs.items():
+        raw = evaluate(expr, ctx, cn.name, key)
+        try:
+            values[key] = SAMPLING_TYPES[key](raw)
+        except (TypeError, ValueError) as exc:
+            raise NodeError(
+                cn.name,
+                f"{key} `{expr.source}` gave {raw!r}, not a {SAMPLING_TYPES[key].__name__}",
+            ) from exc
+        problem = sampling_problem(key, values[key])
+        if problem is not None:
+            raise NodeError(cn.name, f"{key} `{expr.source}`: {problem}")
+    return Sampling(**values)
+
+
+def _messages(cn: CompiledLLM, ctx: dict[str, Any]) -> list[dict[str, str]]:
+    try:
+        return cn.messages(ctx)
+    except (TemplateError, TypeError, ValueError) as exc:
+        raise NodeError(cn.name, f"rendering the prompt failed: {exc}") from exc
