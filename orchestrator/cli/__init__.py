@@ -11,4 +11,7 @@ from . import run  # noqa: F401 - validate, run, demo
 # isort: split
 from . import inspect  # noqa: F401 - trace, serve, report, distill, meta-eval, cache
 
+# isort: split
+from . import functions  # noqa: F401 - functions
+
 __all__ = ["app", "main"]
