@@ -50,15 +50,15 @@ def quiet_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_notebook_script_judges_dataframes_and_datasets(quiet_home: Path):
     graph = orc.Graph.from_dict(spec(), PROMPTS)
     frame = pd.DataFrame(ROWS)
-    with FakeServer() as server:
-        from_pandas = orc.run(graph, frame, base_url=server.base_url)
-        from_hf = orc.run(graph, datasets.Dataset.from_pandas(frame), base_url=server.base_url)
-        from_polars = orc.run(graph, pl.DataFrame(ROWS), base_url=server.base_url)
-        streamed = orc.run(
-            graph,
-            datasets.IterableDataset.from_generator(lambda: iter(ROWS)),
-            base_url=server.base_url,
-        )
+    # The subject is the data containers, not HTTP: the in-process transport answers.
+    fake = orc.FakeTransport()
+    from_pandas = orc.run(graph, frame, transport=fake)
+    from_hf = orc.run(graph, datasets.Dataset.from_pandas(frame), transport=fake)
+    from_polars = orc.run(graph, pl.DataFrame(ROWS), transport=fake)
+    streamed = orc.run(
+        graph, datasets.IterableDataset.from_generator(lambda: iter(ROWS)), transport=fake
+    )
+    assert len(fake.node_requests) == 4 * len(ROWS)
     for result in (from_pandas, from_hf, from_polars, streamed):
         table = result.to_pandas()
         assert isinstance(table, pd.DataFrame)

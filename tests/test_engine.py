@@ -13,7 +13,7 @@ import pytest
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, results, run_graph, user_text, write_graph, write_rows
 
-from orchestrator import GraphError, RunConfig, RunFolderError, execute
+from orchestrator import GraphError, RetryPolicy, RunConfig, RunFolderError, execute
 
 JUDGE_OUT = {"reason": "string", "score": {"type": "integer", "min": 1, "max": 10}}
 GRAPH: dict[str, Any] = {
@@ -54,6 +54,12 @@ def graph(tmp_path: Path) -> Path:
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
     return write_rows(tmp_path / "rows.jsonl", [{"id": f"e{i}", "text": f"t{i}"} for i in range(4)])
+
+
+def quick_retries(timeout: float = 120.0) -> RetryPolicy:
+    """The default retry budget without the backoff sleeps (the tests count tries, not
+    seconds); `timeout` is the whole-reply deadline."""
+    return RetryPolicy(timeout=timeout, backoff_first=0.0, jitter=0.0)
 
 
 def judge_requests(server: FakeServer) -> list[dict[str, Any]]:
@@ -132,7 +138,9 @@ def test_server_errors_and_timeouts_are_retried(graph: Path, data: Path, tmp_pat
         "t2": fail_once("t2", Reply(delay=3.0, content="late")),
     }
     with FakeServer(by_text(replies)) as server:
-        run_graph(graph, data, tmp_path / "run", server.base_url, timeout=1.0)
+        run_graph(
+            graph, data, tmp_path / "run", server.base_url, timeout=1.0, retry=quick_retries(1.0)
+        )
     got = results(tmp_path / "run")
     assert got["e1"]["status"] == "ok" and got["e2"]["status"] == "ok"
     assert calls == {"t1": 2, "t2": 2}
@@ -478,7 +486,7 @@ def test_server_that_fails_every_request_is_a_clear_error(graph: Path, data: Pat
         FakeServer(lambda body: Reply(status=503)) as server,
         pytest.raises(ServerError, match=r"first request .* failed after 5 tries: HTTP 503"),
     ):
-        run_graph(graph, data, tmp_path / "run", server.base_url)
+        run_graph(graph, data, tmp_path / "run", server.base_url, retry=quick_retries())
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["status"] == "error" and "HTTP 503" in manifest["error"]
 
