@@ -17,8 +17,7 @@ from pydantic import BaseModel
 from orchestrator import RunFolderError
 from orchestrator.reader import RunReader, TraceReader
 from orchestrator.records import Attempt, Manifest, NodeRun, ResultLine, Summary
-from orchestrator.report import build_report
-from orchestrator.report import payload
+from orchestrator.report import build_report, payload
 from orchestrator.trace import NodeRecord, TraceStore
 
 STORE_FIELDS = {"id", "run_id", "graph_hash", "run_key"}  # set by the store, not the node
