@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .errors import RunFolderError
-from .records import WHOLE, Attempt, NodeRun, TraceRun
+from .records import WHOLE, Attempt, NodeRun
 
 if TYPE_CHECKING:
     from .reader import TraceReader
@@ -63,7 +63,7 @@ def loads(blob: bytes | None) -> Any:
 
 
 class TraceStore:
-    """Writes and reads `traces.sqlite` of one run folder."""
+    """Writes `traces.sqlite` of one run folder and answers resume lookups from it."""
 
     def __init__(
         self, path: Path, run_id: str = "", graph_hash: str = "", run_key: str = ""
@@ -265,9 +265,6 @@ class TraceStore:
         export of `trace --format jsonl`. Typed access is `reader.TraceReader.node_runs`."""
         for run in self._reading().node_runs(example_id, node):
             yield run.model_dump()
-
-    def runs(self) -> list[TraceRun]:
-        return self._reading().runs()
 
     def close(self) -> None:
         self.flush()
