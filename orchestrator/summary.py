@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from .errors import NodeError
-from .graph import CompiledGraph
+from .graph import CompiledAggregate, CompiledGraph
 from .templates import Expression
+
+logger = logging.getLogger(__name__)
 
 
 def numeric_leaves(row: dict[str, Any], prefix: str = "", depth: int = 0) -> dict[str, float]:
@@ -51,29 +56,116 @@ def status_counts(results: Iterable[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
+def _aggregate(name: str, agg: CompiledAggregate, context: dict[str, Any]) -> Any:
+    kwargs = {}
+    for arg, value in agg.args.items():
+        if isinstance(value, Expression):
+            try:
+                kwargs[arg] = value(context)
+            except Exception as exc:
+                raise NodeError(f"aggregates.{name}", f"args.{arg}: {exc}") from exc
+        else:
+            kwargs[arg] = value
+    try:
+        return agg.function.fn(**kwargs)
+    except Exception as exc:
+        kind = type(exc).__name__
+        raise NodeError(
+            f"aggregates.{name}", f"function '{agg.spec.function}' raised {kind}: {exc}"
+        ) from exc
+
+
 def run_aggregates(
     graph: CompiledGraph, results: list[dict[str, Any]], params: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Evaluate the graph's `aggregates` over the ok result lines, with the run's params."""
+    """Evaluate the graph's `aggregates` over the ok result lines, with the run's params.
+
+    Each runs on its own: one that fails is recorded as `{"failed": true, "error": ...}`
+    under its name and the others still run, so a mistake in one costs no LLM call again
+    (fix the graph, then `orchestrator summarize RUN_DIR`)."""
     # Examples finish in any order; sorting makes order-sensitive aggregates (Elo, seeded
     # bootstraps) give the same answer for the same results.
     ok = sorted((r for r in results if r.get("status") == "ok"), key=lambda r: str(r["id"]))
     context = {"results": ok, "params": {**graph.spec.params, **(params or {})}}
     out: dict[str, Any] = {}
     for name, agg in graph.aggregates.items():
-        kwargs = {}
-        for arg, value in agg.args.items():
-            if isinstance(value, Expression):
-                try:
-                    kwargs[arg] = value(context)
-                except Exception as exc:
-                    raise NodeError(f"aggregates.{name}", f"args.{arg}: {exc}") from exc
-            else:
-                kwargs[arg] = value
         try:
-            out[name] = agg.function.fn(**kwargs)
-        except Exception as exc:
-            raise NodeError(
-                f"aggregates.{name}", f"function '{agg.spec.function}' raised: {exc}"
-            ) from exc
+            out[name] = _aggregate(name, agg, context)
+        except NodeError as exc:
+            logger.warning("%s", exc)
+            out[name] = {"failed": True, "error": str(exc)}
     return out
+
+
+SUMMARY_FIELDS = ("graph", "counts", "means", "aggregates_from")
+
+
+def aggregate_errors(summary: dict[str, Any]) -> dict[str, str]:
+    """The aggregates that failed in a summary, with their messages."""
+    errors = {}
+    for name, value in summary.items():
+        if name in SUMMARY_FIELDS:
+            continue
+        if isinstance(value, dict) and value.get("failed") is True and "error" in value:
+            errors[name] = str(value["error"])
+    return errors
+
+
+def _same_examples(run_graph: CompiledGraph, new_graph: CompiledGraph) -> list[str]:
+    """What differs between two graphs beyond their aggregates (which make no request)."""
+    changed = []
+    for part in ("inputs", "optional_inputs", "nodes", "outputs", "defaults"):
+        if getattr(run_graph.spec, part) != getattr(new_graph.spec, part):
+            changed.append(part)
+    if run_graph.templates != new_graph.templates:
+        changed.append("templates")
+    return changed
+
+
+def summarize_folder(folder: Path | str, graph: Path | str | None = None) -> dict[str, Any]:
+    """Recompute a finished run's aggregates from its result lines, with no request.
+
+    `graph` is the run's graph with its aggregates fixed (default: the snapshot the run
+    kept); anything else in it must be as the run had it, or the results would not be its.
+    """
+    from .compile import compile_graph
+    from .errors import RunFolderError
+    from .reader import RunReader
+    from .runfolder import RunFolder
+    from .runlock import RunLock
+
+    reader = RunReader(folder)
+    snapshot = reader.snapshot_graph
+    if snapshot is None:
+        raise RunFolderError(f"{reader.path} has no graph snapshot (made before layout 2)")
+    ran = compile_graph(snapshot, prompts_dir=reader.snapshot_prompts)
+    new = ran if graph is None else compile_graph(graph)
+    changed = _same_examples(ran, new)
+    if changed:
+        raise RunFolderError(
+            f"{graph} is not the graph of the run in {reader.path}: its {', '.join(changed)} "
+            "changed, so the run's results are not its results; run it into a new --out."
+        )
+    manifest = reader.manifest
+    lock = RunLock(reader.path)
+    lock.acquire()  # a run still writing the folder must not race this summary
+    try:
+        results = [line.model_dump(exclude_unset=True) for line in reader.results()]
+        summary = (reader.summary.model_dump() if reader.summary else {}) | {
+            "graph": new.name,
+            "counts": manifest.counts.model_dump(),
+            "means": output_means(results),
+        }
+        for name in ran.aggregates:
+            summary.pop(name, None)  # an aggregate removed from the graph goes too
+        params = dict(manifest.parameters.get("params") or {})
+        summary.update(run_aggregates(new, results, params))
+        summary["aggregates_from"] = {
+            "graph": str(graph or snapshot),
+            "hash": new.content_hash,
+            "computed": time.time(),
+        }
+        RunFolder(reader.path).write_summary(summary)
+    finally:
+        lock.release()
+    return summary

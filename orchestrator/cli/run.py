@@ -149,8 +149,36 @@ def run(
         )
     finally:
         _stop(server)
-    if outcome.manifest.counts.examples_failed:
-        raise typer.Exit(2)
+    raise typer.Exit(_exit_code(outcome))
+
+
+EXIT_EXAMPLES_FAILED = 2
+EXIT_AGGREGATES_FAILED = 4
+
+
+def _exit_code(result: RunResult) -> int:
+    """0 all done; 2 some examples failed; 4 every example ok but an aggregate failed."""
+    aggregates_failed = _print_aggregate_errors(result.summary.aggregates)
+    if result.manifest.counts.examples_failed:
+        return EXIT_EXAMPLES_FAILED
+    return EXIT_AGGREGATES_FAILED if aggregates_failed else 0
+
+
+def _print_aggregate_errors(summary: dict[str, Any]) -> bool:
+    from ..summary import aggregate_errors
+
+    errors = aggregate_errors(summary)
+    for name, message in errors.items():
+        err.print(
+            f"[bold red]aggregate {escape(name)} failed:[/] {escape(message)}", soft_wrap=True
+        )
+    if errors:
+        err.print(
+            "The examples' results are kept. Fix the graph's aggregates, then recompute them "
+            "without a request: orchestrator summarize RUN_DIR --graph GRAPH",
+            soft_wrap=True,
+        )
+    return bool(errors)
 
 
 def _compile_or_exit(graph: Path) -> CompiledGraph:
@@ -355,3 +383,26 @@ def _print_summary(manifest: Manifest, folder: Path) -> None:
         f"results: {folder / 'results.jsonl'}\ntraces:  {folder / 'traces.sqlite'} "
         f"(orchestrator trace {folder})"
     )
+
+
+@app.command()
+def summarize(
+    run_dir: Annotated[Path, typer.Argument(help="A finished run folder.")],
+    graph: Annotated[
+        Path | None,
+        typer.Option(help="The run's graph with its aggregates fixed (default: its snapshot)."),
+    ] = None,
+) -> None:
+    """Recompute a run's aggregates (summary.json) from its results, with no LLM request."""
+    from ..summary import SUMMARY_FIELDS, summarize_folder
+
+    if graph is not None:
+        _compile_or_exit(graph)  # every problem listed, as `validate` does
+    try:
+        summary = summarize_folder(run_dir, graph)
+    except RunFolderError as exc:
+        fail(str(exc))
+    names = [name for name in summary if name not in SUMMARY_FIELDS]
+    console.print(f"summary.json rewritten in {run_dir}: aggregates {', '.join(names) or 'none'}")
+    if _print_aggregate_errors(summary):
+        raise typer.Exit(EXIT_AGGREGATES_FAILED)
