@@ -5,6 +5,7 @@ duplicate keys refused, every failure a Problem naming the file and line.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,19 @@ class _GraphLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+# YAML 1.2 booleans: only true/false. PyYAML follows YAML 1.1, where yes/no/on/off/y/n are
+# booleans too, so `enum: [yes, no]` became [True, False] and a verdict "no" could never
+# match; in a judge's graph those words are labels far more often than switches.
+_BOOL = "tag:yaml.org,2002:bool"
+_GraphLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_GraphLoader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 class _TooBig(Exception):

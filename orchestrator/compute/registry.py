@@ -7,6 +7,7 @@ keyword arguments in, a JSON-serialisable value out.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -80,8 +81,12 @@ def resolve(name: str) -> ComputeFunction:
     if not sep:
         module_name, _, attr = name.rpartition(".")
     if not module_name:
-        known = ", ".join(sorted(_REGISTRY))
-        raise LookupError(f"unknown compute function '{name}' (built-ins: {known})")
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise LookupError(
+            f"unknown compute function '{name}': {hint}`orchestrator functions` lists the "
+            "built-ins; a function of your own is named module:function"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
