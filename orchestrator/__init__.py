@@ -36,9 +36,12 @@ _EXPORTS = {
     "RunFolderError": ".errors",
     "ServerUnavailable": ".errors",
     "ServerGone": ".outage",
+    "Attempt": ".records",
     "Manifest": ".records",
+    "NodeRun": ".records",
     "ResultLine": ".records",
     "Summary": ".records",
+    "RunReader": ".reader",
     "RunConfig": ".runner",
     "RunOutcome": ".runner",
     "execute": ".runner",
@@ -63,7 +66,8 @@ if TYPE_CHECKING:
         ServerUnavailable,
     )
     from .outage import ServerGone
-    from .records import Manifest, ResultLine, Summary
+    from .reader import RunReader
+    from .records import Attempt, Manifest, NodeRun, ResultLine, Summary
     from .runner import RunConfig, RunOutcome, execute
     from .sources import RowSource
     from .stores import MemoryStore, RunStore
@@ -76,6 +80,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Attempt",
     "CompiledGraph",
     "ConfigurationError",
     "DatasetError",
@@ -86,6 +91,7 @@ __all__ = [
     "Manifest",
     "MemoryStore",
     "NodeError",
+    "NodeRun",
     "OrchestratorError",
     "ResultLine",
     "RetryPolicy",
@@ -93,6 +99,7 @@ __all__ = [
     "RunConfig",
     "RunFolderError",
     "RunOutcome",
+    "RunReader",
     "RunResult",
     "RunStore",
     "ServerGone",
