@@ -125,8 +125,9 @@ def _calibration(tmp_path: Path, body: dict) -> str:
 
 def test_ensemble_votes_without_calibration_reports_pwv_unavailable() -> None:
     out = v.ensemble_votes({"a": 1, "b": -1, "c": 1}, {"all": ["a", "b", "c"]})
-    assert out["votes"] == {"mv:all": 1, "pwv:all": None}
+    assert out["votes"] == {"mv:all": 1, "pwv:all": None, "lr:all": None}
     assert out["calibration"]["available"] is False
+    assert "no calibration" in out["calibration"]["stacking"]["reason"]
     assert "no calibration" in out["calibration"]["reason"]
 
 
@@ -137,7 +138,15 @@ def test_ensemble_votes_reads_weights_and_refuses_calibration_rows(tmp_path: Pat
     )
     sets = {"all": ["a", "b", "c"], "ab": ["a", "b"]}
     out = v.ensemble_votes({"a": 1, "b": -1, "c": -1}, sets, path, "accuracy", "new")
-    assert out["votes"] == {"mv:all": -1, "mv:ab": 0, "pwv:all": -1, "pwv:ab": 1}
+    assert out["votes"] == {
+        "mv:all": -1,
+        "mv:ab": 0,
+        "pwv:all": -1,
+        "pwv:ab": 1,
+        "lr:all": None,  # this file has no stacking fit
+        "lr:ab": None,
+    }
+    assert "no stacking fit" in out["calibration"]["stacking"]["reason"]
     assert out["calibration"]["split"] == "calib"
     assert out["calibration"]["weights"] == {"a": 0.9, "b": 0.6, "c": 0.55}
     logodds = v.ensemble_votes({"a": 1, "b": -1, "c": -1}, sets, path, "logodds", "new")

@@ -216,20 +216,47 @@ def _accuracy_table(meta: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def _stacking_fit(data: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]] | None, str]:
+    """Stacking weights per set from a calibration summary's `stacking` block, or why not."""
+    block = data.get("stacking")
+    if not isinstance(block, Mapping):
+        return None, "the calibration file has no stacking fit (aggregate style_stacking)"
+    if block.get("failed"):
+        return None, f"the calibration run's stacking aggregate failed: {block.get('error')}"
+    fit = block.get("fit", block)
+    if not isinstance(fit, Mapping) or not isinstance(fit.get("sets"), Mapping):
+        return None, "the calibration file's stacking block has no fitted sets"
+    sets: dict[str, dict[str, float]] = {}
+    for name, entry in fit["sets"].items():
+        weights = entry.get("weights") if isinstance(entry, Mapping) else None
+        if isinstance(weights, Mapping) and weights:
+            sets[str(name)] = {str(m): float(w) for m, w in weights.items()}
+    return sets, ""
+
+
 @lru_cache(maxsize=16)
 def _load_calibration(path: str, mtime: float) -> dict[str, Any]:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, Mapping):
         raise ValueError(f"{path}: expected a JSON object")
     meta = _meta_block(data)
+    stacking, stacking_reason = _stacking_fit(data)
     try:
         accuracy = _accuracy_table(meta)
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc} (see docs/metrics.md for the format)") from exc
+        if stacking is None:
+            raise ValueError(f"{path}: {exc} (see docs/metrics.md for the format)") from exc
+        accuracy = {}
+    ids = {str(i) for i in meta.get("ids") or ()}
+    fit = data.get("stacking")
+    if isinstance(fit, Mapping) and isinstance(fit.get("fit", fit), Mapping):
+        ids |= {str(i) for i in fit.get("fit", fit).get("ids") or ()}
     return {
         "accuracy": accuracy,
         "split": meta.get("split"),
-        "ids": frozenset(str(i) for i in meta.get("ids") or ()),
+        "ids": frozenset(ids),
+        "stacking": stacking,
+        "stacking_reason": stacking_reason,
     }
 
 
@@ -241,6 +268,30 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
     return _load_calibration(str(file.resolve()), file.stat().st_mtime)
 
 
+def _stacked(
+    votes: Mapping[str, Vote], sets: Mapping[str, Sequence[str]], cal: Mapping[str, Any]
+) -> tuple[dict[str, Vote], dict[str, Any]]:
+    """lr:NAME votes from the calibration's stacking weights; None for a set it did not fit."""
+    fitted: dict[str, dict[str, float]] = cal["stacking"] or {}
+    out: dict[str, Vote] = {}
+    missing: dict[str, str] = {}
+    for name, members in sets.items():
+        weights = fitted.get(name)
+        if weights is None:
+            missing[name] = f"set '{name}' has no stacking fit in the calibration file"
+        elif not set(weights) <= set(members):
+            missing[name] = f"set '{name}' was fitted on other members"
+            weights = None
+        out[f"lr:{name}"] = weighted_vote(votes, members, weights) if weights else None
+    info: dict[str, Any] = {
+        "available": True,
+        "weights": {n: w for n, w in fitted.items() if n in sets and n not in missing},
+    }
+    if missing:
+        info["missing_sets"] = missing
+    return out, info
+
+
 @register("ensemble_votes")
 def ensemble_votes(
     votes: Mapping[str, Vote],
@@ -249,33 +300,43 @@ def ensemble_votes(
     weight_form: str = "accuracy",
     example_id: str | None = None,
 ) -> dict[str, Any]:
-    """Majority (mv:NAME) and performance-weighted (pwv:NAME) votes over each metric set.
+    """Majority (mv:NAME), performance-weighted (pwv:NAME) and stacked (lr:NAME) votes per set.
 
-    PWV weights come only from a calibration file; without one, or when this row was
-    itself in the calibration split, every pwv vote is None and `calibration` says why.
+    PWV and LR weights come only from a calibration file; without one, or when this row was
+    itself in the calibration split, those votes are None and `calibration` says why.
     """
     out: dict[str, Vote] = {}
     for name, members in sets.items():
         out[f"mv:{name}"] = majority_vote(votes, members)
     info: dict[str, Any] = {"source": calibration, "weight_form": weight_form}
     weights: dict[str, float] | None = None
+    stacked: dict[str, Vote] = {f"lr:{name}": None for name in sets}
     if not calibration:
         info.update(available=False, reason="no calibration meta_eval.json given")
+        info["stacking"] = {"available": False, "reason": "no calibration summary.json given"}
     else:
         cal = load_calibration(calibration)
         if example_id is not None and str(example_id) in cal["ids"]:
             info.update(available=False, reason="this row is in the calibration split")
+            info["stacking"] = {"available": False, "reason": info["reason"]}
         else:
             weights = {m: weight(acc, weight_form) for m, acc in cal["accuracy"].items()}
             used = sorted({m for ms in sets.values() for m in ms})
             info.update(
-                available=True,
+                available=bool(weights),
                 split=cal["split"],
                 weights={m: round(weights[m], 6) for m in used if m in weights},
                 missing=[m for m in used if m not in weights],
             )
+            if not weights:
+                info["reason"] = "the calibration file has no accuracy table"
+            if cal["stacking"] is None:
+                info["stacking"] = {"available": False, "reason": cal["stacking_reason"]}
+            else:
+                stacked, info["stacking"] = _stacked(votes, sets, cal)
     for name, members in sets.items():
         out[f"pwv:{name}"] = weighted_vote(votes, members, weights) if weights else None
+    out.update(stacked)
     return {"votes": out, "calibration": info}
 
 
@@ -337,10 +398,14 @@ def style_accuracy(
             reasons.setdefault(name, str(reason))
     calibrations = [r["calibration"] for *_, r in rows if isinstance(r.get("calibration"), Mapping)]
     calibration = calibrations[0] if calibrations else None
-    if calibration and not calibration.get("available"):
-        for name in voters["ensembles"]:
-            if name.startswith("pwv:"):
-                reasons.setdefault(name, str(calibration.get("reason")))
+    stacking = (calibration or {}).get("stacking") or {}
+    for name in voters["ensembles"]:
+        if calibration and name.startswith("pwv:") and not calibration.get("available"):
+            reasons.setdefault(name, str(calibration.get("reason")))
+        if name.startswith("lr:") and not stacking.get("available", True):
+            reasons.setdefault(name, str(stacking.get("reason")))
+        elif name.startswith("lr:") and name[3:] in (stacking.get("missing_sets") or {}):
+            reasons.setdefault(name, str(stacking["missing_sets"][name[3:]]))
     report: dict[str, Any] = {
         "settings": {s: sum(1 for t, _, _ in rows if t == s) for s in sorted({r[0] for r in rows})},
         "rows": len(rows),
@@ -349,7 +414,8 @@ def style_accuracy(
         "ensembles": {n: _score_column(c, reasons.get(n)) for n, c in voters["ensembles"].items()},
     }
     if calibration:
-        keys = ("source", "split", "weight_form", "available", "reason", "weights", "missing")
+        keys: tuple[str, ...] = ("source", "split", "weight_form", "available", "reason")
+        keys = (*keys, "weights", "missing", "stacking")
         report["calibration"] = {k: calibration.get(k) for k in keys if k in calibration}
     judged: list[Mapping[str, Any]] = [
         r["judge"] for _, _, r in rows if isinstance(r.get("judge"), Mapping)
