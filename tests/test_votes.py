@@ -293,7 +293,9 @@ def test_style_graph_end_to_end_with_calibration(tmp_path: Path) -> None:
             tmp_path, server, "again", calibration=str(tmp_path / "calib_summary.json")
         )
         assert all(r["ensembles"]["pwv:all"] is None for r in again)
+        assert all(r["ensembles"]["lr:all"] is None for r in again)
         assert "calibration split" in summary2["accuracy"]["ensembles"]["pwv:all"]["reason"]
+        assert "calibration split" in summary2["accuracy"]["ensembles"]["lr:all"]["reason"]
 
         meta = json.loads(calibration.read_text())["accuracy"]["meta_eval"]
         meta["ids"] = []
@@ -305,6 +307,19 @@ def test_style_graph_end_to_end_with_calibration(tmp_path: Path) -> None:
         assert summary3["accuracy"]["calibration"]["weights"]["bleu"] == pytest.approx(
             meta["accuracy"]["bleu"]
         )
+        assert all(r["ensembles"]["lr:all"] is None for r in weighted)  # no stacking block
+
+        # The stacking aggregate's fit drives lr:NAME once the rows are not its own.
+        body = json.loads(calibration.read_text())
+        assert set(body["stacking"]["fit"]["sets"]) == {"ngram", "non_llm", "llm", "all"}
+        assert body["stacking"]["heldout"]["sets"]["all"]["verdict"]
+        body["stacking"]["fit"]["ids"] = body["accuracy"]["meta_eval"]["ids"] = []
+        (tmp_path / "stacked.json").write_text(json.dumps(body))
+        stacked, summary4 = _run(
+            tmp_path, server, "stacked", calibration=str(tmp_path / "stacked.json")
+        )
+        assert all(r["ensembles"]["lr:all"] in (-1, 0, 1) for r in stacked)
+        assert summary4["accuracy"]["ensembles"]["lr:all"]["available"] is True
 
 
 def test_style_graph_both_orders_asks_twice(tmp_path: Path) -> None:
