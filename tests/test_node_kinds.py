@@ -14,6 +14,7 @@ from typing import Any, Literal
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, user_text
+from pydantic import BaseModel
 
 import orchestrator as orc
 from orchestrator import GraphError
@@ -188,7 +189,17 @@ def test_registration_is_checked_and_undone() -> None:
 
     with pytest.raises(TypeError, match="Literal\\['untagged'\\]"):
         register_kind(Untagged())
-    assert "untagged" not in kinds()
+
+    class Loose(BaseModel):  # no foreach/when/after for the engine to read
+        kind: Literal["loose"]
+
+    class LooseKind(LookupKind):
+        name = "loose"
+        spec_model = Loose  # type: ignore[assignment]
+
+    with pytest.raises(TypeError, match=r"must subclass orchestrator\.spec\.NodeBase"):
+        register_kind(LooseKind())
+    assert list(kinds()) == ["llm", "compute", "lookup"]
 
     unregister_kind("lookup")
     message = "unknown kind 'lookup': use 'llm' or 'compute'"

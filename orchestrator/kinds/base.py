@@ -47,7 +47,7 @@ class EndpointWant(NamedTuple):
     api_key_env: str | None
 
 
-@dataclass
+@dataclass(slots=True)
 class RunServices:
     """What an executor may use of the run it is part of: one per engine (so per run)."""
 
@@ -119,6 +119,9 @@ def register_kind(kind: NodeKind[Any, Any], *, replace: bool = False) -> NodeKin
     name = kind.name
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"a kind name is lower-case letters, digits and _, got {name!r}")
+    if not (isinstance(kind.spec_model, type) and issubclass(kind.spec_model, NodeBase)):
+        # The engine reads foreach, as, when and after off every node.
+        raise TypeError(f"the spec model of kind '{name}' must subclass orchestrator.spec.NodeBase")
     tag = kind.spec_model.model_fields.get("kind")
     if tag is None or get_args(tag.annotation) != (name,):
         raise TypeError(
@@ -143,12 +146,13 @@ def unregister_kind(name: str) -> None:
 def kinds() -> dict[str, NodeKind[Any, Any]]:
     """Every registered kind by name, in registration order (built-ins first)."""
     _load_builtins()
-    return _KINDS
+    return dict(_KINDS)
 
 
 def get_kind(name: str) -> NodeKind[Any, Any]:
     """The kind registered under `name`; KeyError naming the registered ones if none."""
-    found = kinds().get(name)
+    _load_builtins()
+    found = _KINDS.get(name)
     if found is None:
         raise KeyError(f"no node kind '{name}' (registered: {', '.join(_KINDS)})")
     return found
