@@ -227,8 +227,11 @@ def style_stacking(
     votes_field: str = "votes",
     split: str | None = None,
 ) -> dict[str, Any]:
-    """Stacking weights per metric set (`fit`, read by a later run's lr:NAME votes) and a
-    held-out comparison of best single metric, MV, PWV and LR over seeded half splits."""
+    """Stacking weights per metric set (`fit`) and a held-out check of every ensemble.
+
+    A later run reads `fit` for its lr:NAME votes; `heldout` compares the best single
+    metric with MV, PWV and LR over seeded random half splits of these rows.
+    """
     rows, ids = truth_rows(results, votes_field)
     fitted = {}
     for name, members in sets.items():
