@@ -28,6 +28,7 @@ _EXPORTS = {
     "Transport": ".calls.transport",
     "CompiledGraph": ".compile",
     "compile_graph": ".compile",
+    "register": ".compute.registry",
     "ConfigurationError": ".errors",
     "DatasetError": ".errors",
     "GraphError": ".errors",
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from .calls.retry import RetryPolicy
     from .calls.transport import Transport
     from .compile import CompiledGraph, compile_graph
+    from .compute.registry import register
     from .errors import (
         ConfigurationError,
         DatasetError,
@@ -112,5 +114,6 @@ __all__ = [
     "execute",
     "graph_from_dict",
     "load_graph",
+    "register",
     "run",
 ]

@@ -12,8 +12,11 @@ import importlib
 import importlib.util
 import inspect
 import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 
@@ -47,17 +50,32 @@ class ComputeFunction:
 _REGISTRY: dict[str, ComputeFunction] = {}
 
 
+@dataclass(frozen=True)
+class _Options:
+    blocking: bool
+    requires: tuple[str, ...]
+    extra: str | None
+
+
+_OPTIONS = "__orchestrator_options__"  # where `register` leaves a function's options
+
+
 def register(
-    name: str,
+    name: str | None = None,
     *,
     blocking: bool = False,
     requires: tuple[str, ...] = (),
     extra: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: make a function available to graph files under `name`."""
+    """Decorator for compute functions. `blocking=True` runs the function in a worker
+    thread so a slow one does not stall every other request; `name` also makes it
+    available to graph files by that name (once its module is imported)."""
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _REGISTRY[name] = ComputeFunction(name, fn, blocking, requires, extra)
+        # Kept on the function, so a graph naming it as module:function gets the options too.
+        setattr(fn, _OPTIONS, _Options(blocking, requires, extra))
+        if name is not None:
+            _REGISTRY[name] = ComputeFunction(name, fn, blocking, requires, extra)
         return fn
 
     return wrap
@@ -72,8 +90,12 @@ def _load_builtins() -> None:
             importlib.import_module(f"orchestrator.compute.{info.name}")
 
 
-def resolve(name: str) -> ComputeFunction:
-    """Find a function by registered name or dotted path; raise LookupError with a hint."""
+def resolve(name: str, near: Path | None = None) -> ComputeFunction:
+    """Find a function by registered name or module path; raise LookupError with a hint.
+
+    A module path is imported from `near` (the graph file's folder) first, then the
+    working directory, then the installed packages: the same for `orchestrator` and
+    `python -m orchestrator`, whose own search paths differ."""
     _load_builtins()
     if name in _REGISTRY:
         return _REGISTRY[name]
@@ -81,23 +103,41 @@ def resolve(name: str) -> ComputeFunction:
     if not sep:
         module_name, _, attr = name.rpartition(".")
     if not module_name:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
+        close = difflib.get_close_matches(name, names(), n=3)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise LookupError(
             f"unknown compute function '{name}': {hint}`orchestrator functions` lists the "
             "built-ins; a function of your own is named module:function"
         )
     try:
-        module = importlib.import_module(module_name)
+        module = _import_near(module_name, near)
     except ImportError as exc:
-        raise LookupError(f"cannot import module '{module_name}' for '{name}': {exc}") from exc
+        where = f" (looked beside the graph in {near} too)" if near is not None else ""
+        raise LookupError(
+            f"cannot import module '{module_name}' for '{name}': {exc}{where}"
+        ) from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise LookupError(f"module '{module_name}' has no function '{attr}'")
+    options = getattr(fn, _OPTIONS, None)
+    if isinstance(options, _Options):
+        return ComputeFunction(name, fn, options.blocking, options.requires, options.extra)
     return ComputeFunction(name, fn)
 
 
+def _import_near(module_name: str, near: Path | None) -> ModuleType:
+    """Import with the graph's folder and the working directory searched first, for this
+    import only: sys.path is as it was afterwards."""
+    extra = [str(p) for p in (near, Path.cwd()) if p is not None]
+    saved = list(sys.path)
+    sys.path[:0] = list(dict.fromkeys(extra))
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        sys.path[:] = saved
+
+
 def names() -> list[str]:
-    """Every registered built-in name."""
+    """The functions that ship with orchestrator (not those users register by name)."""
     _load_builtins()
-    return sorted(_REGISTRY)
+    return sorted(n for n, f in _REGISTRY.items() if f.fn.__module__.startswith("orchestrator."))
