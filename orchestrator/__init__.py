@@ -36,6 +36,8 @@ _EXPORTS = {
     "OrchestratorError": ".errors",
     "RunFolderError": ".errors",
     "ServerUnavailable": ".errors",
+    "NodeKind": ".kinds",
+    "register_kind": ".kinds",
     "ServerGone": ".outage",
     "Attempt": ".records",
     "Manifest": ".records",
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
         RunFolderError,
         ServerUnavailable,
     )
+    from .kinds import NodeKind, register_kind
     from .outage import ServerGone
     from .reader import RunReader
     from .records import Attempt, Manifest, NodeRun, ResultLine, Summary
@@ -93,6 +96,7 @@ __all__ = [
     "Manifest",
     "MemoryStore",
     "NodeError",
+    "NodeKind",
     "NodeRun",
     "OrchestratorError",
     "ResultLine",
@@ -115,5 +119,6 @@ __all__ = [
     "graph_from_dict",
     "load_graph",
     "register",
+    "register_kind",
     "run",
 ]
