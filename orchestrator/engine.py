@@ -14,8 +14,7 @@ from .client import Endpoint, LLMClient
 from .dataset import Row
 from .errors import NodeError
 from .graph import CompiledGraph, CompiledNode
-from .kinds.base import RunServices
-from .kinds.base import evaluate as _evaluate
+from .kinds.base import RunServices, evaluate
 from .outage import ServerGone
 from .runtime import Runtime
 from .stats import RunStats
@@ -192,7 +191,7 @@ class Engine:
 
     def _outputs(self, ctx: dict[str, Any]) -> dict[str, Any]:
         return {
-            key: _evaluate(expr, ctx, f"outputs.{key}", "output")
+            key: evaluate(expr, ctx, f"outputs.{key}", "output")
             for key, expr in self.graph.outputs.items()
         }
 
@@ -201,11 +200,11 @@ class Engine:
         if found:
             return value
         if cn.foreach is None:
-            if cn.when is not None and not _evaluate(cn.when, ctx, cn.name, "when"):
+            if cn.when is not None and not evaluate(cn.when, ctx, cn.name, "when"):
                 self.trace.record(NodeRecord(example_id=example, node=cn.name, status="skipped"))
                 return None
             return await cn.kind.execute(cn, ctx, example, WHOLE, self.services)
-        items = _evaluate(cn.foreach, ctx, cn.name, "foreach")
+        items = evaluate(cn.foreach, ctx, cn.name, "foreach")
         if items is None:
             items = []
         if not isinstance(items, list | tuple):
@@ -231,7 +230,7 @@ class Engine:
         found, value = self.trace.finished_value(example, cn.name, index)
         if found:
             return value
-        if cn.when is not None and not _evaluate(cn.when, ctx, cn.name, f"when (item {index})"):
+        if cn.when is not None and not evaluate(cn.when, ctx, cn.name, f"when (item {index})"):
             self.trace.record(
                 NodeRecord(example_id=example, node=cn.name, item=index, status="skipped")
             )
