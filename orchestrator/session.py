@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from .driver import Flusher, drive, fewer_gc_passes
 from .engine import Engine, EngineOptions
 from .graph import CompiledGraph
 from .outage import DEFAULT_SERVER_WAIT, ServerGone
+from .params import effective_params
 from .runfolder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from .runkey import RunKey, server_components, static_components
 from .servers import ServerChoice, StructuredChoice, prepare_endpoints
@@ -80,6 +81,8 @@ async def run_session(
     console: Console | None = None,
 ) -> SessionOutcome:
     """Run `graph` over `source` into `store`; with a console, draw a progress bar."""
+    # A misspelt or missing param is refused before the folder or a server is touched.
+    settings = replace(settings, params=effective_params(graph, settings.params))
     static_key = RunKey.from_components(
         static_components(graph, settings.params, source.fingerprint())
     )
@@ -282,7 +285,7 @@ def _manifest(
         "parameters": {
             "concurrency": settings.concurrency,
             "limit": settings.limit,
-            "params": {**graph.spec.params, **settings.params},
+            "params": settings.params,
             "cache": str(cache.path) if cache else None,
             "refresh": settings.refresh,
             "structured": settings.structured,

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import DatasetError, GraphError, RunFolderError
+from ..errors import GraphError, OrchestratorError, RunFolderError
 from ..outage import DEFAULT_SERVER_WAIT, ServerGone
 
 if TYPE_CHECKING:
@@ -239,7 +239,6 @@ def _execute(
     import sys
 
     from ..api import arun
-    from ..client import ServerError
 
     # A kill (SIGTERM) unwinds like Ctrl-C: queued results and traces are written out and
     # the manifest says "interrupted".
@@ -255,7 +254,14 @@ def _execute(
                 **settings,
             )
         )
-    except (GraphError, DatasetError, RunFolderError, ServerError) as exc:
+    except ServerGone as exc:
+        fail(
+            f"stopped: {exc}. Finished examples are saved in {out}; re-run the same "
+            "command to resume once the server is back.",
+            code=3,
+        )
+        raise
+    except OrchestratorError as exc:  # graph, data, run folder, server, settings
         fail(str(exc))
         raise
     except KeyboardInterrupt:
@@ -269,13 +275,6 @@ def _execute(
             f"{what} could not be written ({exc}); finished work up to the last write is in "
             f"{out}. Fix the cause (e.g. free disk space), then re-run the same command "
             "to resume."
-        )
-        raise
-    except ServerGone as exc:
-        fail(
-            f"stopped: {exc}. Finished examples are saved in {out}; re-run the same "
-            "command to resume once the server is back.",
-            code=3,
         )
         raise
     finally:

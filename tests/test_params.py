@@ -1,0 +1,54 @@
+"""Params are checked before anything runs (issue 16, item 6): a misspelt override is
+refused naming the known ones, not ignored in silence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import judge_graph, write_graph, write_rows
+from typer.testing import CliRunner
+
+import orchestrator as orc
+from orchestrator.cli import app
+
+DEAD = "http://127.0.0.1:9/v1"  # nothing listens: reaching it would be a different error
+
+
+def _graph(tmp_path: Path) -> Path:
+    graph = judge_graph()
+    graph["params"] = {"samples": 3, "scale": 10}
+    return write_graph(
+        tmp_path, graph, {"judge.jinja": "Rate {{ text }} out of {{ params.scale }}"}
+    )
+
+
+def test_misspelt_param_is_refused_before_the_server_or_folder(tmp_path: Path) -> None:
+    graph = _graph(tmp_path)
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": "a", "text": "x"}])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(graph),
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "run"),
+            "--base-url",
+            DEAD,
+            "--param",
+            "sample=5",
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    assert "unknown param 'sample' (did you mean 'samples'?)" in result.output
+    assert "Its params are: samples, scale" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_python_api_raises_a_configuration_error(tmp_path: Path) -> None:
+    graph = orc.load_graph(_graph(tmp_path))
+    with pytest.raises(orc.ConfigurationError, match="unknown param 'scal'"):
+        orc.run(graph, [{"id": "a", "text": "x"}], base_url=DEAD, params={"scal": 5})
+    assert isinstance(orc.ConfigurationError("x"), orc.OrchestratorError)
