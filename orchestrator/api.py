@@ -30,8 +30,9 @@ from .calls.transport import Transport
 from .compile import CompiledGraph, compile_dict, compile_graph
 from .errors import ConfigurationError
 from .outage import DEFAULT_SERVER_WAIT
+from .reader import RunReader
 from .records import Manifest, ResultLine, Summary
-from .runfolder import RunFolder, iter_inputs, iter_results
+from .runfolder import RunFolder
 from .servers import StructuredChoice
 from .session import RunSettings, run_session
 from .sources import as_source
@@ -65,21 +66,21 @@ class RunResult:
 
     @cached_property
     def results(self) -> list[ResultLine]:
-        """One line per example, in the order of the source's rows."""
+        """One line per example, in the order of the source's rows (after a resumed run,
+        each example's latest line)."""
         if isinstance(self._store, MemoryStore):
-            lines, numbers = self._store.results(), self._store.numbers
+            lines = [ResultLine.model_validate(line) for line in self._store.results()]
+            numbers = self._store.numbers
         elif self.folder is not None:
-            lines = iter_results(self.folder)
-            numbers = {str(i["id"]): int(i.get("number") or 0) for i in iter_inputs(self.folder)}
+            reader = RunReader(self.folder)
+            lines = reader.latest_results()
+            numbers = {line.id: line.number for line in reader.inputs()}
         else:
             return []
         # A failed line names its row; an ok line is found by its id (ids are unique but for
         # a repeated id, whose second row fails as such).
         last = len(numbers) + 1
-        ordered = sorted(
-            lines, key=lambda line: line.get("row") or numbers.get(str(line["id"]), last)
-        )
-        return [ResultLine.model_validate(line) for line in ordered]
+        return sorted(lines, key=lambda line: line.row or numbers.get(line.id, last))
 
     @property
     def failed(self) -> list[ResultLine]:

@@ -187,3 +187,24 @@ def test_docs_example_runs(quiet_home: Path, monkeypatch: pytest.MonkeyPatch):
     table = namespace["table"]
     assert len(table) == 6 and set(table["scale"]) == {5, 10}
     assert os.listdir(quiet_home) == []
+
+
+def test_results_of_a_resumed_folder_hold_each_example_once(tmp_path: Path):
+    """An example that failed and then succeeded on resume is written last; `results`
+    gives every example once, in source order."""
+    from orchestrator.calls.fake import schema_answer
+
+    graph = orc.graph_from_dict(spec(), PROMPTS)
+
+    def flaky(request: Any) -> Any:
+        asked = " ".join(str(m["content"]) for m in request.messages)
+        return "not json" if "number 2" in asked else schema_answer(request)
+
+    out = tmp_path / "run"
+    first = orc.run(graph, ROWS, out=out, transport=orc.FakeTransport(respond=flaky), cache=False)
+    assert [line.id for line in first.failed] == ["e2"]
+    second = orc.run(graph, ROWS, out=out, transport=orc.FakeTransport(), cache=False)
+    written = [json.loads(x)["id"] for x in (out / "results.jsonl").read_text().splitlines()]
+    assert written[-1] == "e2" and len(written) == len(ROWS)
+    assert [line.id for line in second.results] == [row["id"] for row in ROWS]
+    assert second.failed == [] and second.manifest.counts.examples_resumed == len(ROWS) - 1
