@@ -111,11 +111,12 @@ def resolve_function(
     ck: Checker, fname: str, node: str | None, field: str
 ) -> ComputeFunction | None:
     """The function `fname` names, or None with the problem reported (a node's or an
-    aggregate's); a placeholder when the graph is compiled without its functions."""
+    aggregate's); a placeholder when the graph is compiled without its functions. A module
+    path is looked for beside the graph file first."""
     if not ck.functions:
         return ComputeFunction(fname, _not_loaded)
     try:
-        function = resolve(fname)
+        function = resolve(fname, near=ck.path.parent)
     except LookupError as exc:
         ck.problem(str(exc), node, field)
         return None
