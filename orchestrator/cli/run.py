@@ -126,7 +126,7 @@ def run(
     compiled = _compile_or_exit(graph)
     server = None
     embedded_default = base_url is None
-    if base_url is None and any(n.is_llm for n in compiled.nodes.values()):
+    if base_url is None and any(n.uses_server for n in compiled.nodes.values()):
         base_url, server = _embedded_server(port)
     try:
         outcome = _execute(

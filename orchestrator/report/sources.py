@@ -107,7 +107,7 @@ def load_graph(manifest: Manifest, run: RunReader, seen_nodes: Iterable[str]) ->
         nodes.append(
             NodeInfo(
                 name=name,
-                kind="llm" if graph.nodes[name].is_llm else "compute",
+                kind=graph.nodes[name].kind.name,
                 deps=sorted(graph.nodes[name].deps, key=lambda n: position.get(n, 0)),
                 foreach=spec.foreach,
                 when=spec.when,
