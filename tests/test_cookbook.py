@@ -286,6 +286,7 @@ def test_faithfulness_scores_supported_share_and_handles_no_claims(tmp_path: Pat
     assert results["review-wrong-specs"]["score"] == 0.0
     assert results["email-greeting-only"]["n_claims"] == 0
     assert summary["no_claims"] == 1
+    assert summary["means"]["score"] == pytest.approx(statistics.mean(scored))
     ci = summary["score_ci"]
     assert ci["n"] == len(scored) == len(rows) - 1  # the null score is left out
     assert ci["mean"] == pytest.approx(statistics.mean(scored))
