@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
-from helpers import is_canary, results, run_graph, write_rows
+from helpers import is_canary, orchestrator_command, results, run_graph, write_rows
 from pydantic import ValidationError
 
 from orchestrator import RunOutcome
@@ -24,6 +24,7 @@ from orchestrator.compute.expert import (
     SCORE_KEYS,
     build_explanation,
     expert_pairs,
+    expert_scores,
     logprob_weighted_score,
     scores_from_explanation,
     truncate_to_tokens,
@@ -138,12 +139,27 @@ def test_failed_matching_call_is_unmatched_and_visible() -> None:
     assert scores["content_only_precision"] == 1.0
 
 
-def test_failed_judgment_counts_as_no_and_is_marked() -> None:
-    ref = aspects("R", ["battery"])
-    out = aspects("O", ["battery life"])
-    explanation = build_explanation(
-        ref,
-        out,
+def one_failed_style(failed_judgment: str) -> dict:
+    """One matched pair whose content call says yes and whose style call failed."""
+    return build_explanation(
+        aspects("R", ["battery"]),
+        aspects("O", ["battery life"]),
+        recall_match=[{"reason": "same", "matched_id": "O1"}],
+        precision_match=[{"reason": "same", "matched_id": "R1"}],
+        recall_content=[{"reason": "agree", "verdict": True}],
+        recall_style=[{"failed": True, "error": "no valid reply after 3 attempts"}],
+        precision_content=[None],
+        precision_style=[None],
+        failed_judgment=failed_judgment,  # type: ignore[arg-type]
+    )
+
+
+def test_failed_judgment_by_default_makes_both_verdicts_no() -> None:
+    """The default follows expert-score: a failed style call takes the content credit too.
+    (Before issue 16 the default kept content's "yes" and gave content_only_recall 1.0.)"""
+    default = build_explanation(
+        aspects("R", ["battery"]),
+        aspects("O", ["battery life"]),
         recall_match=[{"reason": "same", "matched_id": "O1"}],
         precision_match=[{"reason": "same", "matched_id": "R1"}],
         recall_content=[{"reason": "agree", "verdict": True}],
@@ -151,13 +167,93 @@ def test_failed_judgment_counts_as_no_and_is_marked() -> None:
         precision_content=[None],
         precision_style=[None],
     )
+    assert default == one_failed_style("reference")
+    for rec in (default["recall"][0], default["precision"][0]):  # precision reuses R1|O1
+        assert rec["matched"] and rec["content"] is False and rec["style"] is False
+        assert rec["failed"] and rec["failed_calls"] == ["style"]
+        assert "style judgment failed" in rec["error"]
+        assert rec["overridden"] == {"content": True}
+        assert "because the style judgment failed" in rec["content_reason"]
+        assert "the judge said yes: agree" in rec["content_reason"]
+        assert rec["style_reason"].startswith("counted as no: no valid reply")
+    scores = scores_from_explanation(default)
+    assert all(v == 0.0 for v in scores.values()), scores
+
+
+def test_failed_judgment_keep_other_keeps_the_verdict_that_succeeded() -> None:
+    explanation = one_failed_style("keep_other")
     (rec,) = explanation["recall"]
     assert rec["matched"] and rec["content"] is True and rec["style"] is False
-    assert rec["failed"] and "style judgment failed" in rec["error"]
+    assert rec["content_reason"] == "agree" and "overridden" not in rec
+    assert rec["failed"] and rec["failed_calls"] == ["style"]
+    assert "style judgment failed" in rec["error"]
     scores = scores_from_explanation(explanation)
     assert scores["content_only_recall"] == 1.0
+    assert scores["content_only_precision"] == 1.0
     assert scores["style_only_recall"] == 0.0
     assert scores["content_style_average_recall"] == 0.5
+    assert scores["content_or_style_f1"] == 1.0
+
+
+def test_a_no_verdict_is_not_marked_overridden() -> None:
+    explanation = build_explanation(
+        aspects("R", ["battery"]),
+        aspects("O", ["battery life"]),
+        recall_match=[{"reason": "same", "matched_id": "O1"}],
+        precision_match=[{"reason": "other", "matched_id": "none"}],
+        recall_content=[{"failed": True, "error": "cut off"}],
+        recall_style=[{"reason": "terse both", "verdict": False}],
+        precision_content=[None],
+        precision_style=[None],
+    )
+    (rec,) = explanation["recall"]
+    assert rec["content"] is False and rec["style"] is False and "overridden" not in rec
+    assert rec["failed_calls"] == ["content"]
+    assert "the judge said no: terse both" in rec["style_reason"]
+
+
+@pytest.mark.parametrize("convention", ["reference", "keep_other"])
+def test_failed_counts_are_the_same_under_both_conventions(convention: str) -> None:
+    ref = aspects("R", ["a", "b", "c", "d"])
+    out = aspects("O", ["a", "b", "c"])
+    ok = {"reason": "fine", "verdict": True}
+    boom = {"failed": True, "error": "boom"}
+    result = expert_scores(
+        ref,
+        out,
+        # R1: match failed; R2: style failed; R3: both judgments failed; R4: none
+        recall_match=[boom, {"matched_id": "O2"}, {"matched_id": "O3"}, {"matched_id": "none"}],
+        # O1 → R4 is judged here and its content call fails; O2, O3 reuse the recall side's
+        precision_match=[{"matched_id": "R4"}, {"matched_id": "R2"}, {"matched_id": "R3"}],
+        recall_content=[None, ok, boom, None],
+        recall_style=[None, boom, boom, None],
+        precision_content=[boom, None, None],
+        precision_style=[ok, None, None],
+        failed_judgment=convention,
+    )
+    recall, precision = result["explanation"]["recall"], result["explanation"]["precision"]
+    assert [e.get("failed_calls") for e in recall] == [
+        ["match"],
+        ["style"],
+        ["content", "style"],
+        None,
+    ]
+    assert [e.get("failed_calls") for e in precision] == [
+        ["content"],
+        ["style"],
+        ["content", "style"],
+    ]
+    assert result["failed_aspects"] == 6
+    assert result["failed_judgments"] == 5  # every failed aspect but R1's failed match
+    yes = 1.0 if convention == "keep_other" else 0.0
+    assert result["scores"]["content_only_recall"] == yes / 4  # R2's content
+    assert result["scores"]["style_only_precision"] == yes / 3  # O1's style
+    assert result["scores"] == scores_from_explanation(result["explanation"])
+
+
+def test_unknown_failed_judgment_is_refused() -> None:
+    with pytest.raises(ValueError, match="failed_judgment must be one of reference, keep_other"):
+        expert_scores([], [], [], [], [], [], [], [], failed_judgment="refrence")
 
 
 def test_pairs_skip_unmatched_failed_and_reused() -> None:
@@ -475,8 +571,11 @@ class ExpertResponder:
     """Answers by step: sentences as aspects, word overlap for matching and content, sentence
     length for style. Deterministic, so the test can predict every decision."""
 
-    def __init__(self, fail_match_for: str | None = None) -> None:
+    def __init__(
+        self, fail_match_for: str | None = None, fail_style_for: str | None = None
+    ) -> None:
         self.fail_match_for = fail_match_for
+        self.fail_style_for = fail_style_for
         self.steps: list[str] = []
         self.lock = threading.Lock()
 
@@ -538,6 +637,8 @@ class ExpertResponder:
                     )
                 )
             )
+            if step == "style" and self.fail_style_for and self.fail_style_for in a:
+                return Reply(content='{"reason": "cut off')  # never valid
             if step == "content":
                 verdict = overlap(a, b) >= 0.5
             else:
@@ -641,6 +742,53 @@ def test_failed_matching_is_recorded_not_fatal(tmp_path: Path) -> None:
     for item in failed:
         assert item["matched"] is False and "matching failed" in item["error"]
     assert line["failed_aspects"] == 2
+
+
+def test_failed_judgment_param_reaches_the_scores_in_a_cli_run(tmp_path: Path) -> None:
+    """`--param failed_judgment=keep_other` keeps the content "yes" of the pair whose style
+    call fails; the default run counts it as no. Both lines count the same failures."""
+    data = write_rows(tmp_path / "one.jsonl", [json.loads(EXAMPLES.open().readline())])
+    with FakeServer(ExpertResponder(fail_style_for="Filters are cheap")) as server:
+        run(GRAPH, data, tmp_path / "default", server.base_url)
+        done = orchestrator_command(
+            "run",
+            str(GRAPH),
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "keep"),
+            "--base-url",
+            server.base_url,
+            "--no-cache",
+            "--param",
+            "failed_judgment=keep_other",
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    default = next(iter(results(tmp_path / "default").values()))
+    keep = next(iter(results(tmp_path / "keep").values()))
+    for line in (default, keep):
+        check_result_line(line)
+        hit = [e for side in line["explanation"].values() for e in side if e["failed"]]
+        # R4|O4 ("Filters are cheap.") is judged once and reused on the precision side.
+        assert [e["id"] for e in hit] == ["R4", "O4"], hit
+        assert all(e["failed_calls"] == ["style"] and e["style"] is False for e in hit)
+        assert line["failed_aspects"] == line["failed_judgments"] == 2
+    assert all(
+        e["content"] is False and e["overridden"] == {"content": True}
+        for e in (default["explanation"]["recall"][3], default["explanation"]["precision"][3])
+    )
+    assert keep["explanation"]["recall"][3]["content"] is True
+    assert keep["explanation"]["precision"][3]["content"] is True
+    assert "overridden" not in keep["explanation"]["recall"][3]
+    n_ref = len(default["explanation"]["recall"])
+    n_out = len(default["explanation"]["precision"])
+    gain = keep["scores"]["content_only_recall"] - default["scores"]["content_only_recall"]
+    assert gain == pytest.approx(1 / n_ref)
+    gain = keep["scores"]["content_only_precision"] - default["scores"]["content_only_precision"]
+    assert gain == pytest.approx(1 / n_out)
+    assert keep["scores"]["style_only_f1"] == default["scores"]["style_only_f1"]
+    summary = json.loads((tmp_path / "keep" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["means"]["failed_judgments"] == 2.0
 
 
 def test_truncation_is_applied_and_recorded(tmp_path: Path) -> None:

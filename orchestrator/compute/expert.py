@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Literal, get_args
 
 from .registry import register
 from .truncate import truncate_to_tokens, truncate_with, truncate_with_server
 
 __all__ = [
     "AGGREGATIONS",
+    "FAILED_JUDGMENT",
     "NO_LOGPROBS",
     "SCORE_KEYS",
     "aspect_credit",
@@ -24,6 +25,7 @@ __all__ = [
     "expert_pairs",
     "expert_scores",
     "f1",
+    "failed_judgment_aspects",
     "is_matched",
     "logprob_weighted_score",
     "mean_credit",
@@ -42,6 +44,10 @@ AGGREGATIONS = (
 )
 SCORE_KEYS = tuple(f"{a}_{m}" for a in AGGREGATIONS for m in ("recall", "precision", "f1"))
 NO_MATCH = "none"
+# What a failed content or style call does to the other verdict of the same aspect:
+# `reference` counts both as no (expert-score does), `keep_other` keeps the one that succeeded.
+FailedJudgment = Literal["reference", "keep_other"]
+FAILED_JUDGMENT: tuple[str, ...] = get_args(FailedJudgment)
 
 # --------------------------------------------------------------------------------------------
 # Matched pairs
@@ -114,6 +120,7 @@ def _side(
     content: list[Any] | None,
     style: list[Any] | None,
     shared: dict[str, tuple[Any, Any]],
+    failed_judgment: str,
 ) -> list[dict[str, Any]]:
     matches = matches or []
     content = content or []
@@ -142,6 +149,7 @@ def _side(
             # ExPerT's reference counts an aspect it could not match as unmatched; we do
             # too, but say so.
             entry["failed"] = True
+            entry["failed_calls"] = ["match"]
             entry["error"] = f"matching failed: {match.get('error')}"
             entry["match_reason"] = "not matched because the matching call failed"
             continue
@@ -165,17 +173,41 @@ def _side(
             entry["judged_on"] = "recall"
         else:
             entry["judged_on"] = side
-        errors = []
-        for name, value in (("content", own_content), ("style", own_style)):
-            verdict, reason, error = _verdict(value)
-            entry[name] = verdict
-            entry[f"{name}_reason"] = reason if error is None else f"counted as no: {error}"
-            if error is not None:
-                errors.append(f"{name} judgment failed: {error}")
-        if errors:
-            entry["failed"] = True
-            entry["error"] = "; ".join(errors)
+        _judge(entry, own_content, own_style, failed_judgment)
     return entries
+
+
+def _judge(entry: dict[str, Any], content: Any, style: Any, failed_judgment: str) -> None:
+    """Fill an entry's two verdicts; a failed call is a no, and under `reference` so is the
+    other verdict (the judge's own answer stays under `overridden`)."""
+    failed: list[str] = []
+    errors = []
+    for name, value in (("content", content), ("style", style)):
+        verdict, reason, error = _verdict(value)
+        entry[name] = verdict
+        entry[f"{name}_reason"] = reason if error is None else f"counted as no: {error}"
+        if error is not None:
+            failed.append(name)
+            errors.append(f"{name} judgment failed: {error}")
+    if not failed:
+        return
+    entry["failed"] = True
+    entry["failed_calls"] = failed
+    entry["error"] = "; ".join(errors)
+    if failed_judgment != "reference":
+        return
+    for name in ("content", "style"):
+        if name in failed:
+            continue
+        lost = failed[0]
+        said = "yes" if entry[name] else "no"
+        if entry[name]:
+            entry.setdefault("overridden", {})[name] = True
+        entry[name] = False
+        entry[f"{name}_reason"] = (
+            f"counted as no because the {lost} judgment failed (failed_judgment=reference); "
+            f"the judge said {said}: {entry[f'{name}_reason']}"
+        )
 
 
 def build_explanation(
@@ -187,8 +219,10 @@ def build_explanation(
     recall_style: list[Any] | None,
     precision_content: list[Any] | None,
     precision_style: list[Any] | None,
+    failed_judgment: FailedJudgment = "reference",
 ) -> dict[str, list[dict[str, Any]]]:
     """The per-aspect explanation of both sides from the graph's node values."""
+    _check_failed_judgment(failed_judgment)
     shared: dict[str, tuple[Any, Any]] = {}
     for index, aspect in enumerate(reference_aspects):
         match = recall_match[index] if recall_match and index < len(recall_match) else None
@@ -206,6 +240,7 @@ def build_explanation(
             recall_content,
             recall_style,
             {},
+            failed_judgment,
         ),
         "precision": _side(
             "precision",
@@ -215,8 +250,26 @@ def build_explanation(
             precision_content,
             precision_style,
             shared,
+            failed_judgment,
         ),
     }
+
+
+def _check_failed_judgment(value: str) -> None:
+    if value not in FAILED_JUDGMENT:
+        raise ValueError(
+            f"failed_judgment must be one of {', '.join(FAILED_JUDGMENT)}, got {value!r}"
+        )
+
+
+def failed_judgment_aspects(explanation: dict[str, list[dict[str, Any]]]) -> int:
+    """Aspects (both sides) whose content or style call failed: the credits the
+    failed_judgment convention can touch."""
+    return sum(
+        bool({"content", "style"} & set(e.get("failed_calls") or []))
+        for side in explanation.values()
+        for e in side
+    )
 
 
 def is_matched(entry: Any) -> bool:
@@ -281,8 +334,10 @@ def expert_scores(
     recall_style: list[Any] | None,
     precision_content: list[Any] | None,
     precision_style: list[Any] | None,
+    failed_judgment: Literal["reference", "keep_other"] = "reference",
 ) -> dict[str, Any]:
-    """Explanation, the 15 scores, the headline score and the number of failed aspects."""
+    """Explanation, 15 scores, headline score and failed-aspect counts. `failed_judgment`:
+    `reference` (a failed content/style call makes both verdicts no) or `keep_other`."""
     explanation = build_explanation(
         reference_aspects or [],
         output_aspects or [],
@@ -292,6 +347,7 @@ def expert_scores(
         recall_style,
         precision_content,
         precision_style,
+        failed_judgment,
     )
     scores = scores_from_explanation(explanation)
     failed = sum(e["failed"] for side in explanation.values() for e in side)
@@ -300,6 +356,7 @@ def expert_scores(
         "score": scores["content_style_average_f1"],
         "explanation": explanation,
         "failed_aspects": failed,
+        "failed_judgments": failed_judgment_aspects(explanation),
     }
 
 
