@@ -4,6 +4,7 @@ of them are reported at once, each naming file, node and field."""
 
 from __future__ import annotations
 
+import difflib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -53,7 +54,9 @@ class Checker:
         # (node, field) -> template sources (with includes), for the attribute check.
         self.sources: dict[tuple[str, str], dict[str, str]] = {}
         self.env = make_environment(self.prompts_dir, origin.texts)
-        self.env.globals["params"] = spec.params
+        # A required param has no value until a run gives one: known, but null here.
+        self.params: dict[str, Any] = {**dict.fromkeys(spec.required_params), **spec.params}
+        self.env.globals["params"] = self.params
         # `run` (base_url, model of the run's server) is filled in by the engine.
         self.env.globals["run"] = {}
 
@@ -205,7 +208,7 @@ def _static_kind(ck: Checker, ast: nodes.Expr, source: str) -> str | None:
         return None
     head, rest = path[0], path[1:]
     if head == "params":
-        value: Any = ck.spec.params
+        value: Any = ck.params
         for part in rest:
             if not isinstance(value, dict) or part not in value:
                 return None
@@ -243,8 +246,10 @@ def check_names(
     ck: Checker, names: set[str], known: set[str], node: str | None, field: str
 ) -> None:
     for missing in sorted(names - known - BUILTIN_NAMES - set(ck.env.globals)):
+        close = difflib.get_close_matches(missing, sorted(known), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
         ck.problem(
-            f"variable '{missing}' is not provided by the dataset inputs, params or any node",
+            f"variable '{missing}' is not provided by the dataset inputs, params or any node{hint}",
             node,
             field,
         )
@@ -270,6 +275,9 @@ def check_attributes(ck: Checker, owner: str | None, sources: list[tuple[str, st
         except (TemplateSyntaxError, RecursionError):
             continue  # reported where the source was first parsed
         for target, attr in uses:
+            if target == "params":
+                _check_param(ck, attr, owner, fld)
+                continue
             output = _known_fields(ck, target)
             if (
                 output is not None
@@ -277,9 +285,26 @@ def check_attributes(ck: Checker, owner: str | None, sources: list[tuple[str, st
                 and attr not in ("failed", "error")  # an LLM node's value with on_error: record
                 and not hasattr(dict, attr)  # judge.get('score'): a method of the value
             ):
+                close = difflib.get_close_matches(attr, list(output), n=1)
+                hint = f"did you mean '{close[0]}'? " if close else ""
                 ck.problem(
                     f"'{target}.{attr}': node '{target}' has no output field '{attr}' "
-                    f"(fields: {', '.join(output)})",
+                    f"({hint}fields: {', '.join(output)})",
                     owner,
                     fld,
                 )
+
+
+def _check_param(ck: Checker, name: str, owner: str | None, fld: str) -> None:
+    """`params.X` where the graph declares no X: it could never be given (an unknown
+    `--param` is refused), so every row would fail on it."""
+    if name in ck.params or hasattr(dict, name):
+        return
+    close = difflib.get_close_matches(name, list(ck.params), n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    ck.problem(
+        f"'params.{name}': the graph declares no param '{name}' ({hint}declare it under "
+        f"params: with a default, or under required_params:)",
+        owner,
+        fld,
+    )

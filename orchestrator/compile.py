@@ -6,6 +6,7 @@ graph in one pass instead of one error at a time.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,7 @@ from .checks import (
 from .errors import GraphError, Problem
 from .graph import CompiledAggregate, CompiledGraph, CompiledNode, GraphOrigin
 from .kinds.base import kind_of
-from .kinds.compute import resolve_function
+from .kinds.compute import check_arguments, resolve_function
 from .loaders import SealedLoader, all_sources, has_dynamic_reference
 from .spec import (
     IDENTIFIER,
@@ -207,7 +208,9 @@ def _compile_node(
             check_names(ck, cn.when.names, known | item_names, name, "when")
     for dep in node.after:
         if dep not in node_names:
-            ck.problem(f"unknown node '{dep}'", name, "after")
+            close = difflib.get_close_matches(dep, sorted(node_names), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            ck.problem(f"unknown node '{dep}'{hint}", name, "after")
     scope.use(set(node.after), "after")
 
     kind.compile(cn, scope)
@@ -240,4 +243,6 @@ def _compile_aggregate(ck: Checker, name: str, item: Aggregate) -> CompiledAggre
                 args[arg] = expr
         else:
             args[arg] = value
+    if function is not None:
+        check_arguments(ck, function, args, None, f"{where}.args")
     return CompiledAggregate(name, item, function, args) if function else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import operator
 import re
@@ -147,12 +148,25 @@ class GraphSpec(_Strict):
     inputs: list[str] = Field(default_factory=list)
     optional_inputs: list[str] = Field(default_factory=list)
     params: dict[str, Any] = Field(default_factory=dict)
+    # Params with no default: a run must be given each (`--param NAME=VALUE`), or it is
+    # refused before any request (e.g. the folder of a trained model).
+    required_params: list[str] = Field(default_factory=list)
     prompts: str = "../prompts"
     defaults: Sampling = Field(default_factory=Sampling)
     # Parsed with the union of the registered kinds' models (see `_parser`).
     nodes: dict[str, NodeBase]
     outputs: dict[str, str]
     aggregates: dict[str, Aggregate] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _required_have_no_default(self) -> GraphSpec:
+        both = [name for name in self.required_params if name in self.params]
+        if both:
+            raise ValueError(
+                f"required_params {both} also have a default under params; a param is "
+                "either required or has a default"
+            )
+        return self
 
     @field_validator("prompts")
     @classmethod
@@ -204,6 +218,26 @@ def _loc_to_place(loc: tuple[Any, ...], tags: set[str]) -> tuple[str | None, str
     return None, ".".join(parts) or None
 
 
+def _keys(model: type[BaseModel]) -> list[str]:
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _allowed_keys(loc: tuple[Any, ...], tags: set[str]) -> list[str]:
+    """The keys the mapping holding `loc`'s last key may have: what "did you mean" offers."""
+    from .kinds.base import kinds
+
+    parent = [str(p) for p in loc[:-1]]
+    if not parent:
+        return _keys(GraphSpec)
+    if parent[0] == "nodes" and len(parent) == 3 and parent[2] in tags:
+        return _keys(kinds()[parent[2]].spec_model)
+    if parent[0] == "defaults" and len(parent) == 1:
+        return _keys(Sampling)
+    if parent[0] == "aggregates" and len(parent) == 2:
+        return _keys(Aggregate)
+    return _keys(FieldSpec)  # anything deeper is an output field's description
+
+
 def _problem(file: str, err: Any, tags: set[str]) -> Problem:
     """One pydantic error as a Problem, in the words of the graph file."""
     loc = tuple(err["loc"])
@@ -221,7 +255,9 @@ def _problem(file: str, err: Any, tags: set[str]) -> Problem:
     elif kind == "union_tag_not_found":
         field, message = "kind", f"no kind given: use {_kind_choices()}"
     elif kind == "extra_forbidden":
-        message = "unknown key (misspelt, or not allowed here)"
+        close = difflib.get_close_matches(str(loc[-1]), _allowed_keys(loc, tags), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else "misspelt, or not allowed here"
+        message = f"unknown key ({hint})"
     elif kind == "missing":
         message = "required but missing"
     elif kind == "value_error" and "error" in ctx:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import GraphError, load_graph
+from orchestrator import ConfigurationError, GraphError, load_graph, run
 from orchestrator.compute.registry import resolve
 
 
@@ -97,3 +97,126 @@ aggregates:
     lines = [{"id": str(i), "status": "ok", "length": n} for i, n in enumerate([1, 2, 3, 4, 100])]
     assert run_aggregates(graph, lines)["gap"] == 99
     assert run_aggregates(graph, lines, {"measure": "iqr"})["gap"] == 2
+
+
+def _problems(path: Path) -> list[tuple[str | None, str | None, str]]:
+    with pytest.raises(GraphError) as error:
+        load_graph(path)
+    return [(p.node, p.field, p.message) for p in error.value.problems]
+
+
+def test_compute_and_aggregate_arguments_are_checked_against_the_signature(
+    tmp_path: Path,
+) -> None:
+    """Item 2: a misspelt or missing argument fails `validate`, not every row or the end of
+    the run; a literal of the wrong declared type too."""
+    found = _problems(
+        _write(
+            tmp_path,
+            """
+name: args
+prompts: prompts
+inputs: [text]
+nodes:
+  copy:
+    kind: compute
+    function: identity
+    args: {values: text}
+  gap:
+    kind: compute
+    function: spread
+    args: {values: "[1, 2]", measure: 5}
+outputs: {copy: copy, gap: gap}
+aggregates:
+  mid:
+    function: median
+    args: {valus: "results | map(attribute='gap') | list"}
+""",
+        )
+    )
+    assert (
+        "copy",
+        "args.values",
+        "'identity' has no argument 'values' (did you mean 'value'? it takes: value)",
+    ) in found
+    assert ("copy", "args", "'identity' needs argument 'value' (no default)") in found
+    assert any(n == "gap" and f == "args.measure" and "5 does not fit" in m for n, f, m in found)
+    assert (
+        None,
+        "aggregates.mid.args.valus",
+        "'median' has no argument 'valus' (did you mean 'values'? it takes: values)",
+    ) in found
+
+
+def test_unknown_keys_and_params_get_a_suggestion(tmp_path: Path) -> None:
+    found = _problems(
+        _write(
+            tmp_path,
+            """
+name: keys
+prompts: prompts
+inputs: [text]
+params: {threshold: 3}
+nodes:
+  judge:
+    kind: llm
+    prompt: judge.jinja
+    forech: text
+    output: {score: {type: integer, min: 1, mx: 5}}
+  keep:
+    kind: compute
+    function: identity
+    args: {value: "judge.score > params.treshold"}
+outputs: {keep: keep}
+""",
+        )
+    )
+    assert ("judge", "forech", "unknown key (did you mean 'foreach'?)") in found
+    assert ("judge", "output.score.mx", "unknown key (did you mean 'max'?)") in found
+
+
+def test_a_misspelt_param_in_an_expression_fails_validate(tmp_path: Path) -> None:
+    found = _problems(
+        _write(
+            tmp_path,
+            """
+name: params
+prompts: prompts
+inputs: [text]
+params: {threshold: 3}
+nodes:
+  keep:
+    kind: compute
+    function: identity
+    args: {value: "text | length > params.treshold"}
+outputs: {keep: keep}
+""",
+        )
+    )
+    assert any(
+        "'params.treshold': the graph declares no param 'treshold' (did you mean 'threshold'?" in m
+        for _, _, m in found
+    )
+
+
+def test_required_params_are_refused_before_any_request(tmp_path: Path) -> None:
+    """Item 6: perq_distilled's model_dir is required; a run without it refuses to start
+    (it used to fail every row with the same error)."""
+    graph = load_graph(Path(__file__).parent.parent / "graphs/perq_distilled.yaml")
+    assert graph.spec.required_params == ["model_dir"]
+    with pytest.raises(ConfigurationError, match=r"required param.*model_dir"):
+        run(graph, [{"id": "a", "text": "x"}], base_url="http://127.0.0.1:9/v1")
+    both = _write(
+        tmp_path,
+        """
+name: both
+prompts: prompts
+inputs: [text]
+params: {folder: x}
+required_params: [folder]
+nodes:
+  copy: {kind: compute, function: identity, args: {value: params.folder}}
+outputs: {copy: copy}
+""",
+    )
+    assert any("either required or has a default" in m for _, _, m in _problems(both))

@@ -150,7 +150,7 @@ def test_a_graph_using_the_new_kind_compiles_with_its_edges() -> None:
 def test_bad_fields_of_the_new_kind_are_named_by_file_node_and_field() -> None:
     found = problems(spec(table=5, tabel={}))
     assert ("demo.yaml", "band", "table", "Input should be a valid dictionary, got number") in found
-    assert ("demo.yaml", "band", "tabel", "unknown key (misspelt, or not allowed here)") in found
+    assert ("demo.yaml", "band", "tabel", "unknown key (did you mean 'table'?)") in found
     assert len(found) == 2
 
     # Its own compile step's problems, and the generic checks on its expressions.
@@ -166,7 +166,8 @@ def test_bad_fields_of_the_new_kind_are_named_by_file_node_and_field() -> None:
         "demo.yaml",
         "band",
         "key",
-        "'judge.scoer': node 'judge' has no output field 'scoer' (fields: score)",
+        "'judge.scoer': node 'judge' has no output field 'scoer' "
+        "(did you mean 'score'? fields: score)",
     ) in found
     assert len(found) == 3
 

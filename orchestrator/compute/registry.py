@@ -13,11 +13,14 @@ import importlib.util
 import inspect
 import pkgutil
 import sys
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
 
 
 @dataclass(frozen=True)
@@ -42,9 +45,54 @@ class ComputeFunction:
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
+    def argument_problems(self, literals: dict[str, Any], given: set[str]) -> dict[str, str]:
+        """What is wrong with the `args:` a graph gives this function, by argument: unknown
+        names, required ones missing, and literal values of the wrong declared type.
+        Expressions are typed only when they run; `runtime` is the engine's to give."""
+        try:
+            signature = inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            return {}
+        params = {n: p for n, p in signature.parameters.items() if n != "runtime"}
+        kinds = {p.kind for p in params.values()}
+        problems: dict[str, str] = {}
+        if inspect.Parameter.VAR_KEYWORD not in kinds:
+            accepted = [n for n, p in params.items() if p.kind not in _VARIADIC]
+            for name in sorted(given - set(accepted)):
+                close = difflib.get_close_matches(name, accepted, n=1)
+                hint = f"did you mean '{close[0]}'? " if close else ""
+                problems[name] = (
+                    f"'{self.name}' has no argument '{name}' ({hint}it takes: "
+                    f"{', '.join(accepted) or 'none'})"
+                )
+        for name, param in params.items():
+            if param.default is param.empty and param.kind not in _VARIADIC and name not in given:
+                problems[name] = f"'{self.name}' needs argument '{name}' (no default)"
+        hints = _type_hints(self.fn)
+        for name, value in literals.items():
+            if name in hints and name not in problems:
+                try:
+                    TypeAdapter(hints[name]).validate_python(value)
+                except ValidationError as exc:
+                    problems[name] = f"{value!r} does not fit '{name}': {exc.errors()[0]['msg']}"
+                except Exception:  # an annotation pydantic cannot check: trust the value
+                    continue
+        return problems
+
     def missing(self) -> list[str]:
         """Required modules that are not importable here."""
         return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """A function's resolved annotations; none when they cannot be resolved here."""
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # a user's annotation naming what is not importable
+        return {}
 
 
 _REGISTRY: dict[str, ComputeFunction] = {}

@@ -56,6 +56,8 @@ class ComputeKind(NodeKind[ComputeNode, CompiledCompute]):
                     cn.args[arg] = expr
             else:
                 cn.args[arg] = value
+        if cn.function is not None:
+            check_arguments(scope.ck, cn.function, cn.args, cn.name, "args")
 
     def functions(self, cn: CompiledCompute) -> list[ComputeFunction]:
         return [cn.function] if cn.function is not None else []
@@ -136,6 +138,20 @@ def resolve_function(
             field,
         )
     return function
+
+
+def check_arguments(
+    ck: Checker,
+    function: ComputeFunction,
+    args: dict[str, Expression | Any],
+    node: str | None,
+    where: str,
+) -> None:
+    """Report `args:` that do not fit the function's signature (a node's or an aggregate's),
+    so a misspelt argument fails `validate`, not every row or the end of a run."""
+    literals = {k: v for k, v in args.items() if not isinstance(v, Expression)}
+    for arg, message in function.argument_problems(literals, set(args)).items():
+        ck.problem(message, node, f"{where}.{arg}" if arg in args else where)
 
 
 def _not_loaded(**_: Any) -> Any:
