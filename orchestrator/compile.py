@@ -245,4 +245,25 @@ def _compile_aggregate(ck: Checker, name: str, item: Aggregate) -> CompiledAggre
             args[arg] = value
     if function is not None:
         check_arguments(ck, function, args, None, f"{where}.args")
+        if "categories" not in args and function.takes("categories"):
+            scale = _score_scale(ck)
+            if scale is not None:
+                args["categories"] = scale
     return CompiledAggregate(name, item, function, args) if function else None
+
+
+MAX_SCALE = 101  # an integer range wider than this is a measurement, not a rating scale
+
+
+def _score_scale(ck: Checker) -> list[int] | None:
+    """The rating scale the graph's LLM nodes declare: every bounded integer output field's
+    min..max, when they all agree (a 1-5 jury's agreement must not assume PerQ's 0-3)."""
+    ranges = set()
+    for node in ck.spec.nodes.values():
+        for spec in (getattr(node, "output", None) or {}).values():
+            if getattr(spec, "type", None) == "integer" and None not in (spec.min, spec.max):
+                ranges.add((int(spec.min), int(spec.max)))
+    if len(ranges) != 1:
+        return None
+    low, high = ranges.pop()
+    return list(range(low, high + 1)) if 0 < high - low + 1 <= MAX_SCALE else None

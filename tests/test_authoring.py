@@ -220,3 +220,29 @@ outputs: {copy: copy}
 """,
     )
     assert any("either required or has a default" in m for _, _, m in _problems(both))
+
+
+def test_agreement_takes_its_categories_from_the_judges_scale(tmp_path: Path) -> None:
+    """Item 4: `jury_agreement` on a 1-5 jury no longer assumes PerQ's 0-3 (which raised
+    after the whole run); an explicit `categories` still wins."""
+    text = """
+name: jury
+prompts: prompts
+inputs: [text]
+nodes:
+  a: {kind: llm, prompt: judge.jinja, output: {score: {type: integer, min: 1, max: LOW}}}
+  b: {kind: llm, prompt: judge.jinja, output: {score: {type: integer, min: 1, max: 5}}}
+  label:
+    kind: compute
+    function: jury_label
+    args: {judges: "{'a': a, 'b': b}"}
+outputs: {label: label}
+aggregates:
+  agreement: {function: jury_agreement, args: {results: results}}
+  given: {function: jury_agreement, args: {results: results, categories: [1, 2, 3, 4, 5, 6]}}
+"""
+    same = load_graph(_write(tmp_path, text.replace("LOW", "5")))
+    assert same.aggregates["agreement"].args["categories"] == [1, 2, 3, 4, 5]
+    assert same.aggregates["given"].args["categories"] == [1, 2, 3, 4, 5, 6]
+    mixed = load_graph(_write(tmp_path, text.replace("LOW", "3")))
+    assert "categories" not in mixed.aggregates["agreement"].args  # no one scale: default

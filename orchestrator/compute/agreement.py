@@ -138,8 +138,10 @@ def jury_agreement(
 
     Agreement statistics use the items every judge in question scored; Fleiss' kappa uses
     only items scored by all judges (it needs a fixed number of raters). `categories` are
-    the possible scores (PerQ's 0-3 by default; null: the scores seen); a score or label
-    outside them is a ValueError, since it could be counted nowhere.
+    the possible scores; as an aggregate not given them, it takes the scale the graph's
+    judges declare (their bounded integer outputs, e.g. 1-5) when they share one, and
+    otherwise PerQ's 0-3; null means the scores seen. A score or label outside them is a
+    ValueError, since it could be counted nowhere.
     """
     rows = [r.get(scores_field) or {} for r in results]
     judges = sorted({name for r in rows for name in r})
@@ -198,7 +200,8 @@ def label_summary(
 ) -> dict[str, Any]:
     """Distribution of a label column and, when rows carry a reference label (e.g. the
     jury's), the exact-agreement rate with it on the rows that have both. A label outside
-    `categories` (null: the labels seen) is a ValueError, as in `jury_agreement`."""
+    `categories` (as in `jury_agreement`: the judges' declared scale, else 0-3; null: the
+    labels seen) is a ValueError."""
     present = [
         (f"{field} of {_which(r, i)}", r.get(field))
         for i, r in enumerate(results)

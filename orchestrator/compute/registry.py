@@ -45,6 +45,13 @@ class ComputeFunction:
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
+    def takes(self, argument: str) -> bool:
+        """The function has a parameter of this name."""
+        try:
+            return argument in inspect.signature(self.fn).parameters
+        except (TypeError, ValueError):
+            return False
+
     def argument_problems(self, literals: dict[str, Any], given: set[str]) -> dict[str, str]:
         """What is wrong with the `args:` a graph gives this function, by argument: unknown
         names, required ones missing, and literal values of the wrong declared type.
