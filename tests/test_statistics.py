@@ -386,14 +386,16 @@ def test_krippendorff_perfect_and_undefined() -> None:
     assert st.krippendorff_alpha([[1, 1], [2, 2, None], [3, 3, 3]], "ordinal") == 1.0
     # Every paired rating is 2: no variation to tell agreement from chance.
     assert st.krippendorff_alpha([[2, 2], [2, None, 2], [5]], "interval") is None
+    # No item with two ratings (one sample each): nothing to pair, so undefined, not an
+    # error that would fail a whole aggregate.
+    assert st.krippendorff_alpha([[1], [None, 2], []], "nominal") is None
+    assert st.krippendorff_alpha([], "nominal") is None
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (([[1, 2]], "fuzzy"), "level must be one of nominal, ordinal, interval, ratio"),
-        (([[1], [None, 2], []], "nominal"), "no item in ratings has two or more"),
-        (([], "nominal"), "no item in ratings has two or more"),
         (([[1, 2], "12"], "nominal"), "ratings[1] must be one item's ratings"),
         (([[1, "x"]], "interval"), "ratings[0][1] is 'x'; level 'interval' needs numbers"),
         (([[1, -2]], "ratio"), "ratings[0][1] is -2; level 'ratio' needs ratings ≥ 0"),

@@ -264,7 +264,7 @@ def krippendorff_alpha(
     (labels), ordinal (ranks: the distance counts how many ratings lie between two values),
     interval (squared difference) or ratio (squared difference relative to the sum; ratings
     ≥ 0). `categories` restricts the allowed ratings and, for ordinal, orders them.
-    Null when every paired rating is the same value.
+    Null when every paired rating is the same value, or when no item has two ratings.
     """
     import numpy as np
 
@@ -284,7 +284,7 @@ def krippendorff_alpha(
         if len(present) >= 2:  # a lone rating has nothing to agree with
             units.append([value for value, _ in present])
     if not units:
-        raise ValueError("krippendorff_alpha: no item in ratings has two or more non-null ratings")
+        return None  # nothing pairable (e.g. one sample per item): agreement is undefined
     domain = _domain(
         [v for unit in units for v in unit], allowed, level == "ordinal", "level 'ordinal'"
     )
