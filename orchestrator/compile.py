@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,10 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
     for name in sorted(inputs & RESERVED - {"id"}):
         ck.problem(f"input name '{name}' is reserved", field="inputs")
     if origin.texts is None and not ck.prompts_dir.is_dir():
-        ck.problem(f"prompts folder {ck.prompts_dir} does not exist", field="prompts")
+        ck.problem(
+            f"prompts folder {ck.prompts_dir} does not exist{_prompts_hint(origin, spec)}",
+            field="prompts",
+        )
     check_sampling(ck, spec.defaults, None, "defaults.")
 
     compiled: dict[str, CompiledNode] = {}
@@ -152,7 +156,9 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
     if ck.problems:
         raise GraphError(ck.problems)
     templates = _template_closure(ck)
-    order = list(nx.topological_sort(graph))
+    # Ties broken by the file's own order, so the same graph always runs and prints the same.
+    position = {name: i for i, name in enumerate(spec.nodes)}
+    order = list(nx.lexicographical_topological_sort(graph, key=position.__getitem__))
     graph_bytes = origin.source if origin.source is not None else path.read_bytes()
     return CompiledGraph(
         path,
@@ -167,6 +173,22 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
         prompts_dir=ck.prompts_dir,
         label=origin.file,
     )
+
+
+def _prompts_hint(origin: GraphOrigin, spec: GraphSpec) -> str:
+    """For the default `prompts: ../prompts` of a graph in a subfolder: the prompts folder
+    found further up, as the `prompts:` line that would reach it."""
+    if origin.prompts_dir is not None or "prompts" in spec.model_fields_set:
+        return ""
+    folder = origin.path.resolve().parent
+    for parent in folder.parents:
+        if (parent / "prompts").is_dir():
+            relative = os.path.relpath(parent / "prompts", folder)
+            return (
+                f" (the default is ../prompts beside the graph's folder; "
+                f"add `prompts: {relative}` to the graph)"
+            )
+    return " (set `prompts:` in the graph to the folder of its templates)"
 
 
 def _template_closure(ck: Checker) -> dict[str, str]:

@@ -246,3 +246,38 @@ aggregates:
     assert same.aggregates["given"].args["categories"] == [1, 2, 3, 4, 5, 6]
     mixed = load_graph(_write(tmp_path, text.replace("LOW", "3")))
     assert "categories" not in mixed.aggregates["agreement"].args  # no one scale: default
+
+
+def test_graph_in_a_subfolder_is_told_where_its_prompts_are(tmp_path: Path) -> None:
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "graphs/extra").mkdir(parents=True)
+    path = tmp_path / "graphs/extra/g.yaml"
+    path.write_text("name: g\ninputs: [text]\nnodes: {}\noutputs: {t: text}\n")
+    found = _problems(path)
+    assert any(
+        f == "prompts" and "add `prompts: ../../prompts` to the graph" in m for _, f, m in found
+    )
+
+
+def test_run_order_follows_the_file_for_independent_nodes(tmp_path: Path) -> None:
+    """`validate` printed a different order from one process to the next (set order)."""
+    import subprocess
+    import sys
+
+    orders = set()
+    for seed in ("1", "2", "3"):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import orchestrator as o; print(o.load_graph('graphs/jury2.yaml').order)",
+            ],
+            cwd=Path(__file__).parent.parent,
+            capture_output=True,
+            text=True,
+            env={**__import__("os").environ, "PYTHONHASHSEED": seed},
+            check=True,
+        )
+        orders.add(done.stdout)
+    assert len(orders) == 1
+    assert orders.pop().startswith("['judge_a', 'judge_b'")
