@@ -42,7 +42,12 @@ def label_from_votes(votes: Sequence[int | None]) -> tuple[int | None, str]:
 
 @register("jury_label")
 def jury_label(judges: Mapping[str, Any], field: str = "score") -> dict[str, Any]:
-    """Combine the judges' outputs (by node name) into one label; a failed judge abstains."""
+    """Combine the judges' outputs (by node name) into one label; a failed judge abstains.
+
+    Returns {"label", "rule", "scores": {judge: score or null}}. A score two or more
+    judges give wins ("unanimous" or "majority"); otherwise the lowest ("lowest"); fewer
+    than two scores give no label ("n/a").
+    """
     scores = {name: judge_score(value, field) for name, value in judges.items()}
     label, rule = label_from_votes(list(scores.values()))
     return {"label": label, "rule": rule, "scores": scores}

@@ -54,6 +54,9 @@ def position_bias(votes: list[dict[str, Any]]) -> dict[str, Any]:
     shown in both orders *flips* when each order's plurality picks a different generator
     (the judge followed the position); `inconsistent_rate` also counts a tie in one
     order against a win in the other. Votes from different cases need a `case` key.
+
+    Returns {judge: {dimension: {votes, first_rate, second_rate, tie_rate,
+    first_rate_decisive, comparisons_both_orders, flip_rate, inconsistent_rate}}}.
     """
     tables: dict[str, Any] = {}
     by_judge: dict[str, list[dict[str, Any]]] = {}

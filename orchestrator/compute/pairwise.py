@@ -204,6 +204,10 @@ def pair_outcomes(
     (MT-Bench: a side wins only when each order's plurality picks it, otherwise tie; a
     pair missing one order is a tie). "consistent" adds `winner_ab` and `winner_ba`, the
     two orders' own pluralities; counts and `score` are the same under both rules.
+
+    Returns a list, one record per (pair, dimension): `pair`, `a`, `b`, `dimension`,
+    `wins_a`, `wins_b`, `ties`, `votes`, `winner` (a name or "tie"), `score`, plus the
+    votes' `judge`/`case` when they carry them.
     """
     _check_rule(rule, order)
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}

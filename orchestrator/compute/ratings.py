@@ -78,6 +78,10 @@ def win_table(matches: list[dict[str, Any]]) -> dict[str, Any]:
     """Per dimension: wins/losses/ties for every generator pair and each generator's win rate.
 
     `win_rate` counts a tie as half a win: (wins + ties/2) / matches.
+
+    Returns {dimension: {"pairs": {pair: {a, b, wins_a, wins_b, ties, matches,
+    win_rate_a}}, "players": {name: {wins, losses, ties, matches, win_rate}}, "ranking":
+    [names by win rate]}}.
     """
     tables: dict[str, Any] = {}
     for dimension, group in by_dimension(matches).items():
