@@ -5,6 +5,10 @@ thread, so any client (sync or async, including ``openai.AsyncOpenAI``) can talk
 request is handed to a *responder* that returns a :class:`Reply` describing what to send back:
 normal content, several samples, logprobs, an HTTP error, a delay, a truncation or raw bytes.
 
+A run with `--structured auto` (the default) first sends one *canary* request, whose schema
+has the properties `token` and `count`, to see whether the server enforces schemas: a custom
+responder should answer it with `schema_responder` (`helpers.is_canary` tells it apart).
+
 Run it standalone (for benchmarks) with ``python tests/fakeserver.py --port 9000 --latency 0.2``.
 """
 
