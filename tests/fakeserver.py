@@ -328,7 +328,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self._hung() or self._proxy_failing() or self._refused():
             return
         if self.path.rstrip("/") == "/v1/models":
-            data = [{"id": fake.model, "object": "model", "created": 0, "owned_by": "fake"}]
+            data = [
+                {"id": name, "object": "model", "created": 0, "owned_by": "fake"}
+                for name in (fake.model, *fake.also_serves)
+            ]
             self._send_json(200, {"object": "list", "data": data})
         else:
             self._send(404, _error_body(404, f"no route for GET {self.path}"))
@@ -472,9 +475,15 @@ class FakeServer:
     crash and restart.
     """
 
-    def __init__(self, responder: Responder | None = None, model: str = "fake-model") -> None:
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        model: str = "fake-model",
+        also_serves: tuple[str, ...] = (),
+    ) -> None:
         self.responder: Responder = responder or schema_responder
         self.model = model
+        self.also_serves = also_serves  # more model names listed after `model`
         self.max_model_len = 4096
         self.requests: list[dict] = []
         self.errors: list[Exception] = []

@@ -110,7 +110,9 @@ def judge_responder(body: dict[str, Any]) -> Reply:
 # -- runs ----------------------------------------------------------------------------------
 
 
-def run(graph: Path, data: Path, out: Path, server: FakeServer) -> Path:
+def run(
+    graph: Path, data: Path, out: Path, server: FakeServer, params: dict[str, Any] | None = None
+) -> Path:
     config = orchestrator.RunConfig(
         graph=graph,
         data=data,
@@ -118,6 +120,7 @@ def run(graph: Path, data: Path, out: Path, server: FakeServer) -> Path:
         base_url=server.base_url,
         cache=out.parent / f"{out.name}-cache.sqlite",
         progress=False,
+        params=params or {},
     )
     # In a thread of its own: playwright's sync API keeps an event loop in this one.
     with ThreadPoolExecutor(1) as pool:

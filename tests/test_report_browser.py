@@ -96,7 +96,8 @@ class Page:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[FakeServer]:
-    with FakeServer(judge_responder) as fake:
+    # jury2's judges name their models; the others take the server's first.
+    with FakeServer(judge_responder, also_serves=("judge-a", "judge-b")) as fake:
         yield fake
 
 
@@ -128,6 +129,9 @@ def shipped(tmp_path_factory: pytest.TempPathFactory, server: FakeServer) -> dic
                 ROOT / "examples" / f"{name}.jsonl",
                 root / name,
                 server,
+                # Its trained scorer is required; with none there, every row fails, and the
+                # report of a run whose rows all failed is worth a look too.
+                {"model_dir": str(root / "no-model")} if name == "perq_distilled" else None,
             )
         except Exception as exc:  # a graph the fake server cannot run has nothing to report
             runs[name] = f"{type(exc).__name__}: {exc}"
