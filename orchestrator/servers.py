@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
 from .client import Endpoint, LLMClient, ServerError
+from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .graph import CompiledGraph
@@ -29,6 +30,26 @@ class ServerChoice:
     model: str | None
     api_key: str
     structured: StructuredChoice
+    params: dict[str, Any] = field(default_factory=dict)  # the run's, for `model: params.X`
+
+
+PARAM_PREFIX = "params."
+
+
+def from_params(value: str | None, params: dict[str, Any], node: str, key: str) -> str | None:
+    """A node's `model`/`base_url` as written, or the param it names (`params.judge_a`), so
+    a sweep or `--param` can switch one judge of several without editing the graph."""
+    if value is None or not value.startswith(PARAM_PREFIX):
+        return value
+    name = value.removeprefix(PARAM_PREFIX)
+    found = params.get(name)
+    if not isinstance(found, str) or not found:
+        raise ConfigurationError(
+            f"node '{node}': {key} is {value}, but that param is "
+            f"{'not declared' if name not in params else repr(found)}; give it a name "
+            f"(--param {name}=...)"
+        )
+    return found
 
 
 async def server_version(base_url: str) -> str | None:
@@ -55,12 +76,13 @@ async def prepare_endpoints(
         want = cn.kind.endpoint_want(cn.spec)
         if want is None:
             continue
-        base_url = want.base_url or choice.base_url
+        base_url = from_params(want.base_url, choice.params, name, "base_url") or choice.base_url
         api_key = os.environ.get(want.api_key_env, "") if want.api_key_env else choice.api_key
         if base_url not in served_by:
             served_by[base_url] = await client.list_models(base_url, api_key or "EMPTY")
         served = served_by[base_url]
-        model = want.model or (choice.model if base_url == choice.base_url else None)
+        model = from_params(want.model, choice.params, name, "model")
+        model = model or (choice.model if base_url == choice.base_url else None)
         model = model or (served[0] if served else None)
         if model is None:
             raise ServerError(f"{base_url} serves no model; pass --model")

@@ -126,7 +126,9 @@ async def _run_locked(
         retry=settings.retry,
     )
     run_id = uuid.uuid4().hex[:12]
-    choice = ServerChoice(settings.base_url, settings.model, settings.api_key, settings.structured)
+    choice = ServerChoice(
+        settings.base_url, settings.model, settings.api_key, settings.structured, settings.params
+    )
     try:
         endpoints, servers = await prepare_endpoints(graph, client, choice)
         run_key = RunKey.from_components(

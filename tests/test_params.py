@@ -52,3 +52,31 @@ def test_python_api_raises_a_configuration_error(tmp_path: Path) -> None:
     with pytest.raises(orc.ConfigurationError, match="unknown param 'scal'"):
         orc.run(graph, [{"id": "a", "text": "x"}], base_url=DEAD, params={"scal": 5})
     assert isinstance(orc.ConfigurationError("x"), orc.OrchestratorError)
+
+
+def test_a_node_model_may_come_from_a_param(tmp_path: Path) -> None:
+    """A jury's judges name their models; `model: params.X` lets a run or a sweep switch
+    one of them without editing the graph, and the run key records the model used."""
+    from fakeserver import FakeServer
+
+    graph = judge_graph()
+    graph["params"] = {"judge_model": "judge-a"}
+    graph["nodes"]["judge"]["model"] = "params.judge_model"
+    path = write_graph(tmp_path, graph, {"judge.jinja": "Rate {{ text }}"})
+    rows = [{"id": "a", "text": "x"}]
+    with FakeServer(also_serves=("judge-a", "judge-b")) as server:
+        first = orc.run(path, rows, base_url=server.base_url, structured="server")
+        second = orc.run(
+            path,
+            rows,
+            base_url=server.base_url,
+            structured="server",
+            params={"judge_model": "judge-b"},
+        )
+        models = [body["model"] for body in server.requests]
+    assert models == ["judge-a", "judge-b"]
+    assert first.manifest.run_key != second.manifest.run_key
+    broken = judge_graph()
+    broken["nodes"]["judge"]["model"] = "params.nobody"
+    with pytest.raises(orc.GraphError, match="declares no param 'nobody'"):
+        orc.load_graph(write_graph(tmp_path / "b", broken, {"judge.jinja": "Rate {{ text }}"}))
