@@ -37,6 +37,7 @@ _JSON_COLUMNS = ("value", "messages", "raw", "request")
 _ATTEMPT_COLUMNS = (
     "number, kind, error, raw, finish_reason, latency, prompt_tokens, completion_tokens, cached"
 )
+_ADDED_ATTEMPT_COLUMNS = ("sample",)  # absent from traces written before they existed
 
 
 class TraceReader:
@@ -46,6 +47,7 @@ class TraceReader:
         self._db = db
         self.path = path
         self._owned = owned  # closed with the reader (a writer's own connection is not)
+        self._attempt_sql: str | None = None
 
     @classmethod
     def open(cls, path: Path) -> TraceReader:
@@ -102,16 +104,25 @@ class TraceReader:
             if digest not in schemas:
                 schemas[digest] = self.schema(digest)
             fields["schema"] = schemas[digest]
-            att = self._db.execute(
-                f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE node_run_id=? ORDER BY number",
-                (fields["id"],),
-            )
+            att = self._db.execute(self._attempts_query(), (fields["id"],))
             names = [c[0] for c in att.description]
             fields["attempts"] = [
                 {k: v for k, v in zip(names, a, strict=True) if v is not None}
                 for a in att.fetchall()
             ]
             yield self._validated(fields)
+
+    def _attempts_query(self) -> str:
+        """The attempts SELECT, over the columns this trace has (it is opened read-only, so
+        an old one is not migrated: its missing columns read as not recorded)."""
+        if self._attempt_sql is None:
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
+            added = [c for c in _ADDED_ATTEMPT_COLUMNS if c in have]
+            columns = ", ".join([_ATTEMPT_COLUMNS, *added])
+            self._attempt_sql = (
+                f"SELECT {columns} FROM attempts WHERE node_run_id=? ORDER BY number"
+            )
+        return self._attempt_sql
 
     def _validated(self, fields: dict[str, Any]) -> NodeRun:
         try:

@@ -3,13 +3,15 @@
 A result line's outputs depend on the graph, so `ResultLine` keeps them as extra fields (the
 file stays flat: `{"id": …, "status": "ok", "score": 7}`); the manifest and summary are
 typed where every run has the field and open where a graph adds its own. `NodeRun` and
-`Attempt` are the trace's rows: the writer stores them and the reader gives them back.
+`Attempt` are the trace's rows: the writer stores them and the reader gives them back;
+`Tally` sums a run's attempts up as samples and requests, for `trace` and the report.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation
@@ -37,6 +39,79 @@ class Attempt(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached: bool = False
+    # Which of the call's n samples this reply is for; None for a failed request (and for
+    # every attempt of a trace written before samples were recorded).
+    sample: int | None = None
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What a node run's attempts add up to: samples and how they ended, requests sent."""
+
+    samples: int = 0
+    failed_samples: int = 0
+    cached_samples: int = 0
+    requests: int = 0
+    reasks: int = 0
+    failed_requests: int = 0
+    unsorted: int = 0  # replies of an old trace, which did not say which sample they were
+
+    @classmethod
+    def of(cls, attempts: list[Attempt]) -> Tally | None:
+        """The tally of these attempts; None when there are none."""
+        if not attempts:
+            return None
+        replies: dict[int, int] = {}  # sample -> replies the server sent for it
+        settled: set[int] = set()
+        cached: set[int] = set()
+        failed_requests = unsorted = 0
+        for att in attempts:
+            if att.kind == "transport":
+                failed_requests += 1
+            elif att.sample is None:
+                unsorted += 1
+            elif att.kind == "cache":
+                cached.add(att.sample)
+                settled.add(att.sample)
+            else:
+                replies[att.sample] = replies.get(att.sample, 0) + 1
+                if att.kind == "ok":
+                    settled.add(att.sample)
+        if unsorted:
+            return cls(unsorted=len(attempts))
+        samples = replies.keys() | cached
+        # The first request carries every sample it asks for; each further reply is a re-ask.
+        reasks = sum(replies.values()) - len(replies)
+        return cls(
+            samples=len(samples),
+            failed_samples=len(samples - settled),
+            cached_samples=len(cached),
+            requests=failed_requests + (1 if replies else 0) + reasks,
+            reasks=reasks,
+            failed_requests=failed_requests,
+        )
+
+    def __str__(self) -> str:
+        if self.unsorted:
+            return _plural(self.unsorted, "attempt")  # an old trace: shown as it always was
+        if not self.samples:
+            return _plural(self.failed_requests, "failed request")
+        notes = [f"{self.failed_samples} failed"] if self.failed_samples else []
+        if self.cached_samples:
+            notes.append(f"{self.cached_samples} from cache")
+        text = _plural(self.samples, "sample") + (f" ({', '.join(notes)})" if notes else "")
+        if not self.requests:
+            return text + ", no request"
+        notes = [_plural(self.reasks, "re-ask")] if self.reasks else []
+        if self.failed_requests:
+            notes.append(f"{self.failed_requests} failed")
+        return f"{text}, {_plural(self.requests, 'request')}" + (
+            f" ({', '.join(notes)})" if notes else ""
+        )
 
 
 # `schema` is the stored column's name and what the engine passes; pydantic only warns that
@@ -83,6 +158,10 @@ with warnings.catch_warnings():
         run_id: str | None = None
         graph_hash: str | None = None
         run_key: str | None = None
+
+        def tally(self) -> Tally | None:
+            """Samples and requests behind this run's attempts (None for no attempts)."""
+            return Tally.of(self.attempts)
 
 
 class TraceRun(BaseModel):

@@ -42,7 +42,7 @@ CREATE INDEX IF NOT EXISTS node_runs_lookup ON node_runs (example_id, node, item
 CREATE TABLE IF NOT EXISTS attempts (
   node_run_id INTEGER, number INTEGER, kind TEXT, error TEXT, raw TEXT,
   finish_reason TEXT, latency REAL, prompt_tokens INTEGER, completion_tokens INTEGER,
-  cached INTEGER
+  cached INTEGER, sample INTEGER
 );
 CREATE INDEX IF NOT EXISTS attempts_node ON attempts (node_run_id);
 """
@@ -170,6 +170,7 @@ class TraceStore:
                 a.prompt_tokens,
                 a.completion_tokens,
                 int(a.cached),
+                a.sample,
             )
             for a in rec.attempts
         )
@@ -195,8 +196,8 @@ class TraceStore:
             )
             self._db.executemany(
                 "INSERT INTO attempts (node_run_id, number, kind, error, raw, finish_reason,"
-                " latency, prompt_tokens, completion_tokens, cached)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " latency, prompt_tokens, completion_tokens, cached, sample)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 self._pending_attempts,
             )
             self._db.execute("COMMIT")
@@ -218,6 +219,8 @@ class TraceStore:
                 self._db.execute(f"ALTER TABLE node_runs ADD COLUMN {column} {kind}")
         if "run_key" not in {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}:
             self._db.execute("ALTER TABLE runs ADD COLUMN run_key TEXT")
+        if "sample" not in {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}:
+            self._db.execute("ALTER TABLE attempts ADD COLUMN sample INTEGER")
 
     def _schema_hash(self, schema: dict[str, Any] | None) -> str | None:
         """Schemas are stored once each; node runs point at them by content hash."""
