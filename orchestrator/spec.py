@@ -73,9 +73,20 @@ class Sampling(_Strict):
     n: int | str | None = None
     logprobs: int | str | None = Field(default=None, description="top_logprobs per token")
     retries: int | str | None = Field(default=None, description="re-asks after an invalid reply")
+    min_samples: int | str | None = Field(
+        default=None, description="valid samples a call needs (default: all n)"
+    )
 
     @field_validator(
-        "temperature", "max_tokens", "top_p", "seed", "n", "logprobs", "retries", mode="before"
+        "temperature",
+        "max_tokens",
+        "top_p",
+        "seed",
+        "n",
+        "logprobs",
+        "retries",
+        "min_samples",
+        mode="before",
     )
     @classmethod
     def _not_a_boolean(cls, value: Any) -> Any:
@@ -94,6 +105,7 @@ SAMPLING_TYPES: dict[str, type] = {
     "n": int,
     "logprobs": int,
     "retries": int,
+    "min_samples": int,
 }
 
 # Allowed values, checked on literals at compile time: (lowest, highest, lowest excluded).
@@ -105,6 +117,7 @@ SAMPLING_RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "n": (1, None, False),
     "logprobs": (0, None, False),
     "retries": (0, None, False),
+    "min_samples": (1, None, False),
 }
 
 

@@ -13,7 +13,7 @@ from ..stats import RunStats
 from ..trace import Attempt
 from .registry import Endpoint
 from .sender import Choice
-from .structured import CallResult, StructuredCaller, validate
+from .structured import CallResult, StructuredCaller, finish, validate
 
 
 class CachedCaller:
@@ -54,6 +54,7 @@ class CachedCaller:
                                 kind="cache",
                                 raw=hit["choice"]["content"],
                                 cached=True,
+                                sample=i,
                             )
                         )
                         self.stats.cache_hits += 1
@@ -66,8 +67,7 @@ class CachedCaller:
                 cache.put(keys[index], {"choice": _as_dict(choice)})
 
             await self.inner.complete(ep, ask, pending, values, result, keep)
-        result.values = [v for v in values if v is not None]
-        return result
+        return finish(result, values)
 
 
 def _as_dict(choice: Choice) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """A node call: n samples of one prompt, each validated with the output's pydantic model,
 re-asked with the validation error fed back (or with more max_tokens when cut off) until
-valid or out of budget; every try is kept as an `Attempt`."""
+valid or out of budget; every try is kept as an `Attempt`, each reply with its sample. The
+call succeeds when at least `min_samples` (default: all) samples end valid."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ class CallResult:
 @dataclass(slots=True)
 class Ask:
     """One node call as it is sent: the conversation (schema instruction included in
-    prompt-only mode), sampling values, schema, samples and re-ask budget."""
+    prompt-only mode), sampling values, schema, samples, the valid ones needed, re-asks."""
 
     model: type[BaseModel]
     messages: list[dict[str, Any]]
@@ -53,6 +54,7 @@ class Ask:
     schema: dict[str, Any]
     n: int
     retries: int
+    least: int  # min_samples: valid samples the call needs
 
 
 def extract_json(text: str) -> str:
@@ -97,7 +99,9 @@ class StructuredCaller:
         if ep.structured == "prompt":
             messages = with_schema_instruction(messages, schema)
         retries = DEFAULT_RETRIES if sampling.retries is None else int(sampling.retries)
-        return Ask(model, messages, request_params(sampling), schema, int(sampling.n or 1), retries)
+        n = int(sampling.n or 1)
+        least = n if sampling.min_samples is None else min(int(sampling.min_samples), n)
+        return Ask(model, messages, request_params(sampling), schema, n, retries, least)
 
     async def call(
         self,
@@ -111,8 +115,7 @@ class StructuredCaller:
         result = CallResult([{}] * ask.n, [""] * ask.n, [], cached=False)
         values: list[dict[str, Any] | None] = [None] * ask.n
         await self.complete(ep, ask, list(range(ask.n)), values, result, None)
-        result.values = [v for v in values if v is not None]
-        return result
+        return finish(result, values)
 
     async def complete(
         self,
@@ -124,7 +127,9 @@ class StructuredCaller:
         keep: Keep | None,
     ) -> None:
         """Ask for the `pending` samples in one request and settle each into `values` and
-        `result.raw`; `keep` hears of each valid reply as it is settled."""
+        `result.raw`; `keep` hears of each valid reply as it is settled. A sample that stays
+        invalid is left None, unless that leaves fewer than `ask.least` valid: then this
+        raises LLMCallError."""
         started = time.perf_counter()
         try:
             choices, tokens, _ = await self.sender.chat(
@@ -146,17 +151,33 @@ class StructuredCaller:
             self._settle(ep, ask, choice, result, i, keep)
             for i, choice in zip(pending, choices, strict=True)
         ]
+        settled: list[Any]
         if len(repairs) == 1:  # the usual case; a task per call costs more than the rest
-            settled: list[Any] = [await repairs[0]]
+            try:
+                settled = [await repairs[0]]
+            except LLMCallError as exc:
+                settled = [exc]
         else:
             settled = await asyncio.gather(*repairs, return_exceptions=True)
-        errors = [s for s in settled if isinstance(s, BaseException)]
-        if errors:
-            raise LLMCallError(str(errors[0]), result.attempts)
-        for i, (value, raw) in zip(pending, settled, strict=True):
-            values[i] = value
-            result.raw[i] = raw
+        errors: list[LLMCallError] = []
+        for i, outcome in zip(pending, settled, strict=True):
+            if isinstance(outcome, LLMCallError):
+                errors.append(outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome  # a server gone for good, or a bug: not one sample's failure
+            else:
+                values[i], result.raw[i] = outcome
         result.latency = time.perf_counter() - started
+        if errors:
+            valid = ask.n - sum(v is None for v in values)
+            if valid < ask.least and ask.least == ask.n:
+                raise errors[0]  # every sample was needed: the first failure says it all
+            if valid < ask.least:
+                raise LLMCallError(
+                    f"{valid} of {ask.n} samples valid, fewer than min_samples {ask.least}; "
+                    f"a failed sample: {errors[0]}",
+                    result.attempts,
+                )
 
     async def _settle(
         self,
@@ -180,6 +201,7 @@ class StructuredCaller:
                         kind="ok",
                         raw=choice.content,
                         finish_reason=choice.finish_reason,
+                        sample=index,
                     )
                 )
                 if keep is not None:
@@ -195,6 +217,7 @@ class StructuredCaller:
                     error=parsed,
                     raw=choice.content,
                     finish_reason=choice.finish_reason,
+                    sample=index,
                 )
             )
             if round_ == ask.retries:
@@ -233,3 +256,11 @@ class StructuredCaller:
             f"no valid reply after {ask.retries + 1} attempts; last error: {last.error}",
             result.attempts,
         )
+
+
+def finish(result: CallResult, values: list[dict[str, Any] | None]) -> CallResult:
+    """The call's valid samples in order, each with its raw reply (failed ones left out)."""
+    if None in values:
+        result.raw = [r for r, v in zip(result.raw, values, strict=True) if v is not None]
+    result.values = [v for v in values if v is not None]
+    return result

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -12,7 +13,7 @@ from pydantic import BaseModel
 
 from ..checks import check_sampling
 from ..client import LLMCallError, request_params
-from ..errors import NodeError
+from ..errors import NodeError, Problem
 from ..graph import CompiledNode
 from ..schemas import SchemaError, build_model, dynamic_fields, json_schema
 from ..spec import SAMPLING_TYPES, FieldSpec, GraphSpec, NodeBase, Sampling, sampling_problem
@@ -22,6 +23,8 @@ from .base import EndpointWant, NodeKind, RunServices, evaluate
 if TYPE_CHECKING:
     from ..checks import NodeScope
     from ..templates import Expression, Prompt
+
+log = logging.getLogger("orchestrator")
 
 
 class LLMNode(NodeBase, Sampling):
@@ -48,6 +51,7 @@ class CompiledLLM(CompiledNode):
     dynamic: dict[str, Expression] = field(default_factory=dict)
     sampling: Sampling = field(default_factory=Sampling)
     sampling_exprs: dict[str, Expression] = field(default_factory=dict)
+    warned_deterministic: bool = False  # the n > 1 at temperature 0 warning, once a run
 
     def messages(self, context: dict[str, Any]) -> list[dict[str, str]]:
         """The chat messages for one call: system (if any), then user."""
@@ -98,6 +102,7 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
                 expr = scope.expression(value, key)
                 if expr:
                     cn.sampling_exprs[key] = expr
+        _check_samples(cn, scope)
 
     def endpoint_want(self, spec: LLMNode) -> EndpointWant:
         return EndpointWant(spec.base_url, spec.model, spec.api_key_env)
@@ -120,10 +125,7 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
             messages=messages,
             model=ep.model,
             endpoint=ep.base_url,
-            request={
-                "params": {**request_params(sampling), "n": sampling.n or 1},
-                "structured": ep.structured,
-            },
+            request=_request(sampling, ep.structured),
             schema=json_schema(model),
         )
         started = time.perf_counter()
@@ -184,14 +186,62 @@ def _sampling_for(cn: CompiledLLM, ctx: dict[str, Any]) -> Sampling:
         try:
             values[key] = SAMPLING_TYPES[key](raw)
         except (TypeError, ValueError) as exc:
-            raise NodeError(
-                cn.name,
-                f"{key} `{expr.source}` gave {raw!r}, not a {SAMPLING_TYPES[key].__name__}",
-            ) from exc
+            wanted = "an integer" if SAMPLING_TYPES[key] is int else "a number"
+            raise NodeError(cn.name, f"{key} `{expr.source}` gave {raw!r}, not {wanted}") from exc
         problem = sampling_problem(key, values[key])
         if problem is not None:
             raise NodeError(cn.name, f"{key} `{expr.source}`: {problem}")
-    return Sampling(**values)
+    sampling = Sampling(**values)
+    n = int(sampling.n or 1)
+    if sampling.min_samples is not None and int(sampling.min_samples) > n:
+        raise NodeError(cn.name, _more_than_n(int(sampling.min_samples), n))
+    exprs = cn.sampling_exprs
+    if not cn.warned_deterministic and ("n" in exprs or "temperature" in exprs):
+        # Literal values were warned about at compile time; these are known only now.
+        warning = _deterministic(n, sampling.temperature)
+        if warning is not None:
+            cn.warned_deterministic = True
+            log.warning("node '%s': %s", cn.name, warning)
+    return sampling
+
+
+def _more_than_n(least: int, n: int) -> str:
+    return f"min_samples {least} is more than the {n} sample(s) asked for (n)"
+
+
+def _deterministic(n: int, temperature: Any) -> str | None:
+    """The warning for n samples at temperature 0, or None when they can differ."""
+    if n <= 1 or temperature is None or float(temperature) != 0:
+        return None
+    return (
+        f"n={n} samples at temperature 0: a deterministic server gives {n} identical "
+        "samples; raise the temperature, or ask for one"
+    )
+
+
+def _check_samples(cn: CompiledLLM, scope: NodeScope) -> None:
+    """min_samples within n, and a warning for identical samples, where both are literals."""
+    n, least, temperature = cn.sampling.n, cn.sampling.min_samples, cn.sampling.temperature
+    if isinstance(n, str):
+        return
+    count = 1 if n is None else n
+    if isinstance(least, int) and least > count:
+        scope.problem(_more_than_n(least, count), "min_samples")
+    if not isinstance(temperature, str):
+        warning = _deterministic(count, temperature)
+        if warning is not None:
+            log.warning("%s", Problem(scope.ck.file, warning, cn.name, "n"))
+
+
+def _request(sampling: Sampling, structured: str) -> dict[str, Any]:
+    """What the trace records of how the call was asked (min_samples only when set)."""
+    request: dict[str, Any] = {
+        "params": {**request_params(sampling), "n": sampling.n or 1},
+        "structured": structured,
+    }
+    if sampling.min_samples is not None:
+        request["min_samples"] = sampling.min_samples
+    return request
 
 
 def _messages(cn: CompiledLLM, ctx: dict[str, Any]) -> list[dict[str, str]]:
