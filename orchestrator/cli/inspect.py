@@ -28,7 +28,9 @@ def _describe_request(rec: NodeRun) -> str:
     fields = list(schema.get("properties", {}))
     mode = request.get("structured")
     enforced = "enforced by the server" if mode == "server" else "given in the prompt"
-    return f"{sent}; schema {enforced}, fields in order: {', '.join(fields) or '—'}"
+    # min_samples is not sent: it is how many of the n samples the call needed valid.
+    least = f"; min_samples={request['min_samples']}" if "min_samples" in request else ""
+    return f"{sent}{least}; schema {enforced}, fields in order: {', '.join(fields) or '—'}"
 
 
 def _abridge(text: str, limit: int) -> str:
@@ -104,6 +106,7 @@ def trace(
 def _print_record(rec: NodeRun, prompt_chars: int) -> None:
     """One node execution: flags, how it was asked, the prompt, its value and attempts."""
     label = rec.node + (f"[{rec.item}]" if rec.item >= 0 else "")
+    tally = rec.tally()
     flags = ", ".join(
         f
         for f in (
@@ -111,6 +114,7 @@ def _print_record(rec: NodeRun, prompt_chars: int) -> None:
             "cached" if rec.cached else "",
             f"{rec.latency:.2f}s" if rec.latency else "",
             f"{rec.prompt_tokens}+{rec.completion_tokens} tok" if rec.prompt_tokens else "",
+            str(tally) if tally else "",
         )
         if f
     )
@@ -130,10 +134,13 @@ def _print_record(rec: NodeRun, prompt_chars: int) -> None:
         console.print(
             "  → " + json.dumps(value, ensure_ascii=False)[:2000], markup=False, highlight=False
         )
-    for att in rec.attempts:
-        if att.kind != "ok" or len(rec.attempts) > 1:
+    # All samples valid at the first reply: the tally says it all. Otherwise every try.
+    if any(att.kind not in ("ok", "cache") for att in rec.attempts):
+        for att in rec.attempts:
+            sample = "" if att.sample is None else f" (sample {att.sample})"
             console.print(
-                f"  attempt {att.number}: {att.kind}" + (f" — {att.error}" if att.error else ""),
+                f"  attempt {att.number}{sample}: {att.kind}"
+                + (f" — {att.error}" if att.error else ""),
                 markup=False,
                 highlight=False,
             )

@@ -21,9 +21,9 @@
   const KA = meta.keys.attempt;
   const KRUN = meta.keys.earlier_run;
   const SHOWN = new Set(['item', 'status', 'value', 'error', 'messages', 'raw', 'attempts', 'cached',
-    'latency', 'prompt_tokens', 'completion_tokens', 'model'].map((f) => K[f]));
+    'latency', 'prompt_tokens', 'completion_tokens', 'model', 'tally'].map((f) => K[f]));
   const SHOWN_ATTEMPT = new Set(['number', 'kind', 'error', 'raw', 'finish_reason', 'latency',
-    'prompt_tokens', 'completion_tokens', 'cached'].map((f) => KA[f]));
+    'prompt_tokens', 'completion_tokens', 'cached', 'sample'].map((f) => KA[f]));
   /* The fields of a record this script has no special view for, by their model names. */
   function otherFields(obj, keys, shown) {
     const names = {};
@@ -339,7 +339,7 @@
 
   function renderAttempts(attempts) {
     const t = h('table', { class: 'data attempts' });
-    t.append(h('thead', null, h('tr', null, ['#', 'kind', 'error', 'finish', 'latency', 'tokens', 'cache'].map((c) => h('th', { text: c })))));
+    t.append(h('thead', null, h('tr', null, ['#', 'kind', 'sample', 'error', 'finish', 'latency', 'tokens', 'cache'].map((c) => h('th', { text: c })))));
     const body = h('tbody');
     for (const a of attempts) {
       const err = h('td');
@@ -350,6 +350,7 @@
       body.append(h('tr', null,
         h('td', { text: a[KA.number] }),
         h('td', null, badge(a[KA.kind] === 'ok' || a[KA.kind] === 'cache' ? 'ok' : 'failed'), ' ', a[KA.kind]),
+        h('td', { text: a[KA.sample] === undefined ? '' : a[KA.sample] }),
         err,
         h('td', { text: a[KA.finish_reason] || '' }),
         h('td', { text: seconds(a[KA.latency]) || '' }),
@@ -366,7 +367,8 @@
     const l = seconds(rec[K.latency]);
     if (l) out.push(h('span', { class: 'chip', text: l }));
     if (rec[K.prompt_tokens] || rec[K.completion_tokens]) out.push(h('span', { class: 'chip', text: (rec[K.prompt_tokens] || 0) + ' + ' + (rec[K.completion_tokens] || 0) + ' tokens' }));
-    if (rec[K.attempts] && rec[K.attempts].length) out.push(h('span', { class: 'chip', text: rec[K.attempts].length + ' attempt' + (rec[K.attempts].length === 1 ? '' : 's') }));
+    /* Samples and requests as Python tallied them (report/payload.py). */
+    if (rec[K.tally]) out.push(h('span', { class: 'chip tally', text: rec[K.tally] }));
     if (rec[K.model]) out.push(h('span', { class: 'chip', text: rec[K.model] }));
     return out;
   }

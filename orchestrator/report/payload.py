@@ -5,6 +5,7 @@ under (short keys keep a 10,000-example page small), or None with the reason it 
 out. The key maps travel in the page's meta block and app.js reads records only through
 them, so a field added to a model fails here at import until it is given a key or a reason,
 and a keyed field the page has no special view for is still shown among "other fields".
+What the page shows but no field holds (a run's tally) is computed here, under DERIVED_KEYS.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ ATTEMPT_KEYS: dict[str, str | None] = {
     "prompt_tokens": "pt",
     "completion_tokens": "ct",
     "cached": "c",
+    "sample": "sm",
 }
+# Shown per node run, computed from its fields: the page displays it as sent.
+DERIVED_KEYS: dict[str, str] = {"tally": "t"}
 EARLIER_RUN = "run"  # an earlier execution's run id (the only place run_id is sent)
 
 
@@ -75,9 +79,12 @@ def _check(model: type[NodeRun] | type[Attempt], keys: dict[str, str | None]) ->
 
 _check(NodeRun, RUN_KEYS)
 _check(Attempt, ATTEMPT_KEYS)
+if set(DERIVED_KEYS.values()) & set(RUN_KEYS.values()) or set(DERIVED_KEYS) & set(RUN_KEYS):
+    raise RuntimeError("report payload: a derived key repeats a field's name or key")
 
 
-RUN = {f: k for f, k in RUN_KEYS.items() if k is not None}  # the fields sent, by key
+# The fields sent, by key, and what is computed from them.
+RUN = {f: k for f, k in RUN_KEYS.items() if k is not None} | DERIVED_KEYS
 ATTEMPT = {f: k for f, k in ATTEMPT_KEYS.items() if k is not None}
 
 
@@ -176,6 +183,7 @@ _ATTEMPT_VIEWS: dict[str, Callable[[Attempt, DetailOptions], Any]] = {
     "prompt_tokens": lambda att, _: _tokens(att, "prompt_tokens"),
     "completion_tokens": lambda att, _: _tokens(att, "completion_tokens"),
     "cached": lambda att, _: _flag(att.cached),
+    "sample": lambda att, _: _SKIP if att.sample is None else att.sample,  # sample 0 is one
 }
 _RUN_VIEWS: dict[str, Callable[[NodeRun, DetailOptions], Any]] = {
     "item": lambda rec, _: rec.item,  # item 0 is an item
@@ -211,4 +219,8 @@ def compact_attempt(att: Attempt, opts: DetailOptions) -> dict[str, Any]:
 
 def compact_record(rec: NodeRun, opts: DetailOptions) -> dict[str, Any]:
     """One node execution as the page shows it, under RUN_KEYS; empty fields left out."""
-    return _compact(rec, RUN_KEYS, _RUN_VIEWS, opts)
+    out = _compact(rec, RUN_KEYS, _RUN_VIEWS, opts)
+    tally = rec.tally()
+    if tally is not None:
+        out[DERIVED_KEYS["tally"]] = str(tally)
+    return out
