@@ -49,6 +49,7 @@ _EXPORTS = {
     "RunOutcome": ".runner",
     "execute": ".runner",
     "RowSource": ".sources",
+    "summarize": ".summary",
     "MemoryStore": ".stores",
     "RunStore": ".stores",
 }
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
     from .runner import RunConfig, RunOutcome, execute
     from .sources import RowSource
     from .stores import MemoryStore, RunStore
+    from .summary import summarize
 
 
 def __getattr__(name: str) -> Any:
@@ -121,4 +123,5 @@ __all__ = [
     "register",
     "register_kind",
     "run",
+    "summarize",
 ]

@@ -122,7 +122,7 @@ def _same_examples(run_graph: CompiledGraph, new_graph: CompiledGraph) -> list[s
     return changed
 
 
-def summarize_folder(folder: Path | str, graph: Path | str | None = None) -> dict[str, Any]:
+def summarize(folder: Path | str, graph: Path | str | None = None) -> dict[str, Any]:
     """Recompute a finished run's aggregates from its result lines, with no request.
 
     `graph` is the run's graph with its aggregates fixed (default: the snapshot the run

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,10 @@ def test_docs_example_runs(quiet_home: Path, monkeypatch: pytest.MonkeyPatch):
     table = namespace["table"]
     assert len(table) == 6 and set(table["scale"]) == {5, 10}
     assert os.listdir(quiet_home) == []
+    # The FakeTransport example of the seams section, on the sweep's graph and rows.
+    fake_example = textwrap.dedent(next(b for b in blocks if "FakeTransport" in b))
+    exec(compile(fake_example, "docs/python-api.md", "exec"), namespace)
+    assert [line.outputs for line in namespace["result"].results] == [{"score": 7}] * 3
 
 
 def test_results_of_a_resumed_folder_hold_each_example_once(tmp_path: Path):

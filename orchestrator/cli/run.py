@@ -393,12 +393,12 @@ def summarize(
     ] = None,
 ) -> None:
     """Recompute a run's aggregates (summary.json) from its results, with no LLM request."""
-    from ..summary import SUMMARY_FIELDS, summarize_folder
+    from ..summary import SUMMARY_FIELDS, summarize
 
     if graph is not None:
         _compile_or_exit(graph)  # every problem listed, as `validate` does
     try:
-        summary = summarize_folder(run_dir, graph)
+        summary = summarize(run_dir, graph)
     except RunFolderError as exc:
         fail(str(exc))
     names = [name for name in summary if name not in SUMMARY_FIELDS]
