@@ -1,0 +1,1 @@
+"""Analyses over finished run folders: comparing runs, exporting and rating their results."""
