@@ -1,0 +1,426 @@
+"""`compare`: runs of one graph over the same examples, matched by example id, compared
+output by output and pair by pair (a system comparison or a judge comparison)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..compute.statistics import cohen_kappa
+from ..errors import ConfigurationError
+from ..records import Manifest, ResultLine
+from . import paired
+from .comparison import (
+    Comparison,
+    Correlation,
+    Interval,
+    Kind,
+    LabelAgreement,
+    LabelComparison,
+    OutputComparison,
+    PairDifference,
+    RunInfo,
+)
+
+if TYPE_CHECKING:
+    from ..api import RunResult
+
+log = logging.getLogger("orchestrator")
+
+# A string or boolean output with at most this many distinct values is a label; an integer
+# one with at most MAX_NUMERIC_LABELS (a 1–10 score), since κ over more values says little.
+MAX_LABELS = 20
+MAX_NUMERIC_LABELS = 10
+_VERDICT_NAMES = ("winner", "verdict", "choice", "preferred", "preference")
+_NO_SIDE = {"tie", "draw", "equal", "none", "both", "neither"}
+_FIELDS = ("id", "status", "error")
+
+
+@dataclass
+class _Run:
+    info: RunInfo
+    lines: dict[str, ResultLine]  # example id → its latest line
+    inputs: dict[str, Any] | None  # example id → inputs as read, None when not kept
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _model(manifest: Manifest) -> str | None:
+    if manifest.model:
+        return manifest.model
+    components = manifest.run_key.components if manifest.run_key else {}
+    models = sorted({v for k, v in components.items() if k.startswith("model ")})
+    return ", ".join(models) or None
+
+
+def _inputs(folder: Path | None) -> dict[str, Any] | None:
+    from ..reader import RunReader
+
+    if folder is None or not RunReader(folder).has_inputs:
+        return None
+    return {line.id: line.data for line in RunReader(folder).inputs()}
+
+
+def _load(run: str | Path | RunResult, position: int) -> _Run:
+    """A run folder or an in-memory RunResult as its latest line per example."""
+    from ..reader import RunReader
+
+    if isinstance(run, str | Path):
+        folder: Path | None = Path(run)
+        reader = RunReader(run)
+        if not reader.has_results:
+            raise ConfigurationError(f"{run} has no results.jsonl; is it a run folder?")
+        lines, manifest = reader.latest_results(), reader.manifest
+    elif hasattr(run, "results") and hasattr(run, "manifest"):
+        folder, lines, manifest = run.folder, list(run.results), run.manifest
+    else:
+        raise ConfigurationError(
+            f"run {position + 1} is a {type(run).__name__}; pass a run folder or a RunResult"
+        )
+    info = RunInfo(
+        label=folder.name if folder is not None and folder.name else f"run{position + 1}",
+        path=None if folder is None else str(folder),
+        graph=manifest.graph.get("name"),
+        graph_hash=manifest.graph.get("hash"),
+        model=_model(manifest),
+        dataset_hash=manifest.dataset.get("hash"),
+        examples=len(lines),
+        ok=sum(line.status == "ok" for line in lines),
+        failed=[line.id for line in lines if line.status == "failed"],
+    )
+    return _Run(info, {line.id: line for line in lines}, _inputs(folder))
+
+
+def _unique_labels(runs: list[_Run]) -> None:
+    """Labels tell the runs apart in tables: a repeated folder name gives way to its path,
+    then to its position."""
+    for attempt in ("path", "position"):
+        seen: dict[str, int] = {}
+        for run in runs:
+            seen[run.info.label] = seen.get(run.info.label, 0) + 1
+        for position, run in enumerate(runs):
+            if seen[run.info.label] > 1:
+                if attempt == "path" and run.info.path:
+                    run.info.label = run.info.path
+                elif attempt == "position":
+                    run.info.label = f"{run.info.label}#{position + 1}"
+
+
+def _check_graphs(runs: list[_Run], notes: list[str]) -> None:
+    names = {run.info.graph for run in runs if run.info.graph}
+    if len(names) > 1:
+        which = ", ".join(f"{run.info.label} runs {run.info.graph!r}" for run in runs)
+        raise ConfigurationError(f"runs of different graphs cannot be compared: {which}")
+    hashes = {run.info.graph_hash for run in runs if run.info.graph_hash}
+    if len(hashes) > 1:
+        message = (
+            "the runs' graphs share a name but not a hash (edited between runs?): "
+            + ", ".join(f"{run.info.label} {run.info.graph_hash}" for run in runs)
+        )
+        log.warning(message)
+        notes.append(message)
+
+
+def _detect_kind(runs: list[_Run]) -> tuple[Kind, str]:
+    """Same inputs → the judging differs (judge); different inputs → the outputs being
+    judged differ (system). Inputs are compared per example where the folders keep them."""
+    first = runs[0]
+    if all(run.inputs is not None for run in runs):
+        for run in runs[1:]:
+            assert first.inputs is not None and run.inputs is not None
+            for key in first.inputs.keys() & run.inputs.keys():
+                if first.inputs[key] != run.inputs[key]:
+                    return "system", (
+                        f"inputs differ (example {key!r} in {first.info.label} and "
+                        f"{run.info.label}): the outputs being judged differ"
+                    )
+        reason = "same inputs for every shared example"
+    else:
+        hashes = [run.info.dataset_hash for run in runs]
+        if None in hashes:
+            return "system", "inputs not recorded for every run; assumed (pass kind='judge')"
+        if len(set(hashes)) > 1:
+            return "system", "the datasets differ (dataset hashes): the outputs judged differ"
+        reason = "same dataset (hash)"
+    models = [run.info.model or "?" for run in runs]
+    judged = " vs ".join(models) if len(set(models)) > 1 else f"judge {models[0]}"
+    return "judge", f"{reason}: the judging differs ({judged})"
+
+
+def _values(runs: list[_Run]) -> list[dict[str, dict[str, Any]]]:
+    """Per run: example id → its flattened outputs, ok lines only."""
+    out = []
+    for run in runs:
+        flat = {}
+        for key, line in run.lines.items():
+            if line.status == "ok":
+                flat[key] = {k: v for k, v in line.flat().items() if k not in _FIELDS}
+        out.append(flat)
+    return out
+
+
+def _shared_names(values: list[dict[str, dict[str, Any]]]) -> list[str]:
+    """Output names present in every run, in the order the first run has them."""
+    per_run = [{name for flat in run.values() for name in flat} for run in values]
+    first = list(dict.fromkeys(name for flat in values[0].values() for name in flat))
+    return [name for name in first if all(name in names for names in per_run)]
+
+
+def _present(values: list[dict[str, dict[str, Any]]], name: str) -> list[Any]:
+    return [
+        flat[name]
+        for run in values
+        for flat in run.values()
+        if name in flat and not _missing(flat[name])
+    ]
+
+
+def _is_numeric(seen: list[Any]) -> bool:
+    return bool(seen) and all(_is_number(v) for v in seen)
+
+
+def _is_label(seen: list[Any]) -> bool:
+    """Few distinct scalar values, some repeated (free text is all distinct): a label."""
+    if not seen or any(isinstance(v, dict | list) for v in seen):
+        return False
+    if all(_is_number(v) for v in seen):
+        if not all(float(v).is_integer() for v in seen):
+            return False
+        limit = MAX_NUMERIC_LABELS
+    else:
+        limit = MAX_LABELS
+    distinct = {_label(v) for v in seen}
+    return len(distinct) <= limit and len(distinct) < len(seen)
+
+
+def _label(value: Any) -> Any:
+    # cohen_kappa takes strings and numbers; true/false become text, 3.0 the label 3.
+    if isinstance(value, bool):
+        return str(value).lower()
+    if _is_number(value) and float(value).is_integer():
+        return int(value)
+    return value
+
+
+def _select(
+    names: list[str], values: list[dict[str, dict[str, Any]]], wanted: Sequence[str] | None
+) -> list[str]:
+    numeric = [name for name in names if _is_numeric(_present(values, name))]
+    if wanted is None:
+        return numeric
+    unknown = [name for name in wanted if name not in numeric]
+    if unknown:
+        raise ConfigurationError(
+            f"no numeric output {unknown[0]!r} in every run; numeric outputs shared by the "
+            f"runs: {', '.join(numeric) or 'none'}"
+        )
+    return list(dict.fromkeys(wanted))
+
+
+def _select_labels(
+    names: list[str], values: list[dict[str, dict[str, Any]]], wanted: Sequence[str] | None
+) -> list[str]:
+    if wanted is None:
+        return [name for name in names if _is_label(_present(values, name))]
+    for name in wanted:
+        seen = _present(values, name)
+        if name not in names or not seen or any(isinstance(v, dict | list) for v in seen):
+            raise ConfigurationError(
+                f"no label output {name!r} in every run; outputs shared by the runs: "
+                f"{', '.join(names) or 'none'}"
+            )
+    return list(dict.fromkeys(wanted))
+
+
+def _matched(
+    values: list[dict[str, dict[str, Any]]], name: str, i: int, j: int
+) -> tuple[list[Any], list[Any]]:
+    """The two runs' values of one output on the examples where both have one."""
+    first, second = values[i], values[j]
+    a, b = [], []
+    for key, flat in first.items():
+        other = second.get(key)
+        if other is None or _missing(flat.get(name)) or _missing(other.get(name)):
+            continue
+        a.append(flat[name])
+        b.append(other[name])
+    return a, b
+
+
+@dataclass(frozen=True)
+class _Settings:
+    level: float
+    resamples: int
+    permutations: int
+    seed: int
+    judge: bool
+
+
+def _pair(a: list[float], b: list[float], labels: tuple[str, str], s: _Settings) -> PairDifference:
+    """The paired statistics of b against a (already matched by example)."""
+    n = len(a)
+    found = PairDifference(run_a=labels[0], run_b=labels[1], n=n)
+    if n == 0:
+        return found
+    differences = [y - x for x, y in zip(a, b, strict=True)]
+    found.mean_a, found.mean_b = sum(a) / n, sum(b) / n
+    found.difference = sum(differences) / n
+    found.wins, found.ties, found.losses = paired.win_tie_loss(a, b)
+    if n < 2:
+        return found
+    interval = paired.paired_interval(differences, s.level, s.resamples, s.seed)
+    found.ci = Interval(
+        low=interval["ci_low"],
+        high=interval["ci_high"],
+        level=s.level,
+        method=interval["method"],
+        resamples=s.resamples,
+        seed=s.seed,
+    )
+    test = paired.sign_flip_test(differences, s.permutations, s.seed)
+    found.p, found.p_method, found.p_count = test.p, test.method, test.count
+    found.effect_size = paired.cohens_dz(differences)
+    if s.judge:
+        found.agreement = Correlation(
+            pearson=paired.pearson(a, b),
+            spearman=paired.spearman(a, b),
+            kendall_tau_b=paired.kendall_tau_b(a, b),
+        )
+    return found
+
+
+def _numeric(
+    name: str, runs: list[_Run], values: list[dict[str, dict[str, Any]]], s: _Settings
+) -> OutputComparison:
+    means: dict[str, float | None] = {}
+    counts: dict[str, int] = {}
+    for run, flats in zip(runs, values, strict=True):
+        present = [float(f[name]) for f in flats.values() if not _missing(f.get(name))]
+        means[run.info.label] = sum(present) / len(present) if present else None
+        counts[run.info.label] = len(present)
+    pairs = []
+    for i, j in combinations(range(len(runs)), 2):
+        a, b = _matched(values, name, i, j)
+        fa, fb = [float(x) for x in a], [float(y) for y in b]
+        pairs.append(_pair(fa, fb, (runs[i].info.label, runs[j].info.label), s))
+    tested = [pair for pair in pairs if pair.p is not None]
+    for pair, adjusted in zip(tested, paired.holm([pair.p or 0.0 for pair in tested]), strict=True):
+        pair.p_holm = adjusted
+    return OutputComparison(output=name, means=means, counts=counts, pairs=pairs)
+
+
+def _is_verdict(name: str, seen: Iterable[Any]) -> bool:
+    """A pairwise winner: named like one, or labelled a / b (/ tie)."""
+    last = name.rsplit(".", 1)[-1].lower()
+    if any(last.startswith(word) for word in _VERDICT_NAMES):
+        return True
+    texts = {str(v).lower() for v in seen}
+    return {"a", "b"} <= texts and texts <= {"a", "b"} | _NO_SIDE
+
+
+def _labels(
+    name: str, runs: list[_Run], values: list[dict[str, dict[str, Any]]]
+) -> LabelComparison:
+    seen = [_label(v) for v in _present(values, name)]
+    verdict = _is_verdict(name, seen)
+    pairs = []
+    for i, j in combinations(range(len(runs)), 2):
+        raw_a, raw_b = _matched(values, name, i, j)
+        a, b = [_label(v) for v in raw_a], [_label(v) for v in raw_b]
+        found = LabelAgreement(run_a=runs[i].info.label, run_b=runs[j].info.label, n=len(a))
+        if a:
+            found.agreement = sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+            found.kappa = cohen_kappa(a, b)
+            if all(_is_number(v) for v in a + b):
+                found.kappa_quadratic = cohen_kappa(a, b, weights="quadratic")
+        if verdict and a:
+            sided = [
+                (x, y)
+                for x, y in zip(a, b, strict=True)
+                if str(x).lower() not in _NO_SIDE and str(y).lower() not in _NO_SIDE
+            ]
+            found.flips = sum(x != y for x, y in sided)
+            found.flip_rate = found.flips / len(sided) if sided else None
+        pairs.append(found)
+    shown = sorted({str(v) for v in seen}, key=lambda v: (len(v), v))
+    return LabelComparison(output=name, values=shown, verdict=verdict, pairs=pairs)
+
+
+def compare(
+    *runs: str | Path | RunResult,
+    outputs: Sequence[str] | None = None,
+    labels: Sequence[str] | None = None,
+    kind: Kind | None = None,
+    resamples: int = 2000,
+    permutations: int = paired.PERMUTATIONS,
+    seed: int = 0,
+    level: float = 0.95,
+) -> Comparison:
+    """Compare runs of one graph example by example: every numeric output's paired
+    differences between each two runs and, for a judge comparison, how the runs agree.
+
+    `runs` are run folders or `RunResult`s; `outputs` (default: every numeric output) and
+    `labels` (default: detected) pick what is compared; `kind` overrides the detection of
+    judge vs system comparison. Raises ConfigurationError for runs that cannot be compared.
+    """
+    if len(runs) < 2:
+        raise ConfigurationError(f"compare needs at least two runs, got {len(runs)}")
+    if kind not in (None, "judge", "system"):
+        raise ConfigurationError(f"kind must be 'judge' or 'system', got {kind!r}")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
+        raise ConfigurationError(f"resamples must be a positive integer, got {resamples!r}")
+    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
+        raise ConfigurationError(f"permutations must be a positive integer, got {permutations!r}")
+    if not 0.0 < level < 1.0:
+        raise ConfigurationError(f"level must be between 0 and 1, got {level!r}")
+    loaded = [_load(run, position) for position, run in enumerate(runs)]
+    _unique_labels(loaded)
+    notes: list[str] = []
+    _check_graphs(loaded, notes)
+    every = list(dict.fromkeys(key for run in loaded for key in run.lines))
+    for run in loaded:
+        run.info.missing = [key for key in every if key not in run.lines]
+    if not set.intersection(*(set(run.lines) for run in loaded)):
+        raise ConfigurationError(
+            "the runs share no example id: "
+            + ", ".join(f"{run.info.label} has {len(run.lines)}" for run in loaded)
+        )
+    if kind is None:
+        kind, reason = _detect_kind(loaded)
+    else:
+        reason = "given"
+    values = _values(loaded)
+    names = _shared_names(values)
+    numeric = _select(names, values, outputs)
+    if labels is None and outputs is not None:
+        labels = [name for name in numeric if _is_label(_present(values, name))]
+    categorical = _select_labels(names, values, labels)
+    if kind == "system" and categorical and labels:
+        notes.append("labels are compared for agreement only in a judge comparison")
+    settings = _Settings(level, resamples, permutations, seed, kind == "judge")
+    ok_everywhere = set.intersection(*(set(flats) for flats in values))
+    return Comparison(
+        kind=kind,
+        kind_reason=reason,
+        runs=[run.info for run in loaded],
+        common=len(ok_everywhere),
+        outputs=[_numeric(name, loaded, values, settings) for name in numeric],
+        labels=[_labels(name, loaded, values) for name in categorical] if kind == "judge" else [],
+        level=level,
+        resamples=resamples,
+        permutations=permutations,
+        seed=seed,
+        notes=notes,
+    )

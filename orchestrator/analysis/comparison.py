@@ -1,0 +1,132 @@
+"""The typed result of `compare`: per output and per pair of runs, the paired statistics;
+for a judge comparison, how far the runs agree; which examples each run lacks."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Kind = Literal["judge", "system"]
+EFFECT_SIZE = "paired Cohen's d_z: mean difference / sd of the differences (ddof 1)"
+
+
+class RunInfo(BaseModel):
+    """One compared run: where it came from, what judged it, which examples it lacks."""
+
+    label: str
+    path: str | None = None
+    graph: str | None = None
+    graph_hash: str | None = None
+    model: str | None = None
+    dataset_hash: str | None = None
+    examples: int = 0  # result lines (one per example)
+    ok: int = 0
+    failed: list[str] = Field(default_factory=list)  # ids whose line failed
+    missing: list[str] = Field(default_factory=list)  # ids another run has and this lacks
+
+
+class Interval(BaseModel):
+    """A bootstrap confidence interval of the mean difference."""
+
+    low: float
+    high: float
+    level: float
+    method: Literal["bca", "percentile"]
+    resamples: int
+    seed: int
+
+
+class Correlation(BaseModel):
+    """How two judges' scores of the same examples move together (None: a side is constant)."""
+
+    pearson: float | None = None
+    spearman: float | None = None
+    kendall_tau_b: float | None = None
+
+
+class PairDifference(BaseModel):
+    """Run b against run a on one numeric output, over the examples both scored."""
+
+    run_a: str
+    run_b: str
+    n: int
+    mean_a: float | None = None
+    mean_b: float | None = None
+    difference: float | None = None  # mean_b − mean_a = the mean of the differences
+    ci: Interval | None = None  # None with fewer than two examples
+    p: float | None = None  # two-sided sign-flip (paired permutation) test
+    p_method: Literal["exact", "monte-carlo"] | None = None
+    p_count: int = 0  # sign vectors enumerated (exact) or drawn (Monte Carlo)
+    p_holm: float | None = None  # adjusted over this output's pairs
+    effect_size: float | None = None  # d_z (see EFFECT_SIZE); None when undefined
+    wins: int = 0  # examples where b scored higher than a
+    ties: int = 0
+    losses: int = 0  # examples where b scored lower than a
+    agreement: Correlation | None = None  # judge comparisons only
+
+
+class OutputComparison(BaseModel):
+    """One numeric output across the runs: each run's mean and every pair's difference."""
+
+    output: str
+    means: dict[str, float | None]  # run label → mean over its ok examples with a value
+    counts: dict[str, int]  # run label → how many values that mean is over
+    pairs: list[PairDifference]
+
+
+class LabelAgreement(BaseModel):
+    """Two judges' labels on the examples both labelled: raw agreement, κ, verdict flips."""
+
+    run_a: str
+    run_b: str
+    n: int
+    agreement: float | None = None  # share of examples given the same label
+    kappa: float | None = None  # Cohen's κ, unweighted
+    kappa_quadratic: float | None = None  # quadratic-weighted κ, numeric labels only
+    flips: int | None = None  # verdicts only: one run picked one side, the other the other
+    flip_rate: float | None = None  # flips / examples where both picked a side
+
+
+class LabelComparison(BaseModel):
+    """One categorical output across the runs of a judge comparison."""
+
+    output: str
+    values: list[str]  # the labels seen, as text
+    verdict: bool = False  # a pairwise winner: flips are counted
+    pairs: list[LabelAgreement]
+
+
+class Comparison(BaseModel):
+    """What `compare` found; `outputs` is empty when no numeric output is shared."""
+
+    kind: Kind
+    kind_reason: str
+    runs: list[RunInfo]
+    common: int  # examples ok in every run
+    outputs: list[OutputComparison] = Field(default_factory=list)
+    labels: list[LabelComparison] = Field(default_factory=list)
+    level: float = 0.95
+    resamples: int = 2000
+    permutations: int = 10_000
+    seed: int = 0
+    correction: Literal["holm"] = "holm"
+    effect_size: str = EFFECT_SIZE
+    notes: list[str] = Field(default_factory=list)
+
+    def output(self, name: str) -> OutputComparison:
+        """The comparison of one numeric output, by name (KeyError when not compared)."""
+        for found in self.outputs:
+            if found.output == name:
+                return found
+        raise KeyError(name)
+
+    def pair(self, name: str, run_a: str | int = 0, run_b: str | int = 1) -> PairDifference:
+        """One output's pair by run labels or positions (a before b, as given to compare)."""
+        labels = [run.label for run in self.runs]
+        first = labels[run_a] if isinstance(run_a, int) else run_a
+        second = labels[run_b] if isinstance(run_b, int) else run_b
+        for found in self.output(name).pairs:
+            if (found.run_a, found.run_b) == (first, second):
+                return found
+        raise KeyError((name, first, second))
