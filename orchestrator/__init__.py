@@ -22,6 +22,7 @@ _EXPORTS = {
     "graph_from_dict": ".api",
     "load_graph": ".api",
     "run": ".api",
+    "compare": ".analysis.compare",
     "FakeAnswer": ".calls.fake",
     "FakeTransport": ".calls.fake",
     "RetryPolicy": ".calls.retry",
@@ -55,6 +56,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from .analysis.compare import compare
     from .api import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .calls.fake import FakeAnswer, FakeTransport
     from .calls.retry import RetryPolicy
@@ -116,6 +118,7 @@ __all__ = [
     "Transport",
     "__version__",
     "arun",
+    "compare",
     "compile_graph",
     "execute",
     "graph_from_dict",

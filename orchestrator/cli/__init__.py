@@ -14,4 +14,7 @@ from . import inspect  # noqa: F401 - trace, serve, report, distill, meta-eval, 
 # isort: split
 from . import functions  # noqa: F401 - functions
 
+# isort: split
+from . import compare  # noqa: F401 - compare
+
 __all__ = ["app", "main"]
