@@ -242,14 +242,28 @@ def meta_eval(
         str | None,
         typer.Option(help="Another result field scored the same way, e.g. profile_mean."),
     ] = None,
+    level: Annotated[
+        str | None,
+        typer.Option(help="Krippendorff level for score labels (default interval)."),
+    ] = None,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples per interval.")] = 2000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
 ) -> None:
-    """Agreement of a run with human labels (correlations or accuracy) → meta_eval.json."""
-    from ..metaeval import LabelError, format_table
+    """Agreement of a run with human labels, with bootstrap intervals → meta_eval.json."""
+    from ..metaeval import format_table
     from ..metaeval import meta_eval as evaluate
 
     try:
-        result = evaluate(folder, labels, field=field, baseline=baseline)
-    except (LabelError, FileNotFoundError) as exc:
+        result = evaluate(
+            folder,
+            labels,
+            field=field,
+            baseline=baseline,
+            level=level,
+            resamples=resamples,
+            seed=seed,
+        )
+    except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
         return
     console.print(format_table(result))
