@@ -367,3 +367,26 @@ def test_screenshot_for_the_readme(
         assert page.errors == []
     finally:
         page.close()
+
+
+def test_expert_failed_judgment_is_not_called_a_failed_match(browser: Any, tmp_path: Path) -> None:
+    """An aspect whose style call failed is matched: the page says which judgment failed,
+    not "matching call failed — counted unmatched" (it used to say that for any failure)."""
+    from test_expert import EXAMPLES, GRAPH, ExpertResponder
+
+    data = tmp_path / "one.jsonl"
+    data.write_text(EXAMPLES.open().readline())
+    with FakeServer(ExpertResponder(fail_style_for="Filters are cheap")) as fake:
+        out = run(GRAPH, data, tmp_path / "run", fake)
+    build_report(out)
+    line = next(iter(results(out).values()))
+    page = Page(browser, (out / "report.html").as_uri())
+    try:
+        page.open(line["id"])
+        verdicts = page.tab.locator("#example-view .expert .aspect .verdict").all_inner_texts()
+        failed = [v for v in verdicts if "failed: style judgment" in v]
+        assert len(failed) == 2, verdicts  # R4 and O4 share the one failed judgment
+        assert not any("matching call failed" in v for v in verdicts)
+        assert page.errors == []
+    finally:
+        page.close()

@@ -478,13 +478,16 @@
         h('ul', null, entry.evidence.map((e) => h('li', { text: typeof e === 'string' ? e : json(e, 0) })))));
     }
     const verdict = h('div', { class: 'verdict' });
-    if (entry.failed) verdict.append(h('span', { class: 'no', text: 'matching call failed — counted unmatched' }));
+    // Older runs name no failed calls: their only failure mark was the matching call's.
+    const calls = Array.isArray(entry.failed_calls) ? entry.failed_calls : null;
+    if (entry.failed && (!calls || calls.includes('match'))) verdict.append(h('span', { class: 'no', text: 'matching call failed — counted unmatched' }));
     else if (!matched) verdict.append(h('span', { class: 'no', text: 'no match' }));
     else {
       const target = [entry.matched_id, entry.matched_aspect].filter((x) => x !== null && x !== undefined && x !== '');
       verdict.append('matches ', h('b', { text: target.join(' · ') || '?' }), ' · content ',
         h('span', { class: entry.content === true ? 'yes' : 'no', text: entry.content === true ? '✓' : '✗' }), ' · style ',
         h('span', { class: entry.style === true ? 'yes' : 'no', text: entry.style === true ? '✓' : '✗' }));
+      if (entry.failed && calls) verdict.append(h('span', { class: 'no', text: ' · failed: ' + calls.join(', ') + ' judgment' }));
     }
     if (entry.judged_on && entry.judged_on !== side) verdict.append(h('span', { class: 'muted', text: ' (pair judged on the ' + entry.judged_on + ' side)' }));
     card.append(verdict);
