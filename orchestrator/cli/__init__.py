@@ -17,4 +17,7 @@ from . import functions  # noqa: F401 - functions
 # isort: split
 from . import compare  # noqa: F401 - compare
 
+# isort: split
+from . import export  # noqa: F401 - export, ratings
+
 __all__ = ["app", "main"]
