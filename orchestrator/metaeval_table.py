@@ -114,7 +114,7 @@ def format_table(result: dict[str, Any]) -> Table:
     table = Table(title=title)
     if boot:
         table.caption = (
-            f"[lo, hi]: {boot['confidence']:.0%} {boot['method']} bootstrap over examples, "
+            f"\\[lo, hi]: {boot['confidence']:.0%} {boot['method']} bootstrap over examples, "
             f"{boot['resamples']} resamples, seed {boot['seed']}"
         )
     table.add_column("section")

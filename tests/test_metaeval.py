@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import krippendorff
+import numpy as np
 import pytest
 from rich.console import Console
 from rich.table import Table
@@ -196,4 +198,264 @@ def test_bad_labels_name_the_line(tmp_path: Path, line: str, message: str) -> No
     labels = tmp_path / "l.jsonl"
     labels.write_text(json.dumps({"id": "x", "score": 1}) + "\n" + line + "\n")
     with pytest.raises(LabelError, match=f"l.jsonl:2: .*{message}"):
+        meta_eval(run, labels)
+
+
+# -- bootstrap intervals, Krippendorff's alpha, several annotators -----------------------
+
+RESAMPLES = 500
+
+
+def score_files(
+    tmp_path: Path, predicted: list[float], labels: list[dict[str, Any]]
+) -> tuple[Path, Path]:
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    rows = [{"id": f"e{i}", "status": "ok", "score": p} for i, p in enumerate(predicted)]
+    write_jsonl(run / "results.jsonl", rows)
+    return run, write_jsonl(tmp_path / "labels.jsonl", labels)
+
+
+def noisy_pair(n: int = 20, seed: int = 1) -> tuple[list[float], list[float]]:
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(1, 11, size=n)
+    return [float(v) for v in truth + rng.integers(-3, 4, size=n)], [float(v) for v in truth]
+
+
+def scipy_ci(data: tuple[Any, ...], statistic: Any, seed: int = 0) -> list[float]:
+    found = stats.bootstrap(
+        data,
+        statistic,
+        paired=True,
+        vectorized=False,
+        method="percentile",
+        n_resamples=RESAMPLES,
+        rng=np.random.default_rng(seed),
+    ).confidence_interval
+    return [found.low, found.high]
+
+
+def test_score_intervals_equal_scipy_bootstrap_on_the_same_resamples(tmp_path: Path) -> None:
+    predicted, truth = noisy_pair()
+    run, labels = score_files(
+        tmp_path, predicted, [{"id": f"e{i}", "score": t} for i, t in enumerate(truth)]
+    )
+    result = meta_eval(run, labels, resamples=RESAMPLES, seed=7)
+    scores = result["scores"]
+    assert result["bootstrap"] == {
+        "method": "percentile",
+        "unit": "example",
+        "resamples": RESAMPLES,
+        "seed": 7,
+        "confidence": 0.95,
+    }
+    data = (np.asarray(predicted), np.asarray(truth))
+    for name, fn in (
+        ("pearson", stats.pearsonr),
+        ("spearman", stats.spearmanr),
+        ("kendall", stats.kendalltau),
+    ):
+        expected = scipy_ci(data, lambda x, y, fn=fn: fn(x, y).statistic, seed=7)
+        assert scores[f"{name}_ci"] == pytest.approx(expected, abs=1e-12)
+        low, high = scores[f"{name}_ci"]
+        assert low < scores[name]["r"] < high
+    mae_ci = scipy_ci(data, lambda x, y: np.abs(x - y).mean(), seed=7)
+    assert scores["mae_ci"] == pytest.approx(mae_ci, abs=1e-12)
+    # α against the krippendorff package, point estimate and interval.
+    reference = krippendorff.alpha(
+        reliability_data=[predicted, truth], level_of_measurement="interval"
+    )
+    assert scores["alpha_level"] == "interval"
+    assert scores["alpha"] == pytest.approx(reference)
+    alpha_ci = scipy_ci(
+        data,
+        lambda x, y: krippendorff.alpha(reliability_data=[x, y], level_of_measurement="interval"),
+        seed=7,
+    )
+    assert scores["alpha_ci"] == pytest.approx(alpha_ci, abs=1e-9)
+    again = meta_eval(run, labels, resamples=RESAMPLES, seed=7)["scores"]
+    other = meta_eval(run, labels, resamples=RESAMPLES, seed=8)["scores"]
+    assert again["pearson_ci"] == scores["pearson_ci"] != other["pearson_ci"]
+
+
+def test_level_option_picks_the_alpha_distance(tmp_path: Path) -> None:
+    predicted, truth = noisy_pair()
+    run, labels = score_files(
+        tmp_path, predicted, [{"id": f"e{i}", "score": t} for i, t in enumerate(truth)]
+    )
+    scores = meta_eval(run, labels, level="ordinal", resamples=50)["scores"]
+    reference = krippendorff.alpha(
+        reliability_data=[predicted, truth], level_of_measurement="ordinal"
+    )
+    assert scores["alpha_level"] == "ordinal"
+    assert scores["alpha"] == pytest.approx(reference)
+    with pytest.raises(ValueError, match="level must be one of"):
+        meta_eval(run, labels, level="cardinal")
+
+
+def test_accuracy_interval_equals_scipy_and_alpha_is_nominal(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    truth = rng.choice(["A", "B", "tie"], size=30)
+    flip = rng.random(30) < 0.3
+    predicted = np.where(flip, rng.choice(["A", "B"], size=30), truth)
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"id": str(i), "status": "ok", "choice": str(p)} for i, p in enumerate(predicted)]
+    write_jsonl(run / "results.jsonl", rows)
+    labels = write_jsonl(
+        tmp_path / "l.jsonl", [{"id": str(i), "choice": str(t)} for i, t in enumerate(truth)]
+    )
+    choices = meta_eval(run, labels, resamples=RESAMPLES)["choices"]
+    correct = (predicted == truth).astype(float)
+    expected = scipy_ci((correct,), lambda c: c.mean())
+    assert choices["accuracy"] == pytest.approx(correct.mean())
+    assert choices["accuracy_ci"] == pytest.approx(expected, abs=1e-12)
+    codes = {"a": 0.0, "b": 1.0, "tie": 2.0}
+    coded = [[codes[str(v).casefold()] for v in series] for series in (predicted, truth)]
+    reference = krippendorff.alpha(reliability_data=coded, level_of_measurement="nominal")
+    assert choices["alpha_level"] == "nominal"
+    assert choices["alpha"] == pytest.approx(reference)
+    assert choices["humans"]["reason"].startswith("one human label per example")
+
+
+def test_per_key_intervals_resample_whole_examples(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    rows, labels = [], []
+    for i in range(12):
+        rows.append(
+            {"id": str(i), "status": "ok", "choices": {"x": "A", "y": "A" if i % 3 else "B"}}
+        )
+        labels += [{"id": str(i), "aspect": "x", "choice": "A" if i % 4 else "B"}]
+        labels += [{"id": str(i), "aspect": "y", "choice": "A"}]
+    write_jsonl(run / "results.jsonl", rows)
+    choices = meta_eval(run, write_jsonl(tmp_path / "l.jsonl", labels), resamples=300)["choices"]
+    for key in ("x", "y"):
+        tally = choices["per_key"][key]
+        low, high = tally["accuracy_ci"]
+        assert 0.0 <= low <= tally["accuracy"] <= high <= 1.0 and low < high
+    low, high = choices["macro_accuracy_ci"]
+    assert low <= choices["macro_accuracy"] <= high
+    assert choices["accuracy_decisive_ci"] == choices["accuracy_ci"]  # no tie predicted
+
+
+def annotated_labels(
+    truth: list[float], extra: dict[str, list[float]], as_list: bool = False
+) -> list[dict[str, Any]]:
+    """Two annotators who both give the truth, plus any `extra` annotators."""
+    raters = {"ann": truth, "bob": truth, **extra}
+    if as_list:
+        return [
+            {"id": f"e{i}", "labels": [{"annotator": a, "score": v[i]} for a, v in raters.items()]}
+            for i in range(len(truth))
+        ]
+    return [
+        {"id": f"e{i}", "annotator": a, "score": v[i]}
+        for a, v in raters.items()
+        for i in range(len(truth))
+    ]
+
+
+def test_agreeing_annotators_give_a_ceiling_of_one(tmp_path: Path) -> None:
+    predicted, truth = noisy_pair()
+    run, labels = score_files(tmp_path, predicted, annotated_labels(truth, {}))
+    scores = meta_eval(run, labels, resamples=200)["scores"]
+    humans = scores["humans"]
+    assert humans["annotators"] == ["ann", "bob"] and humans["units"] == 20
+    assert humans["alpha_all_humans"] == pytest.approx(1.0)
+    assert humans["human_human"]["alpha"] == pytest.approx(1.0)
+    assert humans["human_human"]["pearson_ci"] == pytest.approx([1.0, 1.0])
+    # Both humans give the truth, so the consensus and each human are the truth.
+    single = meta_eval(
+        run,
+        write_jsonl(
+            tmp_path / "one.jsonl", [{"id": f"e{i}", "score": t} for i, t in enumerate(truth)]
+        ),
+        resamples=200,
+    )["scores"]
+    assert scores["consensus"] == "mean" and scores["labels"] == 40 and scores["n"] == 20
+    assert scores["pearson"] == single["pearson"]
+    assert humans["judge_consensus"]["alpha"] == pytest.approx(single["alpha"])
+    assert humans["judge_human"]["alpha"] == pytest.approx(single["alpha"])
+    assert humans["verdicts"]["alpha"] == "below"
+    assert "below the human–human range [1.000, 1.000]" in humans["verdict"]
+
+
+def test_a_random_annotator_lowers_the_ceiling(tmp_path: Path) -> None:
+    predicted, truth = noisy_pair()
+    noise = [float(v) for v in np.random.default_rng(5).integers(1, 11, size=len(truth))]
+    run, labels = score_files(
+        tmp_path, predicted, annotated_labels(truth, {"cat": noise}, as_list=True)
+    )
+    humans = meta_eval(run, labels, resamples=200)["scores"]["humans"]
+    reference = krippendorff.alpha(
+        reliability_data=[truth, truth, noise], level_of_measurement="interval"
+    )
+    assert humans["annotators"] == ["ann", "bob", "cat"]
+    assert humans["alpha_all_humans"] == pytest.approx(reference)
+    assert humans["alpha_all_humans"] < 0.9
+    pairs = [1.0, stats.pearsonr(truth, noise).statistic, stats.pearsonr(truth, noise).statistic]
+    assert humans["human_human"]["pearson"] == pytest.approx(sum(pairs) / 3)
+    low, high = humans["human_human"]["alpha_ci"]
+    assert low <= humans["human_human"]["alpha"] <= high < 1.0
+
+
+def test_a_judge_as_good_as_the_humans_is_within_the_range(tmp_path: Path) -> None:
+    _, truth = noisy_pair()
+    run, labels = score_files(tmp_path, truth, annotated_labels(truth, {}))
+    result = meta_eval(run, labels, resamples=100)
+    humans = result["scores"]["humans"]
+    assert set(humans["verdicts"].values()) == {"within"}
+    assert "within the human–human range" in humans["verdict"]
+    console = Console(record=True, width=200)
+    console.print(format_table(result))
+    text = console.export_text()
+    assert "alpha: human–human" in text and "1.000 [1.000, 1.000]" in text
+    assert "within the human–human range" in text
+
+
+def test_choice_annotators_vote_and_ties_are_counted(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    judge = ["A", "B", "A", "B", "A", "A"]
+    rows = [{"id": str(i), "status": "ok", "choice": c} for i, c in enumerate(judge)]
+    write_jsonl(run / "results.jsonl", rows)
+    votes = {"x": "AABBAB", "y": "ABBBBA", "z": "AAABA"}  # z skips the last example
+    labels = [
+        {"id": str(i), "annotator": name, "choice": v}
+        for name, given in votes.items()
+        for i, v in enumerate(given)
+    ]
+    labels += [
+        {"id": "6", "annotator": "x", "choice": "A"},
+        {"id": "6", "annotator": "y", "choice": "B"},
+    ]
+    choices = meta_eval(run, write_jsonl(tmp_path / "l.jsonl", labels), resamples=100)["choices"]
+    # Majorities: A, A, B, B, A, and example 5 is A vs B → no majority; 6 ties too.
+    assert choices["consensus"] == "majority" and choices["no_majority"] == 2
+    assert (choices["n"], choices["correct"]) == (5, 3)
+    humans = choices["humans"]
+    agree = {("x", "y"): 3 / 6, ("x", "z"): 4 / 5, ("y", "z"): 2 / 5}  # on examples 0–5
+    assert humans["human_human"]["agreement"] == pytest.approx(sum(agree.values()) / 3)
+    assert humans["units"] == 6  # example 6 has no result
+
+
+def test_single_annotator_files_report_no_ceiling(score_run: tuple[Path, Path]) -> None:
+    run, labels = score_run
+    result = meta_eval(run, labels, resamples=50)
+    assert result["scores"]["humans"] == {
+        "reason": "one human label per example: no human–human agreement to compare the run with"
+    }
+    console = Console(record=True, width=200)
+    console.print(format_table(result))
+    text = console.export_text()
+    assert "one human label per example" in text
+    kendall = result["scores"]["kendall"]["r"]
+    low, high = result["scores"]["kendall_ci"]
+    assert f"{kendall:.3f} [{low:.3f}, {high:.3f}]" in text
+
+
+def test_a_labels_list_needs_scores(tmp_path: Path) -> None:
+    run, labels = score_files(tmp_path, [1.0], [{"id": "e0", "labels": [{"annotator": "a"}]}])
+    with pytest.raises(LabelError, match=r"labels\.jsonl:1: labels\[1\] needs 'score'"):
         meta_eval(run, labels)
