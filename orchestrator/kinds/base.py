@@ -162,16 +162,3 @@ def kind_of(spec: NodeBase) -> NodeKind[Any, Any]:
     """The kind whose spec model parsed `spec`."""
     _load_builtins()
     return _BY_MODEL[type(spec)]
-
-
-__all__ = [
-    "EndpointWant",
-    "NodeKind",
-    "RunServices",
-    "evaluate",
-    "get_kind",
-    "kind_of",
-    "kinds",
-    "register_kind",
-    "unregister_kind",
-]
