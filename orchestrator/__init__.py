@@ -23,6 +23,9 @@ _EXPORTS = {
     "load_graph": ".api",
     "run": ".api",
     "compare": ".analysis.compare",
+    "export": ".analysis.export",
+    "node_runs_frame": ".analysis.export",
+    "ratings_across_runs": ".analysis.ratings",
     "FakeAnswer": ".calls.fake",
     "FakeTransport": ".calls.fake",
     "RetryPolicy": ".calls.retry",
@@ -57,6 +60,8 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from .analysis.compare import compare
+    from .analysis.export import export, node_runs_frame
+    from .analysis.ratings import ratings_across_runs
     from .api import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .calls.fake import FakeAnswer, FakeTransport
     from .calls.retry import RetryPolicy
@@ -121,8 +126,11 @@ __all__ = [
     "compare",
     "compile_graph",
     "execute",
+    "export",
     "graph_from_dict",
     "load_graph",
+    "node_runs_frame",
+    "ratings_across_runs",
     "register",
     "register_kind",
     "run",
