@@ -1,8 +1,5 @@
-"""A run folder as flat files: its result lines and node runs to Parquet, CSV or JSONL.
-
-Rows are streamed in batches, so memory stays flat in the number of examples (only a small
-index of ids is held), and a table's columns come in the same order whatever the format.
-"""
+"""A run folder as flat files: its result lines and node runs to Parquet, CSV or JSONL,
+streamed in batches (memory does not grow with the lines), the same columns in every format."""
 
 from __future__ import annotations
 
@@ -373,10 +370,8 @@ def export(
     what: What = "results",
     batch_size: int = BATCH_ROWS,
 ) -> dict[str, Path]:
-    """Write a run's result lines and/or node runs to Parquet, CSV or JSONL; returns the paths.
-
-    `to` is a file (one table) or a folder (default: RUN_DIR/export/); `format` defaults to
-    `to`'s suffix, else parquet."""
+    """Write a run's result lines and/or node runs; `to` is a file (one table) or a folder
+    (default RUN_DIR/export/), `format` defaults to its suffix, else parquet."""
     folder = Path(run_dir)
     if format is None:
         suffix = Path(to).suffix.lstrip(".") if to is not None else ""

@@ -129,10 +129,8 @@ def gather_battles(
     mixed_graphs: bool = False,
     mixed_judges: bool = False,
 ) -> Battles:
-    """The union of several runs' battles, in the order one run holding them all would use.
-
-    Runs of different graphs, or judged by different models, are refused unless allowed; a
-    (case, judge, dimension, pair) battle found in more than one run is kept and warned of."""
+    """The union of several runs' battles, ordered as one run holding them all would order
+    them; different graphs or judges refused unless allowed, repeated battles warned of."""
     paths = [Path(p) for p in run_dirs]
     if not paths:
         raise ConfigurationError("name at least one run folder")
@@ -217,9 +215,8 @@ def ratings_across_runs(
     mixed_graphs: bool = False,
     mixed_judges: bool = False,
 ) -> dict[str, Any]:
-    """Elo and/or Bradley–Terry with bootstrap intervals over several runs' battles.
-
-    Settings are the run graph's own aggregate arguments, with any given here on top."""
+    """Elo and/or Bradley–Terry with bootstrap intervals over several runs' battles, with
+    the run graph's aggregate arguments unless given here."""
     if method not in ("elo", "bt", "both"):
         raise ConfigurationError(f"method must be elo, bt or both, got {method!r}")
     battles = gather_battles(
