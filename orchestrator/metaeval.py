@@ -312,10 +312,9 @@ def _annotated(
     level: str,
     boot: Bootstrap,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
-    """Labels → one consensus label per unit, the `humans` block, and notes for the section.
+    """Labels → one consensus label per (id, aspect, pair), the `humans` block, section notes.
 
-    A unit is an id with its aspect and pair; without `annotator` fields labels stay as
-    they are and the block only gives the reason there is no ceiling.
+    Without `annotator` fields the labels stay as they are and the block gives the reason.
     """
     if not any("annotator" in x for x in labels):
         return labels, {"reason": NO_CEILING}, {}

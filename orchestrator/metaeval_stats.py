@@ -53,11 +53,9 @@ def _draws(clusters: int, boot: Bootstrap) -> Iterator[np.ndarray]:
 def intervals(
     ids: Sequence[str], statistics: dict[str, Statistic], boot: Bootstrap
 ) -> dict[str, list[float] | None]:
-    """A percentile interval per statistic; each gets record indices of one resample.
+    """A percentile interval per statistic, drawing records that share an id together.
 
-    Records sharing an id are drawn together. A statistic returns None where it is
-    undefined (e.g. a constant resample); such resamples are left out, and an interval
-    with no defined resample is None.
+    Resamples where a statistic is undefined (None) are left out; none left gives None.
     """
     groups: dict[str, list[int]] = {}
     for position, key in enumerate(ids):
@@ -183,10 +181,7 @@ def score_intervals(
 
 
 def choice_intervals(records: list[dict[str, Any]], boot: Bootstrap) -> dict[str, Any]:
-    """Intervals for accuracy overall, per key, per pair and over keys, plus nominal α.
-
-    Each record has id, key, pair, correct, tie, predicted and truth.
-    """
+    """Accuracy intervals (overall, per key, per pair, over keys) and nominal α with its own."""
     correct = np.asarray([r["correct"] for r in records], dtype=float)
     decisive = np.asarray([not r["tie"] for r in records])
     table = codes([r["predicted"] for r in records] + [r["truth"] for r in records])
@@ -254,10 +249,9 @@ def human_ceiling(
     level: str,
     boot: Bootstrap,
 ) -> dict[str, Any]:
-    """Human–human agreement next to judge–human and judge–consensus, each with an interval.
+    """Human–human, judge–human (means over rater pairs) and judge–consensus agreement.
 
-    `ratings` is units × annotators (NaN = not rated); only units that the judge rated and
-    at least two humans rated are used. Pairwise figures are means over rater pairs.
+    `ratings` is units × annotators, NaN where a human gave no label; each figure has an interval.
     """
     crowd = consensus(ratings, kind)
     measures = pair_statistics(kind, level)

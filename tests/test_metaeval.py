@@ -12,7 +12,9 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 from scipy import stats
+from typer.testing import CliRunner
 
+from orchestrator.cli import app
 from orchestrator.metaeval import LabelError, format_table, meta_eval
 
 PREDICTED = [7, 3, 9, 5, 5, 8, 2, 6]
@@ -459,3 +461,18 @@ def test_a_labels_list_needs_scores(tmp_path: Path) -> None:
     run, labels = score_files(tmp_path, [1.0], [{"id": "e0", "labels": [{"annotator": "a"}]}])
     with pytest.raises(LabelError, match=r"labels\.jsonl:1: labels\[1\] needs 'score'"):
         meta_eval(run, labels)
+
+
+def test_cli_passes_resamples_seed_and_level(tmp_path: Path) -> None:
+    predicted, truth = noisy_pair()
+    run, labels = score_files(
+        tmp_path, predicted, [{"id": f"e{i}", "score": t} for i, t in enumerate(truth)]
+    )
+    args = ["meta-eval", str(run), "--labels", str(labels), "--resamples", "60", "--seed", "4"]
+    done = CliRunner().invoke(app, [*args, "--level", "ordinal"])
+    assert done.exit_code == 0, done.output
+    saved = json.loads((run / "meta_eval.json").read_text())
+    assert saved["bootstrap"]["resamples"] == 60 and saved["bootstrap"]["seed"] == 4
+    assert saved["scores"]["alpha_level"] == "ordinal"
+    refused = CliRunner().invoke(app, [*args, "--level", "cardinal"])
+    assert refused.exit_code != 0 and "level must be one of" in refused.output
