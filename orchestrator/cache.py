@@ -65,12 +65,12 @@ def _is_damage(exc: sqlite3.Error) -> bool:
     return (code & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
-def open_cache(path: Path) -> ResponseCache | None:
+def open_cache(path: Path, replace: bool = False) -> ResponseCache | None:
     """The cache at `path`, or None after a warning naming it when it cannot be opened
     (garbage bytes, a truncated file, a folder, no permission): the cache only saves
     requests, so losing it must not stop a run."""
     try:
-        return ResponseCache(path)
+        return ResponseCache(path, replace=replace)
     except (sqlite3.Error, OSError) as exc:
         log.warning(damaged_message(path, exc))
         return None
@@ -108,9 +108,14 @@ class ResponseCache:
     replies, so nothing more is written into a broken file.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, replace: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        # The first reply stored for a key stays (so a re-run from the cache reproduces the
+        # run that asked first, even when two runs asked at once); `replace` (--refresh)
+        # overwrites instead. A stored reply that no longer decodes is replaced either way.
+        self.replace = replace
+        self._stale: set[str] = set()
         # One connection used from the event loop thread; WAL lets other processes
         # read and write the same file at the same time.
         self._db = sqlite3.connect(
@@ -162,6 +167,7 @@ class ResponseCache:
         except orjson.JSONDecodeError:
             value = None
         if not isinstance(value, dict):
+            self._stale.add(key)
             if not self._bad_reply_seen:
                 self._bad_reply_seen = True
                 log.warning(
@@ -176,6 +182,8 @@ class ResponseCache:
         """Queue a reply; the next `flush` writes it (a commit per reply cost ~60 µs)."""
         if self.damaged:
             return
+        if key in self._pending and not (self.replace or key in self._stale):
+            return  # first reply wins, as it does in the file
         self._pending[key] = orjson.dumps(value)
         if len(self._pending) % FLUSH_EVERY == 0:
             # A cache another process keeps locked must not fail the call that found a
@@ -190,11 +198,25 @@ class ResponseCache:
             return
         now = time.time()
         try:
+            replacing = [
+                (key, blob, now)
+                for key, blob in self._pending.items()
+                if self.replace or key in self._stale
+            ]
+            keeping = [
+                (key, blob, now)
+                for key, blob in self._pending.items()
+                if not (self.replace or key in self._stale)
+            ]
             self._db.execute("BEGIN")
             try:
                 self._db.executemany(
                     "INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)",
-                    [(key, blob, now) for key, blob in self._pending.items()],
+                    replacing,
+                )
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO responses (key, value, created) VALUES (?, ?, ?)",
+                    keeping,
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -208,6 +230,7 @@ class ResponseCache:
                 raise
             self._give_up(exc)
             return
+        self._stale.difference_update(self._pending)
         self._pending.clear()
 
     def __bool__(self) -> bool:

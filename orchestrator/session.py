@@ -101,7 +101,7 @@ def _open_cache(settings: RunSettings) -> ResponseCache | None:
     """The response cache, or None; a damaged cache file costs its replies, not the run."""
     if not settings.use_cache:
         return None
-    return open_cache(settings.cache or default_cache_path())
+    return open_cache(settings.cache or default_cache_path(), replace=settings.refresh)
 
 
 async def _run_locked(

@@ -1,8 +1,11 @@
 """The response cache as a decorator around node calls: samples found (and still valid)
-are not asked again; each valid reply is stored as soon as it is settled."""
+are not asked again; each valid reply is stored as soon as it is settled; and a call
+identical to one still in flight waits for it and takes its replies (single-flight), so
+two examples sharing a text send one request."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pydantic import BaseModel
@@ -13,7 +16,7 @@ from ..stats import RunStats
 from ..trace import Attempt
 from .registry import Endpoint
 from .sender import Choice
-from .structured import CallResult, StructuredCaller, finish, validate
+from .structured import Ask, CallResult, StructuredCaller, finish, validate
 
 
 class CachedCaller:
@@ -26,6 +29,10 @@ class CachedCaller:
         self.cache = cache
         self.stats = stats
         self.refresh = refresh
+        # Calls in flight by their samples' keys; a later identical call waits on the event.
+        self._inflight: dict[tuple[str, ...], asyncio.Event] = {}
+        # With `refresh`, old replies are not read, but this run's own are (single-flight).
+        self._fresh: set[str] = set()
 
     async def call(
         self,
@@ -38,33 +45,54 @@ class CachedCaller:
         ask = self.inner.prepare(ep, messages, model, sampling)
         n = ask.n
         keys = [cache_key(ep.model, ask.messages, ask.params, ask.schema, i) for i in range(n)]
+        flight = tuple(keys)
+        while (leader := self._inflight.get(flight)) is not None:
+            # The same question is being asked: its replies land in the cache (or, if it
+            # failed, this call asks on its own).
+            await leader.wait()
+        done = self._inflight[flight] = asyncio.Event()
+        try:
+            return await self._call(ep, model, ask, keys)
+        finally:
+            del self._inflight[flight]
+            done.set()
+
+    async def _call(
+        self, ep: Endpoint, model: type[BaseModel], ask: Ask, keys: list[str]
+    ) -> CallResult:
+        n = ask.n
         result = CallResult([{}] * n, [""] * n, [], cached=True)
         values: list[dict[str, Any] | None] = [None] * n
-        if not self.refresh:
-            for i, key in enumerate(keys):
+        for i, key in enumerate(keys):
+            if not self.refresh or key in self._fresh:
                 hit = self.cache.get(key)
-                if hit is not None:
-                    parsed = validate(model, Choice(**hit["choice"]), ep.structured)
-                    if isinstance(parsed, dict):
-                        values[i] = parsed
-                        result.raw[i] = hit["choice"]["content"]
-                        result.attempts.append(
-                            Attempt(
-                                number=len(result.attempts) + 1,
-                                kind="cache",
-                                raw=hit["choice"]["content"],
-                                cached=True,
-                                sample=i,
-                            )
+                if hit is None:
+                    continue
+                parsed = validate(model, Choice(**hit["choice"]), ep.structured)
+                if isinstance(parsed, dict):
+                    values[i] = parsed
+                    result.raw[i] = hit["choice"]["content"]
+                    result.attempts.append(
+                        Attempt(
+                            number=len(result.attempts) + 1,
+                            kind="cache",
+                            raw=hit["choice"]["content"],
+                            cached=True,
+                            sample=i,
                         )
-                        self.stats.cache_hits += 1
+                    )
+                    self.stats.cache_hits += 1
         pending = [i for i in range(n) if values[i] is None]
         if pending:
             result.cached = False
             cache = self.cache
 
+            fresh = self._fresh if self.refresh else None
+
             def keep(index: int, choice: Choice) -> None:
                 cache.put(keys[index], {"choice": _as_dict(choice)})
+                if fresh is not None:
+                    fresh.add(keys[index])
 
             await self.inner.complete(ep, ask, pending, values, result, keep)
         return finish(result, values)
