@@ -18,6 +18,7 @@ import orchestrator as orc
 from orchestrator.analysis import paired
 from orchestrator.calls.fake import FakeRequest
 from orchestrator.cli import app
+from orchestrator.cli.app import console
 from orchestrator.compute.statistics import bootstrap_mean_ci, cohen_kappa
 
 N = 40
@@ -156,7 +157,11 @@ def test_monte_carlo_sign_flip_p_close_to_scipy() -> None:
     a, b = _paired(60, seed=3, shift=0.5)
     test = paired.sign_flip_test(b - a, permutations=20_000, seed=1)
     ref = scipy.stats.permutation_test(
-        (b, a), _mean_difference, permutation_type="samples", n_resamples=20_000, rng=2,
+        (b, a),
+        _mean_difference,
+        permutation_type="samples",
+        n_resamples=20_000,
+        rng=2,
         vectorized=True,
     )
     assert test.method == "monte-carlo" and test.count == 20_000
@@ -182,7 +187,12 @@ def test_paired_bootstrap_ci_equals_scipy_paired_bootstrap(method: str) -> None:
         ours = bootstrap_mean_ci(list(b - a), 0.95, 4999, 42, method="percentile")
     assert ours["method"] == method
     ref = scipy.stats.bootstrap(
-        (b, a), _mean_difference, paired=True, n_resamples=4999, rng=42, method=method,
+        (b, a),
+        _mean_difference,
+        paired=True,
+        n_resamples=4999,
+        rng=42,
+        method=method,
         vectorized=True,
     )
     assert ours["ci_low"] == pytest.approx(ref.confidence_interval.low, abs=1e-9)
@@ -193,7 +203,12 @@ def test_compare_ci_is_scipys_bca_interval(shifted: tuple[Path, Path]) -> None:
     pair = orc.compare(*shifted, resamples=3000, seed=5).pair("score")
     a, b = BASE.astype(float), (BASE + 1 + NOISE).astype(float)
     ref = scipy.stats.bootstrap(
-        (b, a), _mean_difference, paired=True, n_resamples=3000, rng=5, method="BCa",
+        (b, a),
+        _mean_difference,
+        paired=True,
+        n_resamples=3000,
+        rng=5,
+        method="BCa",
         vectorized=True,
     )
     assert pair.ci is not None and pair.ci.seed == 5 and pair.ci.resamples == 3000
@@ -222,3 +237,181 @@ def test_effect_size_is_paired_cohens_dz() -> None:
     d = np.array([1.0, 2.0, 0.0, 3.0, 1.0])
     assert paired.cohens_dz(d) == pytest.approx(d.mean() / d.std(ddof=1))
     assert paired.cohens_dz([2.0, 2.0]) is None and paired.cohens_dz([1.0]) is None
+
+
+# -- matching, judge comparisons, refusals ------------------------------------------------
+
+
+def verdict_a(i: int) -> str:
+    return ("A", "B", "tie")[i % 3]
+
+
+def verdict_b(i: int) -> str:
+    # Examples 0 and 1 flip sides; example 5 goes from a tie to a side, which is no flip.
+    return {0: "B", 1: "A", 5: "A"}.get(i, verdict_a(i))
+
+
+@pytest.fixture(scope="module")
+def judges(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two judges over the same inputs: b's scores are a's plus noise, two verdicts flip."""
+    root = tmp_path_factory.mktemp("judges")
+    run(root / "a", rows("x"), scorer(lambda i: int(BASE[i]), verdict_a))
+    run(root / "b", rows("x"), scorer(lambda i: int(BASE[i] + NOISE[i]), verdict_b), "judge-b")
+    return root / "a", root / "b"
+
+
+def test_a_judge_comparison_reports_agreement(judges: tuple[Path, Path]) -> None:
+    result = orc.compare(*judges)
+    assert result.kind == "judge" and "judge-a vs judge-b" in result.kind_reason
+    assert [run.model for run in result.runs] == ["judge-a", "judge-b"]
+    a, b = BASE.astype(float), (BASE + NOISE).astype(float)
+    agreement = result.pair("score").agreement
+    assert agreement is not None
+    assert agreement.pearson == pytest.approx(scipy.stats.pearsonr(a, b).statistic)
+    assert agreement.spearman == pytest.approx(scipy.stats.spearmanr(a, b).statistic)
+    assert agreement.kendall_tau_b == pytest.approx(scipy.stats.kendalltau(a, b).statistic)
+    # The integer score and the winner are labels; the free-text note is not.
+    labels = {found.output: found for found in result.labels}
+    assert set(labels) == {"score", "winner"}
+    score = labels["score"].pairs[0]
+    assert score.kappa == pytest.approx(cohen_kappa(list(a), list(b)))
+    assert score.kappa_quadratic == pytest.approx(cohen_kappa(list(a), list(b), "quadratic"))
+    assert score.agreement == pytest.approx(float(np.mean(a == b)))
+    winner = labels["winner"]
+    assert winner.verdict and winner.values == ["A", "B", "tie"]
+    first, second = [verdict_a(i) for i in range(N)], [verdict_b(i) for i in range(N)]
+    sided = sum(x != "tie" and y != "tie" for x, y in zip(first, second, strict=True))
+    assert winner.pairs[0].flips == 2 and winner.pairs[0].flip_rate == pytest.approx(2 / sided)
+    assert winner.pairs[0].kappa == pytest.approx(cohen_kappa(first, second))
+    assert winner.pairs[0].agreement == pytest.approx(37 / 40)
+
+
+def test_outputs_and_labels_can_be_chosen(judges: tuple[Path, Path]) -> None:
+    only = orc.compare(*judges, outputs=["score"], labels=["winner"])
+    assert [o.output for o in only.outputs] == ["score"] and [x.output for x in only.labels] == [
+        "winner"
+    ]
+    as_system = orc.compare(*judges, kind="system")
+    assert as_system.kind_reason == "given" and as_system.labels == []
+    assert as_system.pair("score").agreement is None
+    with pytest.raises(orc.ConfigurationError, match=r"no numeric output 'winner'.*score"):
+        orc.compare(*judges, outputs=["winner"])
+
+
+def test_ids_missing_or_failed_in_a_run_are_reported(tmp_path: Path) -> None:
+    run(tmp_path / "a", rows("x", range(0, 30)), scorer(lambda i: int(BASE[i])))
+
+    def flaky(request: FakeRequest) -> str:
+        if "#12#" in request.messages[0]["content"]:
+            return "this is not JSON"  # example e12 fails in run b
+        return scorer(lambda i: int(BASE[i % N]))(request)
+
+    run(tmp_path / "b", rows("x", range(3, 33)), flaky)
+    result = orc.compare(tmp_path / "a", tmp_path / "b")
+    first, second = result.runs
+    assert first.missing == ["e30", "e31", "e32"] and second.missing == ["e00", "e01", "e02"]
+    assert second.failed == ["e12"] and first.failed == []
+    assert (first.examples, second.examples, second.ok) == (30, 30, 29)
+    assert result.common == 26  # e03..e29 but e12
+    assert result.pair("score").n == 26
+    assert result.output("score").counts == {"a": 30, "b": 29}
+
+
+def test_three_runs_give_three_pairs_with_holm(shifted: tuple[Path, Path]) -> None:
+    third = shifted[0].parent / "sys-c"
+    if not third.exists():
+        run(third, rows("c"), scorer(lambda i: int(BASE[i] + NOISE[i])))
+    result = orc.compare(*shifted, third)
+    pairs = result.output("score").pairs
+    assert [(p.run_a, p.run_b) for p in pairs] == [
+        ("sys-a", "sys-b"),
+        ("sys-a", "sys-c"),
+        ("sys-b", "sys-c"),
+    ]
+    raw = [p.p for p in pairs]
+    assert None not in raw
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    expected = multitest.multipletests(raw, method="holm")[1]
+    assert [p.p_holm for p in pairs] == pytest.approx(list(expected))
+    assert result.pair("score", "sys-b", "sys-c").difference == pytest.approx(-1.0)
+
+
+def test_in_memory_results_are_compared_too() -> None:
+    first = run(None, rows("x"), scorer(lambda i: int(BASE[i])))
+    second = run(None, rows("x"), scorer(lambda i: int(BASE[i]) + 1), "judge-b")
+    result = orc.compare(first, second)
+    assert [r.label for r in result.runs] == ["run1", "run2"]
+    assert result.kind == "judge" and result.kind_reason.startswith("same dataset (hash)")
+    pair = result.pair("score")
+    assert pair.difference == 1.0 and (pair.wins, pair.ties, pair.losses) == (N, 0, 0)
+    assert pair.ci is not None and (pair.ci.low, pair.ci.high) == (1.0, 1.0)
+    assert pair.effect_size is None  # every difference the same: d_z is undefined
+
+
+def test_runs_that_cannot_be_compared_are_refused(
+    shifted: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    other = orc.run(
+        graph("another"),
+        rows("a"),
+        out=tmp_path / "other",
+        transport=orc.FakeTransport(scorer(lambda i: 5)),
+    )
+    with pytest.raises(orc.ConfigurationError, match=r"different graphs.*'clarity'.*'another'"):
+        orc.compare(shifted[0], other)
+    with pytest.raises(orc.ConfigurationError, match="share no example id"):
+        disjoint = run(None, rows("a", range(100, 103)), scorer(lambda i: 5))
+        orc.compare(shifted[0], disjoint)
+    with pytest.raises(orc.ConfigurationError, match="at least two runs"):
+        orc.compare(shifted[0])
+    with pytest.raises(orc.ConfigurationError, match="is it a run folder"):
+        orc.compare(shifted[0], tmp_path / "nothing")
+    # Same name, another graph: compared, with a warning.
+    edited = {**SPEC, "defaults": {"temperature": 0.5}}
+    changed = orc.run(
+        orc.Graph.from_dict(edited, prompts=PROMPTS),
+        rows("a"),
+        transport=orc.FakeTransport(scorer(lambda i: int(BASE[i]))),
+    )
+    with caplog.at_level(logging.WARNING, logger="orchestrator"):
+        result = orc.compare(shifted[0], changed)
+    assert "share a name but not a hash" in caplog.text
+    assert any("share a name but not a hash" in note for note in result.notes)
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def test_cli_table_and_json(shifted: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    monkeypatch.setattr(console, "_width", 120)  # long run names would wrap at 80 columns
+    a, b = shifted
+    table = runner.invoke(app, ["compare", str(a), str(b)])
+    assert table.exit_code == 0, table.output
+    pair = orc.compare(a, b).pair("score")
+    assert pair.ci is not None and pair.mean_a is not None and pair.mean_b is not None
+    assert "system comparison" in table.output
+    assert f"{pair.mean_a:.3f}" in table.output and f"{pair.mean_b:.3f}" in table.output
+    assert f"{pair.ci.low:.3f}, {pair.ci.high:.3f}" in table.output
+    assert "<0.001" in table.output and f"{pair.wins}/{pair.ties}/{pair.losses}" in table.output
+    assert (
+        "Monte Carlo (10000 draws)" in table.output
+        and "paired bootstrap (BCa, 2000" in table.output
+    )
+
+    as_json = runner.invoke(app, ["compare", str(a), str(b), "--format", "json", "--seed", "3"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.output) == orc.compare(a, b, seed=3).model_dump(mode="json")
+
+
+def test_cli_refuses_bad_input_in_one_line(shifted: tuple[Path, Path], tmp_path: Path) -> None:
+    runner = CliRunner()
+    for args, message in [
+        ([str(shifted[0]), str(tmp_path)], "has no results.jsonl"),
+        ([*map(str, shifted), "--format", "xml"], "--format must be table or json"),
+        ([*map(str, shifted), "--output", "nope"], "no numeric output 'nope'"),
+        ([*map(str, shifted), "--kind", "both"], "--kind must be judge or system"),
+    ]:
+        result = runner.invoke(app, ["compare", *args])
+        assert result.exit_code == 1, (args, result.output)
+        assert message in result.output and result.output.count("\n") == 1

@@ -140,7 +140,9 @@ def _detect_kind(runs: list[_Run]) -> tuple[Kind, str]:
     if all(run.inputs is not None for run in runs):
         for run in runs[1:]:
             assert first.inputs is not None and run.inputs is not None
-            for key in first.inputs.keys() & run.inputs.keys():
+            for key in first.inputs:
+                if key not in run.inputs:
+                    continue
                 if first.inputs[key] != run.inputs[key]:
                     return "system", (
                         f"inputs differ (example {key!r} in {first.info.label} and "
@@ -179,11 +181,14 @@ def _shared_names(values: list[dict[str, dict[str, Any]]]) -> list[str]:
 
 
 def _present(values: list[dict[str, dict[str, Any]]], name: str) -> list[Any]:
+    return [v for run in _per_run(values, name) for v in run]
+
+
+def _per_run(values: list[dict[str, dict[str, Any]]], name: str) -> list[list[Any]]:
+    """Each run's present values of one output."""
     return [
-        flat[name]
+        [flat[name] for flat in run.values() if name in flat and not _missing(flat[name])]
         for run in values
-        for flat in run.values()
-        if name in flat and not _missing(flat[name])
     ]
 
 
@@ -191,8 +196,10 @@ def _is_numeric(seen: list[Any]) -> bool:
     return bool(seen) and all(_is_number(v) for v in seen)
 
 
-def _is_label(seen: list[Any]) -> bool:
-    """Few distinct scalar values, some repeated (free text is all distinct): a label."""
+def _is_label(per_run: list[list[Any]]) -> bool:
+    """Few distinct scalar values, one repeated within a run (free text, one per example,
+    is not): a label."""
+    seen = [v for run in per_run for v in run]
     if not seen or any(isinstance(v, dict | list) for v in seen):
         return False
     if all(_is_number(v) for v in seen):
@@ -201,8 +208,8 @@ def _is_label(seen: list[Any]) -> bool:
         limit = MAX_NUMERIC_LABELS
     else:
         limit = MAX_LABELS
-    distinct = {_label(v) for v in seen}
-    return len(distinct) <= limit and len(distinct) < len(seen)
+    repeats = any(len({_label(v) for v in run}) < len(run) for run in per_run)
+    return repeats and len({_label(v) for v in seen}) <= limit
 
 
 def _label(value: Any) -> Any:
@@ -233,7 +240,7 @@ def _select_labels(
     names: list[str], values: list[dict[str, dict[str, Any]]], wanted: Sequence[str] | None
 ) -> list[str]:
     if wanted is None:
-        return [name for name in names if _is_label(_present(values, name))]
+        return [name for name in names if _is_label(_per_run(values, name))]
     for name in wanted:
         seen = _present(values, name)
         if name not in names or not seen or any(isinstance(v, dict | list) for v in seen):
@@ -405,7 +412,7 @@ def compare(
     names = _shared_names(values)
     numeric = _select(names, values, outputs)
     if labels is None and outputs is not None:
-        labels = [name for name in numeric if _is_label(_present(values, name))]
+        labels = [name for name in numeric if _is_label(_per_run(values, name))]
     categorical = _select_labels(names, values, labels)
     if kind == "system" and categorical and labels:
         notes.append("labels are compared for agreement only in a judge comparison")

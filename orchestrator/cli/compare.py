@@ -171,10 +171,13 @@ def _show(result: Comparison) -> None:
         "exact (all 2^n signs)" if m == "exact" else f"Monte Carlo ({result.permutations} draws)"
         for m in sorted(methods)
     )
+    intervals = {p.ci.method for o in result.outputs for p in o.pairs if p.ci is not None}
+    kinds = " / ".join("BCa" if m == "bca" else "percentile" for m in sorted(intervals))
     console.print(
-        f"CI: bootstrap ({result.resamples} resamples, seed {result.seed}, BCa); p: two-sided "
-        f"sign-flip test, {test or 'not run'}; Holm over each output's pairs; d_z = mean "
-        "difference / sd of the differences.",
+        f"CI: paired bootstrap ({kinds or 'none'}, {result.resamples} resamples, seed "
+        f"{result.seed}); p: two-sided sign-flip test, {test or 'not run'}; Holm over each "
+        "output's pairs; d_z = mean difference / sd of the differences; W/T/L: examples where "
+        "b scored higher / the same / lower.",
         soft_wrap=True,
     )
     for note in result.notes:
