@@ -7,11 +7,13 @@ only; the bootstrap is `compute.statistics.bootstrap_mean_ci` applied to the dif
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..compute.statistics import bootstrap_mean_ci
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 # Up to this many non-zero differences the sign-flip test enumerates all 2^n sign vectors.
 EXACT_UP_TO = 20
@@ -28,14 +30,14 @@ class SignFlip:
     count: int  # sign vectors enumerated (exact) or drawn (Monte Carlo)
 
 
-def _array(values: Sequence[float]) -> Any:
+def _array(values: ArrayLike) -> Any:
     import numpy as np
 
     return np.asarray(values, dtype=float)
 
 
 def sign_flip_test(
-    differences: Sequence[float],
+    differences: ArrayLike,
     permutations: int = PERMUTATIONS,
     seed: int = 0,
     exact_up_to: int = EXACT_UP_TO,
@@ -79,7 +81,7 @@ def sign_flip_test(
     return SignFlip((hits + 1) / (permutations + 1), "monte-carlo", permutations)
 
 
-def holm(pvalues: Sequence[float]) -> list[float]:
+def holm(pvalues: ArrayLike) -> list[float]:
     """Holm's step-down adjusted p-values, in the order given (family-wise error control)."""
     import numpy as np
 
@@ -95,7 +97,7 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return [float(x) for x in adjusted]
 
 
-def cohens_dz(differences: Sequence[float]) -> float | None:
+def cohens_dz(differences: ArrayLike) -> float | None:
     """Paired Cohen's d_z: mean difference over the differences' sample sd (ddof = 1);
     None with fewer than two differences or when they are all equal."""
     data = _array(differences)
@@ -106,18 +108,18 @@ def cohens_dz(differences: Sequence[float]) -> float | None:
 
 
 def paired_interval(
-    differences: Sequence[float], level: float = 0.95, resamples: int = 2000, seed: int = 0
+    differences: ArrayLike, level: float = 0.95, resamples: int = 2000, seed: int = 0
 ) -> dict[str, Any]:
     """Bootstrap CI of the mean difference (examples resampled as pairs): BCa, or the
     percentile interval when BCa is undefined (every resample on one side)."""
-    values = [float(x) for x in differences]
+    values = [float(x) for x in _array(differences)]
     try:
         return bootstrap_mean_ci(values, level, resamples, seed, method="bca")
     except ValueError:
         return bootstrap_mean_ci(values, level, resamples, seed, method="percentile")
 
 
-def win_tie_loss(a: Sequence[float], b: Sequence[float]) -> tuple[int, int, int]:
+def win_tie_loss(a: ArrayLike, b: ArrayLike) -> tuple[int, int, int]:
     """Examples where b scored higher, the same, and lower than a."""
     first, second = _array(a), _array(b)
     wins = int((second > first).sum())
@@ -125,7 +127,7 @@ def win_tie_loss(a: Sequence[float], b: Sequence[float]) -> tuple[int, int, int]
     return wins, ties, int(first.size) - wins - ties
 
 
-def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+def pearson(x: ArrayLike, y: ArrayLike) -> float | None:
     """Pearson's r; None with fewer than two pairs or when either side is constant."""
     import numpy as np
 
@@ -139,7 +141,7 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
     return max(-1.0, min(1.0, float((a * b).sum()) / scale))
 
 
-def ranks(values: Sequence[float]) -> Any:
+def ranks(values: ArrayLike) -> Any:
     """Ranks from 1, tied values sharing the mean of the ranks they span."""
     import numpy as np
 
@@ -148,12 +150,12 @@ def ranks(values: Sequence[float]) -> Any:
     return (last - (counts - 1) / 2.0)[inverse]
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+def spearman(x: ArrayLike, y: ArrayLike) -> float | None:
     """Spearman's ρ: Pearson's r of the (average-tie) ranks."""
     return pearson(ranks(x), ranks(y))
 
 
-def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
+def kendall_tau_b(x: ArrayLike, y: ArrayLike) -> float | None:
     """Kendall's τ-b (ties in either variable corrected for); None when either is constant."""
     import numpy as np
 
