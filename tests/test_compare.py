@@ -415,3 +415,19 @@ def test_cli_refuses_bad_input_in_one_line(shifted: tuple[Path, Path], tmp_path:
         result = runner.invoke(app, ["compare", *args])
         assert result.exit_code == 1, (args, result.output)
         assert message in result.output and result.output.count("\n") == 1
+
+
+def test_the_worked_example_in_the_docs_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "analysis.md").read_text(encoding="utf-8")
+    section = doc.split("### A worked example", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "docs/analysis.md", "exec"), {})
+    pair = orc.compare("runs/sys-a", "runs/sys-b").pair("score")
+    assert pair.ci is not None and pair.ci.low < 1.0 < pair.ci.high
+    assert pair.p is not None and pair.p < 0.001
+    # The table pasted in the doc is this run's.
+    assert f"{pair.ci.low:.3f}, {pair.ci.high:.3f}" in section
+    assert f"{pair.wins}/{pair.ties}/{pair.losses}" in section
