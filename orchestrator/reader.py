@@ -40,6 +40,12 @@ _ATTEMPT_COLUMNS = (
 _ADDED_ATTEMPT_COLUMNS = ("sample",)  # absent from traces written before they existed
 
 
+def _batched(cursor: sqlite3.Cursor, size: int = 500) -> Iterator[Any]:
+    """A query's rows a few hundred at a time, never all at once."""
+    while batch := cursor.fetchmany(size):
+        yield from batch
+
+
 class TraceReader:
     """traces.sqlite read back as `NodeRun` models (with their `Attempt`s and schema)."""
 
@@ -94,7 +100,8 @@ class TraceReader:
         cursor = self._db.execute(sql + " ORDER BY id", args)
         columns = [c[0] for c in cursor.description]
         schemas: dict[str | None, dict[str, Any] | None] = {}
-        for row in cursor.fetchall():
+        # Streamed in batches: a whole trace can hold millions of node runs.
+        for row in _batched(cursor):
             # NULL means "not recorded" (columns a layout-1 trace lacks read the same way).
             fields = {k: v for k, v in zip(columns, row, strict=True) if v is not None}
             for key in _JSON_COLUMNS:
