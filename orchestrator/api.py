@@ -101,6 +101,17 @@ class RunResult:
             ) from None
         return pd.DataFrame([line.flat() for line in self.results])
 
+    def node_runs_frame(self) -> Any:
+        """A DataFrame of every node execution (one row each, attempts summarised), as
+        `orchestrator export --what node_runs` writes it; needs a run folder (`out=`)."""
+        if self.folder is None:
+            raise ConfigurationError(
+                "an in-memory run keeps no trace: run with out='runs/NAME' to have node runs"
+            )
+        from .analysis.export import node_runs_frame
+
+        return node_runs_frame(self.folder)
+
 
 def _default_base_url() -> str:
     url = os.environ.get("OPENAI_BASE_URL")

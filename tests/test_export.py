@@ -228,3 +228,13 @@ def test_the_latest_line_per_example_and_column_order_match_run_result(tmp_path:
         assert rows_of(back) == rows_of(expected)
         assert list(back["id"]) == ["a", "b", "c"]
         assert list(back["status"]) == ["ok", "ok", "ok"]  # b's resumed line replaced its failure
+
+
+
+def test_run_result_gives_the_node_runs_frame(run: RunResult) -> None:
+    frame = run.node_runs_frame()
+    assert list(frame.columns) == list(node_runs_frame(run.folder).columns)
+    assert len(frame) == len(node_runs_frame(run.folder)) > 0
+    in_memory = RunResult(manifest=run.manifest, summary=run.summary)
+    with pytest.raises(ConfigurationError, match="in-memory run keeps no trace"):
+        in_memory.node_runs_frame()
