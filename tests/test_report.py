@@ -599,3 +599,22 @@ def test_expert_view_recomputes_the_scores_from_the_aspects() -> None:
     assert by_name["content_style_average"]["recall_terms"] == [0.5, 0.0, 1.0]
     assert aspect_credit(explanation["recall"][0], "content_only") == 1.0
     assert expert_view({"score": 1.0}) is None
+
+
+def test_protocol_views_are_registered_not_wired() -> None:
+    """A protocol adds its panel by registering a view; the generic page code names none."""
+    from orchestrator.report import collect, views
+
+    views.register_view(
+        "spread_view",
+        lambda out: {"spread": out["hi"] - out["lo"]} if "hi" in out else None,
+        shows=("hi",),
+    )
+    try:
+        outputs = {"hi": 9, "lo": 2, "explanation": "not ExPerT's shape"}
+        found = views.example_views(outputs)
+        assert found == {"spread_view": {"spread": 7}}
+        assert outputs == {"lo": 2, "explanation": "not ExPerT's shape"}  # `hi` shown there
+        assert "expert" not in Path(collect.__file__).read_text(encoding="utf-8")
+    finally:
+        views._VIEWS.pop("spread_view")

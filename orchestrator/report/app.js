@@ -500,6 +500,8 @@
     return card;
   }
 
+  const VIEW_RENDERERS = { expert: (ex) => expertSection(ex) };
+
   function expertSection(ex) {
     const left = h('div', { class: 'side' }, h('h4', { text: 'reference aspects (' + ex.recall.length + ') — recall side' }),
       ex.recall.map((e, i) => aspectCard(e, i, 'recall')));
@@ -611,7 +613,11 @@
       top.append(inputs);
     }
     const parts = [top];
-    if (d.expert) parts.push(expertSection(d.expert));
+    // Per-protocol panels, as registered in report/views.py; one renderer per view name.
+    for (const [name, data] of Object.entries(d.views || {})) {
+      const render = VIEW_RENDERERS[name];
+      parts.push(render ? render(data) : h('section', { class: 'panel' }, h('h3', { text: name }), valueTable(data)));
+    }
     const path = h('div', { class: 'panel path' }, h('h3', { text: 'decision path' }));
     const dag = statusDag(d.path);
     if (dag) path.append(dag);

@@ -17,10 +17,10 @@ from typing import Any
 from ..reader import RunReader, TraceReader
 from ..records import WHOLE, Manifest, NodeRun, ResultLine, Summary, TraceRun
 from ..summary import numeric_leaves
-from .expert_view import expert_view
 from .payload import EARLIER_RUN, PROMPT_LIMIT, RUN, DetailOptions, compact_record
 from .sources import GraphInfo, NodeInfo, load_graph, load_inputs
 from .values import abridge, finite
+from .views import example_views
 
 __all__ = ["PROMPT_LIMIT", "DetailOptions", "RunData", "load_run"]
 
@@ -304,10 +304,9 @@ def example_detail(
     }
     if result.id in run.inputs:
         detail["inputs"] = point_into_prompts(run.inputs[result.id], detail["path"])
-    expert = expert_view(outputs)
-    if expert is not None:
-        detail["expert"] = expert
-        outputs.pop("explanation", None)
+    views = example_views(outputs)
+    if views:
+        detail["views"] = views
     return detail
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from ..compute.expert import AGGREGATIONS as EXPERT_AGGREGATIONS
 from ..compute.expert import aspect_credit, f1, is_matched, mean_credit
 from .values import finite
+from .views import register_view
 
 _SCORE_SUFFIXES = {
     "precision": ("precision", "p"),
@@ -104,3 +105,6 @@ def expert_view(result: dict[str, Any]) -> dict[str, Any] | None:
         ],
         "aggregations": rows,
     }
+
+
+register_view("expert", expert_view, shows=("explanation",))
