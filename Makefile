@@ -47,7 +47,11 @@ FLOORS := .venv-floors
 FLOOR_TESTS := tests/test_engine.py tests/test_validation.py tests/test_faults.py \
 	tests/test_server_faults.py tests/test_run_identity.py tests/test_cli.py \
 	tests/test_hostile_graphs.py tests/test_hostile_data.py tests/test_input_errors.py \
-	tests/test_secrets.py tests/test_expert.py tests/test_pairwise.py tests/test_ratings.py
+	tests/test_secrets.py tests/test_expert.py tests/test_pairwise.py tests/test_ratings.py \
+	tests/test_transport.py tests/test_node_kinds.py tests/test_records.py \
+	tests/test_samples.py tests/test_single_flight.py tests/test_aggregates.py \
+	tests/test_params.py tests/test_authoring.py tests/test_failure_reasons.py \
+	tests/test_functions_doc.py tests/test_compare.py
 
 test-floors:
 	rm -rf $(FLOORS)

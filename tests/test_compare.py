@@ -3,6 +3,7 @@ id; every statistic checked against scipy/statsmodels; the test's error rate mea
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Callable
@@ -153,6 +154,14 @@ def test_exact_sign_flip_p_equals_scipy_permutation_test(n: int) -> None:
     assert test.p == pytest.approx(ref.pvalue, abs=1e-12)
 
 
+def _seeded(seed: int) -> dict[str, Any]:
+    """scipy's seed argument: `rng` since 1.15 (a Generator from the seed), before that
+    `random_state`, given the same Generator so both draw the same stream."""
+    if "rng" in inspect.signature(scipy.stats.bootstrap).parameters:
+        return {"rng": seed}
+    return {"random_state": np.random.default_rng(seed)}
+
+
 def test_monte_carlo_sign_flip_p_close_to_scipy() -> None:
     a, b = _paired(60, seed=3, shift=0.5)
     test = paired.sign_flip_test(b - a, permutations=20_000, seed=1)
@@ -161,7 +170,7 @@ def test_monte_carlo_sign_flip_p_close_to_scipy() -> None:
         _mean_difference,
         permutation_type="samples",
         n_resamples=20_000,
-        rng=2,
+        **_seeded(2),
         vectorized=True,
     )
     assert test.method == "monte-carlo" and test.count == 20_000
@@ -191,7 +200,7 @@ def test_paired_bootstrap_ci_equals_scipy_paired_bootstrap(method: str) -> None:
         _mean_difference,
         paired=True,
         n_resamples=4999,
-        rng=42,
+        **_seeded(42),
         method=method,
         vectorized=True,
     )
@@ -207,7 +216,7 @@ def test_compare_ci_is_scipys_bca_interval(shifted: tuple[Path, Path]) -> None:
         _mean_difference,
         paired=True,
         n_resamples=3000,
-        rng=5,
+        **_seeded(5),
         method="BCa",
         vectorized=True,
     )
