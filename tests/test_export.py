@@ -230,7 +230,6 @@ def test_the_latest_line_per_example_and_column_order_match_run_result(tmp_path:
         assert list(back["status"]) == ["ok", "ok", "ok"]  # b's resumed line replaced its failure
 
 
-
 def test_run_result_gives_the_node_runs_frame(run: RunResult) -> None:
     frame = run.node_runs_frame()
     assert list(frame.columns) == list(node_runs_frame(run.folder).columns)
