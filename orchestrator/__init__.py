@@ -39,6 +39,7 @@ _EXPORTS = {
     "NodeError": ".errors",
     "OrchestratorError": ".errors",
     "RunFolderError": ".errors",
+    "RunKeyMismatch": ".errors",
     "ServerUnavailable": ".errors",
     "NodeKind": ".kinds",
     "register_kind": ".kinds",
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
         NodeError,
         OrchestratorError,
         RunFolderError,
+        RunKeyMismatch,
         ServerUnavailable,
     )
     from .kinds import NodeKind, register_kind
@@ -113,6 +115,7 @@ __all__ = [
     "RowSource",
     "RunConfig",
     "RunFolderError",
+    "RunKeyMismatch",
     "RunOutcome",
     "RunReader",
     "RunResult",

@@ -80,5 +80,14 @@ class RunFolderError(OrchestratorError):
     """A run folder that cannot be used: another run's, locked by a writer, or damaged."""
 
 
+class RunKeyMismatch(RunFolderError):
+    """The folder holds a run of another judge (graph, params, data, model…): resuming it
+    would mix two judges' results. `changes` says what differs."""
+
+    def __init__(self, message: str, changes: list[str]) -> None:
+        super().__init__(message)
+        self.changes = changes
+
+
 class ServerUnavailable(OrchestratorError):
     """The server cannot be used at all (unreachable, refuses the model…); nothing ran."""

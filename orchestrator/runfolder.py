@@ -15,7 +15,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from .errors import RunFolderError
+from .errors import RunFolderError, RunKeyMismatch
 from .runkey import RunKey
 from .runlock import LOCK, RunLock
 from .trace import TraceStore
@@ -249,10 +249,11 @@ class RunFolder:
         if previous.digest == key.digest:
             return
         changes = key.changes_from(previous)
-        raise RunFolderError(
+        raise RunKeyMismatch(
             f"{self.path} holds a run with different settings ({'; '.join(changes)}); "
             "resuming would mix two judges' results. Choose another --out, or pass "
-            "--overwrite to replace it."
+            "--overwrite to replace it.",
+            changes,
         )
 
     def begin(self) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakeserver import FakeServer, latency_responder
+from fakeserver import FakeServer, latency_responder, schema_responder
 from helpers import (
     REPO,
     judge_graph,
@@ -472,3 +472,30 @@ def test_reader_works_while_the_run_writes(graph: Path, tmp_path: Path):
     assert proc.returncode == 0
     assert seen and seen[0].returncode == 0, seen[0].stderr if seen else "no trace output"
     assert report.returncode == 0, report.stderr
+
+
+def test_mismatch_is_typed_and_the_demo_restarts_its_own_folder(tmp_path: Path) -> None:
+    """A changed graph is refused as RunKeyMismatch naming the change; `orchestrator demo`
+    (and only it) starts its own folder afresh rather than stopping on an old demo run."""
+    import typer
+
+    from orchestrator import RunKeyMismatch, load_graph, run
+    from orchestrator.cli.run import _execute
+
+    graph = judge_graph()
+    graph["params"] = {"scale": 10}
+    path = write_graph(tmp_path, graph, {"judge.jinja": "Rate {{ text }} of {{ params.scale }}"})
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": "a", "text": "x"}])
+    out = tmp_path / "run"
+    with FakeServer(schema_responder) as server:
+        common = {"base_url": server.base_url, "use_cache": False}
+        _execute(load_graph(path), data, out, **common)
+        changed = {**common, "params": {"scale": 5}}
+        with pytest.raises(typer.Exit):
+            _execute(load_graph(path), data, out, **changed)
+        with pytest.raises(RunKeyMismatch) as error:
+            run(load_graph(path), str(data), out=out, params={"scale": 5}, base_url=server.base_url)
+        assert error.value.changes == ["param scale: 10 → 5"]
+        result = _execute(load_graph(path), data, out, restart_if_changed=True, **changed)
+    assert result.manifest.counts.examples_ok == 1
+    assert result.manifest.parameters["params"] == {"scale": 5}

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import GraphError, OrchestratorError, RunFolderError
+from ..errors import GraphError, OrchestratorError, RunFolderError, RunKeyMismatch
 from ..outage import DEFAULT_SERVER_WAIT, ServerGone
 
 if TYPE_CHECKING:
@@ -232,6 +232,7 @@ def _execute(
     *,
     cache: Path | None = None,
     use_cache: bool = True,
+    restart_if_changed: bool = False,
     **settings: Any,
 ) -> RunResult:
     """`orchestrator.arun` with its errors turned into messages and exit codes, a progress
@@ -243,17 +244,30 @@ def _execute(
     # A kill (SIGTERM) unwinds like Ctrl-C: queued results and traces are written out and
     # the manifest says "interrupted".
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        result = asyncio.run(
+
+    def attempt(**overrides: Any) -> RunResult:
+        return asyncio.run(
             arun(
                 graph,
                 data,
                 out=out,
                 cache=(cache or True) if use_cache else False,
                 progress=sys.stderr.isatty(),
-                **settings,
+                **{**settings, **overrides},
             )
         )
+
+    try:
+        try:
+            result = attempt()
+        except RunKeyMismatch as exc:
+            if not restart_if_changed:
+                raise
+            # The demo's own folder, left by an older release or graph: not a user's run.
+            console.print(
+                f"{out} holds an earlier demo run ({'; '.join(exc.changes)}); starting it afresh."
+            )
+            result = attempt(overwrite=True)
     except ServerGone as exc:
         fail(
             f"stopped: {exc}. Finished examples are saved in {out}; re-run the same "
@@ -347,6 +361,7 @@ def demo(
                 base_url=base_url,
                 limit=limit,
                 timeout=EMBEDDED_TIMEOUT,
+                restart_if_changed=True,
             )
             failed += outcome.manifest.counts.examples_failed
             from ..report import build_report
