@@ -236,12 +236,6 @@ def _compile_node(
     scope.use(set(node.after), "after")
 
     kind.compile(cn, scope)
-    for key in ("model", "base_url"):
-        named = getattr(node, key, None)
-        if isinstance(named, str) and named.startswith("params."):
-            param = named.removeprefix("params.")
-            if param not in ck.params:
-                ck.problem(f"'{named}': the graph declares no param '{param}'", name, key)
 
     used = scope.used
     cn.deps = (used & node_names) - {name} - item_names

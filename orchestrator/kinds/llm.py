@@ -16,6 +16,7 @@ from ..client import LLMCallError, request_params
 from ..errors import NodeError, Problem
 from ..graph import CompiledNode
 from ..schemas import SchemaError, build_model, dynamic_fields, json_schema
+from ..servers import PARAM_PREFIX
 from ..spec import SAMPLING_TYPES, FieldSpec, GraphSpec, NodeBase, Sampling, sampling_problem
 from ..trace import NodeRecord
 from .base import EndpointWant, NodeKind, RunServices, evaluate
@@ -103,6 +104,12 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
                 if expr:
                     cn.sampling_exprs[key] = expr
         _check_samples(cn, scope)
+        for key, named in (("model", node.model), ("base_url", node.base_url)):
+            # `model: params.X` is resolved when the run starts; the param must exist.
+            if named is not None and named.startswith(PARAM_PREFIX):
+                param = named.removeprefix(PARAM_PREFIX)
+                if param not in scope.ck.params:
+                    scope.problem(f"'{named}': the graph declares no param '{param}'", key)
 
     def endpoint_want(self, spec: LLMNode) -> EndpointWant:
         return EndpointWant(spec.base_url, spec.model, spec.api_key_env)
