@@ -232,6 +232,7 @@ def run_bare(
     concurrency: int,
     aiohttp: bool = False,
     post: bool = False,
+    raw: bool = False,
 ) -> Timing:
     """The same requests through a bare AsyncOpenAI worker pool; no parsing, no bookkeeping.
 
@@ -239,8 +240,11 @@ def run_bare(
     orchestrator uses; otherwise it is the SDK's default httpx client. `post=True` also
     sends the body as built with `client.post`, as orchestrator does, instead of
     `chat.completions.create`: what is left between that and ours is our own work.
+    `raw=True` (with `post`) takes the body as bytes and reads it with orjson instead of
+    building the SDK's `ChatCompletion`, as orchestrator's transport does: the leanest loop.
     """
     import openai
+    import orjson
     from openai.types.chat import ChatCompletion
 
     from orchestrator.client import make_http_client
@@ -254,7 +258,11 @@ def run_bare(
 
         async def worker() -> None:
             for kwargs in queue:
-                if post:
+                if post and raw:
+                    body = {"model": "loopback", **kwargs}
+                    reply = await client.post("/chat/completions", body=body, cast_to=bytes)
+                    orjson.loads(reply)
+                elif post:
                     body = {"model": "loopback", **kwargs}
                     await client.post("/chat/completions", body=body, cast_to=ChatCompletion)
                 else:

@@ -61,6 +61,16 @@ FAULTS: dict[str, tuple[Reply, str, str]] = {
         "200 sending 25 bytes of the body it announced, then hanging up",
     ),
     "empty choices": (Reply(raw_body=EMPTY_CHOICES), "the reply has 0", "200 with `choices: []`"),
+    "body not JSON": (
+        Reply(raw_body=b"<html><body>upstream says hello</body></html>"),
+        "the reply is not JSON",
+        "200 whose body is an HTML page",
+    ),
+    "choices not a list": (
+        Reply(raw_body=json.dumps({"choices": {"0": "x"}}).encode()),
+        "no list of choices",
+        "200 with `choices` an object",
+    ),
 }
 
 

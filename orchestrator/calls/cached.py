@@ -15,7 +15,7 @@ from ..spec import Sampling
 from ..stats import RunStats
 from ..trace import Attempt
 from .registry import Endpoint
-from .sender import Choice
+from .reply import Choice
 from .structured import Ask, CallResult, StructuredCaller, finish, validate
 
 

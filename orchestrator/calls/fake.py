@@ -11,9 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from openai.types.chat import ChatCompletion
-
 from .errors import DeadlineExceeded, MalformedReply, RetryAfterTooLong
+from .reply import Choice, Reply
 
 Fault = Literal["transient", "malformed", "truncated"]
 FAKE_MODEL = "fake-model"
@@ -175,7 +174,7 @@ class FakeTransport:
 
     # -- answering ------------------------------------------------------------------------
 
-    async def answer(self, base_url: str, body: dict[str, Any]) -> ChatCompletion:
+    async def answer(self, base_url: str, body: dict[str, Any]) -> Reply:
         request = FakeRequest(base_url, body)
         self.requests.append(request)
         fault: Fault | None = None
@@ -197,33 +196,11 @@ class FakeTransport:
             contents = ["{not json" for _ in contents]
         elif fault == "truncated":
             contents, finish = [c[: len(c) // 2] for c in contents], "length"
-        return ChatCompletion.model_construct(
-            id="fake",
-            object="chat.completion",
-            created=0,
-            model=str(body.get("model")),
-            choices=[_choice(i, text, finish) for i, text in enumerate(contents)],
-            usage=_usage(*answer.usage),
-            system_fingerprint="fake-transport",
+        return Reply(
+            [Choice(text, finish, None) for text in contents],
+            *answer.usage,
+            fingerprint="fake-transport",
         )
-
-
-def _choice(index: int, content: str, finish_reason: str) -> Any:
-    from openai.types.chat.chat_completion import Choice
-    from openai.types.chat.chat_completion_message import ChatCompletionMessage
-
-    message = ChatCompletionMessage.model_construct(role="assistant", content=content)
-    return Choice.model_construct(
-        index=index, message=message, finish_reason=finish_reason, logprobs=None
-    )
-
-
-def _usage(prompt: int, completion: int) -> Any:
-    from openai.types.completion_usage import CompletionUsage
-
-    return CompletionUsage.model_construct(
-        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
-    )
 
 
 @dataclass
@@ -234,7 +211,7 @@ class FakeConnection:
     base_url: str
     closed: bool = field(default=False)
 
-    def chat(self, body: dict[str, Any]) -> Awaitable[ChatCompletion]:
+    def chat(self, body: dict[str, Any]) -> Awaitable[Reply]:
         return self.transport.answer(self.base_url, body)
 
     async def post_json(self, url: str, body: dict[str, Any]) -> object:

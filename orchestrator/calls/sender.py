@@ -6,43 +6,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from openai.types.chat import ChatCompletion
 
 from ..stats import RunStats
 from ..trace import Attempt
 from .errors import MalformedReply
+from .reply import Choice, Reply
 from .request import request_body
 from .retry import RetryPolicy
 from .transport import Transport
 
 if TYPE_CHECKING:
     from .registry import Endpoint
-
-
-@dataclass(slots=True)
-class Choice:
-    """One sample of a reply, as validated, cached and traced."""
-
-    content: str
-    finish_reason: str | None
-    logprobs: list[dict[str, Any]] | None
-
-
-def _logprobs(choice: Any) -> list[dict[str, Any]] | None:
-    content = getattr(getattr(choice, "logprobs", None), "content", None)
-    if not content:
-        return None
-    return [
-        {
-            "token": t.token,
-            "logprob": t.logprob,
-            "top": {c.token: c.logprob for c in (t.top_logprobs or [])},
-        }
-        for t in content
-    ]
 
 
 class Sender:
@@ -96,7 +71,7 @@ class Sender:
         started = time.perf_counter()
         retry, stats, connection = self.retry, self.stats, ep.client
 
-        async def post_once() -> ChatCompletion:
+        async def post_once() -> Reply:
             nonlocal started
             async with ep.limit:
                 stats.requests += 1
@@ -108,23 +83,21 @@ class Sender:
                         response = await connection.chat(body)
                 except TimeoutError:
                     raise retry.deadline_exceeded() from None
-            if len(response.choices or []) != n:
+            if len(response.choices) != n:
                 raise MalformedReply(
-                    f"asked for {n} sample(s), the reply has {len(response.choices or [])}"
+                    f"asked for {n} sample(s), the reply has {len(response.choices)}"
                 )
             return response
 
         response = await retry.run(post_once, ep.watch, attempts, self)
         latency = time.perf_counter() - started
-        usage = response.usage
-        tokens = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
+        tokens = (response.prompt_tokens, response.completion_tokens)
         stats.prompt_tokens += tokens[0]
         stats.completion_tokens += tokens[1]
-        if getattr(response, "system_fingerprint", None):
-            ep.server_info.setdefault("system_fingerprint", response.system_fingerprint)
+        if response.fingerprint:
+            ep.server_info.setdefault("system_fingerprint", response.fingerprint)
         choices = [
-            Choice(self.redact(c.message.content or ""), c.finish_reason, _logprobs(c))
-            for c in sorted(response.choices, key=lambda c: c.index)
+            Choice(self.redact(c.content), c.finish_reason, c.logprobs) for c in response.choices
         ]
         return choices, tokens, latency
 

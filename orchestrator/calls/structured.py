@@ -21,8 +21,9 @@ from ..stats import RunStats
 from ..trace import Attempt
 from .errors import LLMCallError
 from .registry import Endpoint, StructuredMode
+from .reply import Choice
 from .request import request_params, with_schema_instruction
-from .sender import Choice, Sender
+from .sender import Sender
 
 DEFAULT_RETRIES = 2
 MAX_TOKENS_GROWTH = 4  # a truncated reply is re-asked with up to 4x the node's max_tokens

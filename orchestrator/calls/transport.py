@@ -1,5 +1,5 @@
 """How requests reach a server: the `Transport` seam, and `OpenAITransport` (the OpenAI SDK on
-aiohttp) as the default. Everything above it sees SDK-shaped replies and asks the transport
+aiohttp) as the default. Everything above it sees `Reply` records and asks the transport
 which of its exceptions are worth a retry."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any, Protocol
 
 import httpx
 import openai
-from openai.types.chat import ChatCompletion
 
 from .errors import DeadlineExceeded, MalformedReply, RetryAfterTooLong
+from .reply import Reply, parse_reply
 
 PROBE_TIMEOUT = 5.0  # seconds a liveness probe (GET /models) may take
 
@@ -26,8 +26,8 @@ PROXY_ERRORS = frozenset({502, 503, 504})
 class Connection(Protocol):
     """One connection pool to one server, used with one API key."""
 
-    def chat(self, body: dict[str, Any]) -> Awaitable[ChatCompletion]:
-        """POST a chat-completion body exactly as built; the SDK-shaped reply."""
+    def chat(self, body: dict[str, Any]) -> Awaitable[Reply]:
+        """POST a chat-completion body exactly as built; the reply's samples and usage."""
         ...
 
     def post_json(self, url: str, body: dict[str, Any]) -> Awaitable[object]:
@@ -104,11 +104,13 @@ class OpenAIConnection:
         )
         self._quick = self.client.with_options(timeout=PROBE_TIMEOUT)
 
-    def chat(self, body: dict[str, Any]) -> Awaitable[ChatCompletion]:
+    async def chat(self, body: dict[str, Any]) -> Reply:
         # `post` sends the body as built: `chat.completions.create` would first walk every
         # message and the whole JSON schema to "transform" plain dicts, about a fifth of the
-        # client's CPU time at high request rates.
-        return self.client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+        # client's CPU time at high request rates. The body comes back as bytes and is read
+        # by parse_reply, not built into the SDK's model (see calls/reply.py for the cost).
+        body_bytes = await self.client.post("/chat/completions", body=body, cast_to=bytes)
+        return parse_reply(body_bytes)
 
     def post_json(self, url: str, body: dict[str, Any]) -> Awaitable[object]:
         return self.client.post(url, body=body, cast_to=object)

@@ -1,0 +1,102 @@
+"""A chat-completion reply as the calls layer uses it: its samples, token counts and the
+server's fingerprint, read straight from the response body.
+
+Reading the body ourselves (orjson, then these few fields) instead of letting the SDK build
+its `ChatCompletion` model takes about 0.15 ms off every request: against an instant server
+a bare SDK loop went from 1,693 to 2,251 requests/s (bench/engine_overhead.py, its
+`bare_bytes` row against `bare_post`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .errors import MalformedReply
+
+
+@dataclass(slots=True)
+class Choice:
+    """One sample of a reply, as validated, cached and traced."""
+
+    content: str
+    finish_reason: str | None
+    logprobs: list[dict[str, Any]] | None
+
+
+@dataclass(slots=True)
+class Reply:
+    """One reply's samples in index order, its token usage and the server's fingerprint."""
+
+    choices: list[Choice]
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    fingerprint: str | None = None
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MalformedReply(f"{where} is {type(value).__name__}, not an object")
+    return value
+
+
+def _logprobs(choice: dict[str, Any]) -> list[dict[str, Any]] | None:
+    block = choice.get("logprobs")
+    content = block.get("content") if isinstance(block, dict) else None
+    if not content:
+        return None
+    try:
+        return [
+            {
+                "token": t["token"],
+                "logprob": t["logprob"],
+                "top": {c["token"]: c["logprob"] for c in (t.get("top_logprobs") or [])},
+            }
+            for t in content
+        ]
+    except (KeyError, TypeError) as exc:
+        raise MalformedReply(f"the reply's logprobs are not in the OpenAI shape ({exc!r})") from exc
+
+
+def _choice(raw: Any, position: int) -> tuple[int, Choice]:
+    choice = _object(raw, f"choice {position}")
+    message = choice.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if content is not None and not isinstance(content, str):
+        raise MalformedReply(f"choice {position}'s content is {type(content).__name__}")
+    index = choice.get("index", position)
+    if not isinstance(index, int):
+        raise MalformedReply(f"choice {position}'s index is {index!r}, not an integer")
+    finish = choice.get("finish_reason")
+    finish_reason = finish if isinstance(finish, str) else None
+    return index, Choice(content or "", finish_reason, _logprobs(choice))
+
+
+def parse_reply(body: bytes | str | dict[str, Any]) -> Reply:
+    """The Reply in a chat-completion response body; MalformedReply (retried like a 5xx) for
+    a body that is not JSON or not shaped like a completion."""
+    if isinstance(body, dict):
+        data = body
+    else:
+        try:
+            data = _object(orjson.loads(body), "the reply")
+        except orjson.JSONDecodeError as exc:
+            raise MalformedReply(f"the reply is not JSON ({exc})") from exc
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        raise MalformedReply("the reply has no list of choices")
+    indexed = sorted((_choice(c, i) for i, c in enumerate(choices)), key=lambda pair: pair[0])
+    usage = data.get("usage")
+    prompt = completion = 0
+    if isinstance(usage, dict):
+        prompt = usage.get("prompt_tokens") or 0
+        completion = usage.get("completion_tokens") or 0
+    fingerprint = data.get("system_fingerprint")
+    return Reply(
+        [choice for _, choice in indexed],
+        prompt if isinstance(prompt, int) else 0,
+        completion if isinstance(completion, int) else 0,
+        fingerprint if isinstance(fingerprint, str) else None,
+    )
