@@ -20,4 +20,7 @@ from . import compare  # noqa: F401 - compare
 # isort: split
 from . import export  # noqa: F401 - export, ratings
 
+# isort: split
+from . import batch  # noqa: F401 - batch export, batch import
+
 __all__ = ["app", "main"]

@@ -1,0 +1,132 @@
+"""A batch folder: what a graph run through batch files keeps between its rounds.
+
+    DIR/batch.json                      the job: graph, data, model, params, cache (BatchJob)
+    DIR/round-001.requests.jsonl        what export wrote (one file per model and round)
+    DIR/round-001.output.jsonl          what the batch runner wrote (its name is the user's)
+    DIR/replies.sqlite                  every imported reply, by custom_id
+
+Replies are kept by custom_id (a digest of the exact request body), so a round answers
+exactly the questions it was asked; they reach the response cache when the graph runs again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from ..cache import ResponseCache
+from ..errors import ConfigurationError
+from .lines import BatchRequestLine
+
+JOB = "batch.json"
+REPLIES = "replies.sqlite"
+REQUESTS_SUFFIX = ".requests.jsonl"
+OUTPUT_SUFFIX = ".output.jsonl"
+_ROUND = re.compile(r"^round-(\d+)(?:\.[^.]+)?" + re.escape(REQUESTS_SUFFIX) + "$")
+
+
+class BatchJob(BaseModel):
+    """What each round of a batch folder runs: a graph file over a data file."""
+
+    graph: Path
+    data: Path
+    model: str
+    params: dict[str, Any] = {}
+    structured: Literal["server", "prompt"] = "server"
+    cache: Path | None = None  # None: the default response cache, as for `orchestrator run`
+    limit: int | None = None
+
+
+class ExportFile(BaseModel):
+    """One batch input file written by export, and the requests in it by custom_id."""
+
+    path: Path
+    round: int
+    requests: dict[str, BatchRequestLine]
+
+
+class BatchFolder:
+    """The files of one batch folder (see the module docstring)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    def save_job(self, job: BatchJob) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / JOB).write_text(job.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
+    def job(self) -> BatchJob:
+        where = self.path / JOB
+        try:
+            return BatchJob.model_validate_json(where.read_bytes())
+        except FileNotFoundError:
+            raise ConfigurationError(
+                f"{self.path} is not a batch folder (no {JOB}); make one with "
+                "`orchestrator batch export GRAPH --data DATA --dir "
+                f"{self.path} --model MODEL`"
+            ) from None
+        except ValidationError as exc:
+            raise ConfigurationError(f"{where} cannot be read: {exc}") from None
+
+    def replies(self) -> ResponseCache:
+        """The imported replies (first reply kept for an id, as in the response cache)."""
+        return ResponseCache(self.path / REPLIES)
+
+    # -- export files ---------------------------------------------------------------------
+
+    def exports(self) -> list[ExportFile]:
+        """Every batch input file written here, oldest round first."""
+        found: list[ExportFile] = []
+        for path in sorted(self.path.glob("round-*" + REQUESTS_SUFFIX)):
+            match = _ROUND.match(path.name)
+            if match is None:
+                continue
+            requests = {line.custom_id: line for line in read_requests(path)}
+            found.append(ExportFile(path=path, round=int(match.group(1)), requests=requests))
+        return found
+
+    def next_round(self) -> int:
+        return max((e.round for e in self.exports()), default=0) + 1
+
+    def write_round(self, number: int, requests: list[BatchRequestLine]) -> list[Path]:
+        """Write a round's requests, one file per model (a batch runner serves one)."""
+        by_model: dict[str, list[BatchRequestLine]] = {}
+        for line in requests:
+            by_model.setdefault(line.model, []).append(line)
+        written: list[Path] = []
+        for model, lines in sorted(by_model.items()):
+            tag = "" if len(by_model) == 1 else "." + _slug(model)
+            path = self.path / f"round-{number:03d}{tag}{REQUESTS_SUFFIX}"
+            with path.open("wb") as handle:
+                for line in lines:
+                    handle.write(orjson.dumps(line.model_dump()) + b"\n")
+            written.append(path)
+        return written
+
+
+def output_name(requests: Path) -> Path:
+    """Where we suggest the batch runner writes the replies to `requests`."""
+    return requests.with_name(requests.name.removesuffix(REQUESTS_SUFFIX) + OUTPUT_SUFFIX)
+
+
+def read_requests(path: Path) -> Iterator[BatchRequestLine]:
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if raw.strip():
+                try:
+                    yield BatchRequestLine.model_validate_json(raw)
+                except ValidationError as exc:
+                    raise ConfigurationError(
+                        f"{path}:{number}: not a batch request line ({exc.errors()[0]['msg']}); "
+                        "this file was changed after export: export the round again"
+                    ) from None
+
+
+def _slug(model: str) -> str:
+    """A model name as it can stand in a file name."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", model).strip("-") or "model"

@@ -1,0 +1,125 @@
+"""One round of a graph run through batch files: run the graph with the batch transport, so
+every call is answered from the response cache or the imported replies (validated and
+re-asked exactly as live replies are, valid ones stored in the response cache under the
+live call's key) and every other request is collected: the next frontier.
+
+The round runs into a scratch store in memory, so no run folder ever holds an example that
+is only waiting; with `out`, a round that waits for nothing is run once more into that run
+folder, entirely from the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..calls.retry import RetryPolicy
+from ..compile import compile_graph
+from ..runfolder import RunFolder
+from ..session import RunSettings, run_session
+from ..sources import FileSource
+from ..stores import MemoryStore, RunStore
+from .folder import BatchFolder, BatchJob, output_name
+from .lines import BatchRequestLine
+from .transport import BATCH_BASE_URL, BatchTransport, deferrals_unreported
+
+log = logging.getLogger("orchestrator")
+
+# Requests "in flight" at once: nothing is sent, so this only bounds how many examples the
+# engine holds; wide enough that a round walks the rows quickly.
+ROUND_CONCURRENCY = 256
+
+
+class RoundOutcome(BaseModel):
+    """Where the examples stand after a round, and what the next batch file must ask."""
+
+    examples: int  # examples this round ran (those already finished in --out not counted)
+    ok: int
+    failed: int  # failed as a live run would fail them (e.g. no valid reply after re-asks)
+    waiting: int  # stopped at a request no reply was imported for yet
+    from_batch: int  # requests answered by imported replies
+    frontier: list[BatchRequestLine]
+
+
+class ExportOutcome(BaseModel):
+    """What `export_round` did: the round, the files it wrote, where the run stands."""
+
+    round: int | None  # None when nothing is left to ask
+    files: list[Path]
+    outputs: list[Path]  # the output file we suggest for each of `files`
+    state: RoundOutcome
+    run_folder: Path | None = None  # written when nothing waits and `out` was given
+
+
+async def run_round(
+    job: BatchJob, folder: BatchFolder, store: RunStore | None = None
+) -> RoundOutcome:
+    """Run `job` once over the batch transport (into `store`, scratch memory by default)."""
+    graph = compile_graph(job.graph)
+    replies = folder.replies()
+
+    def lookup(key: str) -> dict[str, Any] | None:
+        found = replies.get(key)
+        return None if found is None else found["reply"]
+
+    transport = BatchTransport(lookup)
+    settings = RunSettings(
+        base_url=BATCH_BASE_URL,
+        model=job.model,
+        concurrency=ROUND_CONCURRENCY,
+        limit=job.limit,
+        cache=job.cache,
+        structured=job.structured,
+        params=dict(job.params),
+        transport=transport,
+        # An imported reply is final: asking again would get the same one.
+        retry=RetryPolicy(retries=0),
+    )
+    scratch = store if store is not None else MemoryStore()
+    try:
+        with deferrals_unreported():
+            await run_session(graph, FileSource(job.data), scratch, settings)
+    finally:
+        replies.close()
+    lines = list(scratch.results())
+    ok = sum(line["status"] == "ok" for line in lines)
+    entered = len(scratch.numbers) if isinstance(scratch, MemoryStore) else len(lines)
+    return RoundOutcome(
+        examples=entered,
+        ok=ok,
+        failed=len(lines) - ok,
+        waiting=entered - len(lines),
+        from_batch=transport.answered,
+        frontier=list(transport.deferred.values()),
+    )
+
+
+async def export_round(
+    folder: BatchFolder, job: BatchJob | None = None, out: Path | None = None
+) -> ExportOutcome:
+    """Write the next batch file: the requests the examples wait for now. `job` starts or
+    changes the folder's job (else the saved one runs); with `out`, once nothing waits, the
+    finished run is written to that run folder."""
+    if job is not None:
+        folder.save_job(job)
+    job = folder.job()
+    state = await run_round(job, folder)
+    if not state.frontier:
+        written = None
+        if out is not None:
+            final = await run_round(job, folder, RunFolder(out))
+            if final.frontier:  # only if the cache lost replies between the two runs
+                log.warning(
+                    "%d requests had no reply when the run folder was written; export again",
+                    len(final.frontier),
+                )
+            written = out
+        return ExportOutcome(round=None, files=[], outputs=[], state=state, run_folder=written)
+    number = folder.next_round()
+    files = folder.write_round(number, state.frontier)
+    return ExportOutcome(
+        round=number, files=files, outputs=[output_name(f) for f in files], state=state
+    )
