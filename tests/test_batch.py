@@ -81,16 +81,30 @@ def answer_file(requests: Path, output: Path, answer: Answer = respond) -> int:
     for raw in requests.read_text().splitlines():
         line = json.loads(raw)
         assert line["method"] == "POST" and line["url"] == "/v1/chat/completions"
-        completion = asyncio.run(transport.answer("batch", line["body"]))
+        reply = asyncio.run(transport.answer("batch", line["body"]))
+        choices = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": c.content},
+                "finish_reason": c.finish_reason,
+                "logprobs": None,
+            }
+            for i, c in enumerate(reply.choices)
+        ]
+        usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens}
+        completion = {
+            "id": "chatcmpl-x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": line["body"]["model"],
+            "choices": choices,
+            "usage": usage,
+        }
         lines.append(
             {
                 "id": "vllm-x",
                 "custom_id": line["custom_id"],
-                "response": {
-                    "status_code": 200,
-                    "request_id": "r",
-                    "body": completion.model_dump(mode="json"),
-                },
+                "response": {"status_code": 200, "request_id": "r", "body": completion},
                 "error": None,
             }
         )
@@ -351,6 +365,7 @@ def test_garbage_duplicates_and_wrong_sample_counts_are_named(
 
     def spoil(xs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         xs[2]["response"]["body"]["choices"] *= 2
+        xs[3]["response"]["body"]["choices"] = "none"
         return [*xs, xs[0]]
 
     rewrite(done.outputs[0], spoil)
@@ -359,6 +374,7 @@ def test_garbage_duplicates_and_wrong_sample_counts_are_named(
     message = import_error(folder, done.outputs[0], partial=True)
     out = done.outputs[0]
     assert f"{out}:3: custom_id" in message and "2 choice(s), the request asked for 1" in message
+    assert f"{out}:4: custom_id" in message and "not a chat completion (the reply has no" in message
     assert (
         f"{out}:{2 * len(ROWS) + 1}: custom_id" in message and "answered twice (line 1" in message
     )

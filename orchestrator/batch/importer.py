@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from ..cache import ResponseCache
+from ..calls.errors import MalformedReply
+from ..calls.reply import parse_reply
 from ..errors import OrchestratorError
 from .folder import BatchFolder, ExportFile
 from .lines import BatchOutputLine, ChatReply
@@ -37,7 +40,7 @@ class Reply(BaseModel):
     """One usable line of an output file."""
 
     custom_id: str
-    body: dict[str, object]
+    body: dict[str, Any]
     where: str  # file:line, kept with the reply
 
 
@@ -122,17 +125,18 @@ def check_output(output: Path, exports: list[ExportFile], stored: set[str]) -> C
     return CheckedOutput(answers=answers.path, replies=replies, fatal=fatal, waiting=waiting)
 
 
-def _reply_problem(body: dict[str, object], model: str, n: int) -> str | None:
+def _reply_problem(body: dict[str, Any], model: str, n: int) -> str | None:
     """Why a reply body cannot stand for the request it names, or None."""
     try:
-        reply = ChatReply.model_validate(body)
+        named = ChatReply.model_validate(body).model
+        reply = parse_reply(body)  # as a live reply body is read
     except ValidationError as exc:
-        first = exc.errors()[0]
-        place = ".".join(str(p) for p in first["loc"])
-        return f"the reply body is not a chat completion ({place}: {first['msg']})"
-    if reply.model != model:
+        return f"the reply body names no model ({exc.errors()[0]['msg']})"
+    except MalformedReply as exc:
+        return f"the reply body is not a chat completion ({exc})"
+    if named != model:
         return (
-            f"the reply is from model '{reply.model}' but the request asked '{model}'; "
+            f"the reply is from model '{named}' but the request asked '{model}'; "
             f"serve the batch under the requested name (vLLM: --served-model-name {model})"
         )
     if len(reply.choices) != n:

@@ -82,24 +82,9 @@ def _error_text(error: Any) -> str:
     return str(error)
 
 
-class ReplyMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    content: str | None = None
-
-
-class ReplyChoice(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    index: int = 0
-    message: ReplyMessage
-    finish_reason: str | None = None
-
-
 class ChatReply(BaseModel):
-    """What import checks of a reply body before keeping it (the rest is kept as sent)."""
+    """The model a reply body names (import compares it with the request's)."""
 
     model_config = ConfigDict(extra="allow")
 
     model: str
-    choices: list[ReplyChoice]

@@ -9,8 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from openai.types.chat import ChatCompletion
-
+from ..calls.reply import Reply, parse_reply
 from .lines import BatchRequestLine, custom_id
 
 # What a batch round's endpoints are called (no one listens; nothing is sent).
@@ -39,7 +38,7 @@ class BatchConnection:
     def __init__(self, transport: BatchTransport) -> None:
         self.transport = transport
 
-    async def chat(self, body: dict[str, Any]) -> ChatCompletion:
+    async def chat(self, body: dict[str, Any]) -> Reply:
         return self.transport.answer(body)
 
     async def post_json(self, url: str, body: dict[str, Any]) -> object:
@@ -68,7 +67,7 @@ class BatchTransport:
         self.deferred: dict[str, BatchRequestLine] = {}
         self.answered = 0
 
-    def answer(self, body: dict[str, Any]) -> ChatCompletion:
+    def answer(self, body: dict[str, Any]) -> Reply:
         key = custom_id(body)
         reply = self.lookup(key)
         if reply is None:
@@ -76,9 +75,7 @@ class BatchTransport:
             self.deferred[key] = request
             raise Deferred(request)
         self.answered += 1
-        # The reply as the server wrote it; the SDK's own lenient construction, as for a
-        # live reply (vLLM adds fields the SDK does not know).
-        return ChatCompletion.construct(**reply)
+        return parse_reply(reply)  # read as a live reply body is
 
     # -- Transport ------------------------------------------------------------------------
 
