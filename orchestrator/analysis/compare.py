@@ -73,7 +73,7 @@ def _inputs(folder: Path | None) -> dict[str, Any] | None:
     return {line.id: line.data for line in RunReader(folder).inputs()}
 
 
-def _load(run: str | Path | RunResult, position: int) -> _Run:
+def load_run(run: str | Path | RunResult, position: int) -> _Run:
     """A run folder or an in-memory RunResult as its latest line per example."""
     from ..reader import RunReader
 
@@ -161,7 +161,7 @@ def _detect_kind(runs: list[_Run]) -> tuple[Kind, str]:
     return "judge", f"{reason}: the judging differs ({judged})"
 
 
-def _values(runs: list[_Run]) -> list[dict[str, dict[str, Any]]]:
+def ok_values(runs: list[_Run]) -> list[dict[str, dict[str, Any]]]:
     """Per run: example id → its flattened outputs, ok lines only."""
     out = []
     for run in runs:
@@ -251,19 +251,26 @@ def _select_labels(
     return list(dict.fromkeys(wanted))
 
 
+def matched_by_id(
+    values: list[dict[str, dict[str, Any]]], name: str, i: int, j: int
+) -> list[tuple[str, Any, Any]]:
+    """(example id, run i's value, run j's value) of one output on the examples where both
+    runs have one, in run i's order."""
+    found = []
+    for key, flat in values[i].items():
+        other = values[j].get(key)
+        if other is None or _missing(flat.get(name)) or _missing(other.get(name)):
+            continue
+        found.append((key, flat[name], other[name]))
+    return found
+
+
 def _matched(
     values: list[dict[str, dict[str, Any]]], name: str, i: int, j: int
 ) -> tuple[list[Any], list[Any]]:
     """The two runs' values of one output on the examples where both have one."""
-    first, second = values[i], values[j]
-    a, b = [], []
-    for key, flat in first.items():
-        other = second.get(key)
-        if other is None or _missing(flat.get(name)) or _missing(other.get(name)):
-            continue
-        a.append(flat[name])
-        b.append(other[name])
-    return a, b
+    found = matched_by_id(values, name, i, j)
+    return [a for _, a, _ in found], [b for _, _, b in found]
 
 
 @dataclass(frozen=True)
@@ -392,7 +399,7 @@ def compare(
         raise ConfigurationError(f"permutations must be a positive integer, got {permutations!r}")
     if not 0.0 < level < 1.0:
         raise ConfigurationError(f"level must be between 0 and 1, got {level!r}")
-    loaded = [_load(run, position) for position, run in enumerate(runs)]
+    loaded = [load_run(run, position) for position, run in enumerate(runs)]
     _unique_labels(loaded)
     notes: list[str] = []
     _check_graphs(loaded, notes)
@@ -408,7 +415,7 @@ def compare(
         kind, reason = _detect_kind(loaded)
     else:
         reason = "given"
-    values = _values(loaded)
+    values = ok_values(loaded)
     names = _shared_names(values)
     numeric = _select(names, values, outputs)
     if labels is None and outputs is not None:

@@ -8,6 +8,23 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 Kind = Literal["judge", "system"]
+
+
+def format_number(value: float | None, digits: int = 3) -> str:
+    """A comparison's number as the table and the HTML page print it ("—" for none)."""
+    if value is None:
+        return "—"
+    # Fixed decimals read best in a column; a tiny non-zero value would show as 0.000.
+    return f"{value:.{digits}g}" if 0 < abs(value) < 1e-3 else f"{value:.{digits}f}"
+
+
+def format_p(value: float | None) -> str:
+    """A p-value as printed: below 0.001 the digits mean little at these sample sizes."""
+    if value is None:
+        return "—"
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
 EFFECT_SIZE = "paired Cohen's d_z: mean difference / sd of the differences (ddof 1)"
 
 
@@ -130,3 +147,19 @@ class Comparison(BaseModel):
             if (found.run_a, found.run_b) == (first, second):
                 return found
         raise KeyError((name, first, second))
+
+    def method_note(self) -> str:
+        """How the numbers were computed, in one sentence (the table's and page's footer)."""
+        methods = {p.p_method for o in self.outputs for p in o.pairs if p.p_method}
+        test = " / ".join(
+            "exact (all 2^n signs)" if m == "exact" else f"Monte Carlo ({self.permutations} draws)"
+            for m in sorted(methods)
+        )
+        kinds = {p.ci.method for o in self.outputs for p in o.pairs if p.ci is not None}
+        interval = " / ".join("BCa" if m == "bca" else "percentile" for m in sorted(kinds))
+        return (
+            f"CI: paired bootstrap ({interval or 'none'}, {self.resamples} resamples, seed "
+            f"{self.seed}); p: two-sided sign-flip test, {test or 'not run'}; Holm over each "
+            "output's pairs; d_z = mean difference / sd of the differences; W/T/L: examples "
+            "where b scored higher / the same / lower."
+        )

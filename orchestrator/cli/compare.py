@@ -10,25 +10,13 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from ..analysis.comparison import format_number as _num
+from ..analysis.comparison import format_p as _p
 from ..errors import OrchestratorError
-from .app import app, console, fail
+from .app import app, console, err, fail
 
 if TYPE_CHECKING:
     from ..analysis.comparison import Comparison, OutputComparison
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    # Fixed decimals read best in a column; a tiny non-zero value would show as 0.000.
-    return f"{value:.{digits}g}" if 0 < abs(value) < 1e-3 else f"{value:.{digits}f}"
-
-
-def _p(value: float | None) -> str:
-    if value is None:
-        return "—"
-    # Below 0.001 the digits mean little at these sample sizes; the JSON has them all.
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def _table(title: str, *columns: str, left: int = 1) -> Table:
@@ -166,20 +154,7 @@ def _show(result: Comparison) -> None:
         console.print()
         console.print(table)
     console.print()
-    methods = {pair.p_method for found in result.outputs for pair in found.pairs if pair.p_method}
-    test = " / ".join(
-        "exact (all 2^n signs)" if m == "exact" else f"Monte Carlo ({result.permutations} draws)"
-        for m in sorted(methods)
-    )
-    intervals = {p.ci.method for o in result.outputs for p in o.pairs if p.ci is not None}
-    kinds = " / ".join("BCa" if m == "bca" else "percentile" for m in sorted(intervals))
-    console.print(
-        f"CI: paired bootstrap ({kinds or 'none'}, {result.resamples} resamples, seed "
-        f"{result.seed}); p: two-sided sign-flip test, {test or 'not run'}; Holm over each "
-        "output's pairs; d_z = mean difference / sd of the differences; W/T/L: examples where "
-        "b scored higher / the same / lower.",
-        soft_wrap=True,
-    )
+    console.print(result.method_note(), soft_wrap=True)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     if not result.outputs and not result.labels:
@@ -204,6 +179,16 @@ def compare(
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 2000,
     permutations: Annotated[int, typer.Option(help="Sign-flip draws when n > 20.")] = 10_000,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap and the test.")] = 0,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Also write the comparison page here: one self-contained HTML file with the "
+            "table, a scatter per output and the examples that moved most, linked to both "
+            "runs' reports (built when missing).",
+        ),
+    ] = None,
+    top: Annotated[int, typer.Option(help="Examples listed open per output on the page.")] = 20,
 ) -> None:
     """Compare runs of one graph example by example: paired differences, CIs, p-values."""
     from ..analysis.compare import compare as run_compare
@@ -228,3 +213,12 @@ def compare(
         typer.echo(result.model_dump_json(indent=2))
     else:
         _show(result)
+    if html is not None:
+        from ..report.compare_page import write_compare_page
+
+        try:
+            page = write_compare_page(result, html, top=top)
+        except (OrchestratorError, OSError) as exc:
+            fail(f"could not write the comparison page {html}: {exc}")
+        # On stderr, so `--format json` still prints only JSON.
+        err.print(f"comparison page: {escape(str(page))}", soft_wrap=True)

@@ -1,12 +1,14 @@
 """The trace explorer: an HTML report of a run folder that a person can audit.
 
 `build_report` writes one self-contained RUN_DIR/report.html (no network); `serve_report`
-serves the same page on localhost and reads each example's trace on demand.
+serves the same page on localhost and reads each example's trace on demand;
+`write_compare_page` writes the page of an `orc.compare` result.
 """
 
 from __future__ import annotations
 
 from .build import REPORT, build_report
+from .compare_page import write_compare_page
 from .serve import make_server, serve_report
 
-__all__ = ["REPORT", "build_report", "make_server", "serve_report"]
+__all__ = ["REPORT", "build_report", "make_server", "serve_report", "write_compare_page"]

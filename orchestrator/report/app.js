@@ -258,7 +258,7 @@
       const tr = e.target.closest('tr[data-index]');
       if (tr) location.hash = 'example=' + encodeURIComponent(rows.id[Number(tr.getAttribute('data-index'))]);
     });
-    document.querySelectorAll('svg.hist .hist-bar').forEach((bar) => {
+    document.querySelectorAll('.hist-box svg.hist .col').forEach((bar) => {
       bar.addEventListener('click', () => {
         const lo = Number(bar.getAttribute('data-lo'));
         const hi = Number(bar.getAttribute('data-hi'));

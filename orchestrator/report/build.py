@@ -28,6 +28,7 @@ from .collect import (
 from .dag import dag_svg
 from .payload import page_keys
 from .render import facts, histogram, summary_tables
+from .views import Aggregate, RunContext, RunPanel, run_views
 
 REPORT = "report.html"
 # Past this much per-example data the file would be slow to open: the rest is left to
@@ -36,7 +37,7 @@ MAX_EMBED_BYTES = 96 * 1024 * 1024
 _MARKER = re.compile(r"@@([A-Z_]+)@@")
 
 
-def _asset(name: str) -> str:
+def asset(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
@@ -78,6 +79,37 @@ def _meta(run: RunData, page: Page) -> dict[str, Any]:
     }
 
 
+def run_context(run: RunData) -> RunContext:
+    """What the run views draw from: each aggregate with the function that made it."""
+    aggregates = [
+        Aggregate(name, run.graph.aggregates.get(name), value)
+        for name, value in run.summary.aggregates.items()
+    ]
+    meta_eval: dict[str, Any] | None = None
+    path = run.run_dir / "meta_eval.json"
+    if path.is_file():
+        try:
+            meta_eval = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError:
+            run.notes.append(f"{path} is not valid JSON: its agreement panel is left out")
+    return RunContext(aggregates, run.results, run.graph.score_fields, meta_eval)
+
+
+def views_section(panels: list[RunPanel]) -> str:
+    """The run views' panels, or nothing when no view applies to this run."""
+    if not panels:
+        return ""
+    body = "".join(
+        f'<section class="run-view" data-view="{escape(p.name)}"><h3>{escape(p.title)}</h3>'
+        f'<div class="figures">{p.html}</div></section>'
+        for p in panels
+    )
+    return (
+        '<section id="views" class="panel"><h2>Plots <span class="muted small">(hover a mark '
+        "for its number)</span></h2>" + body + "</section>"
+    )
+
+
 def render_page(run: RunData, order: list[int], page: Page) -> str:
     """Fill the template; each marker is replaced once, so run text cannot inject one."""
     title = run.title
@@ -100,15 +132,17 @@ def render_page(run: RunData, order: list[int], page: Page) -> str:
             "them whole."
         )
     description = run.graph.description or ""
+    panels, drawn = run_views(run_context(run))
     parts = {
         "TITLE": escape(title),
-        "STYLE": _asset("style.css"),
-        "SCRIPT": _asset("app.js").replace("</script", "<\\/script"),
+        "STYLE": asset("style.css"),
+        "SCRIPT": asset("app.js").replace("</script", "<\\/script"),
         "NOTES": "".join(f'<p class="note">{escape(n)}</p>' for n in notes),
         "FACTS": facts(run.manifest, run.runs, len(run.results)),
         "SCORE": escape(score or "score"),
         "HIST": histogram(values, score or "score"),
-        "SUMMARY": summary_tables(run.summary),
+        "VIEWS": views_section(panels),
+        "SUMMARY": summary_tables(run.summary, folded=drawn),
         "GRAPH_DESCRIPTION": f'<p class="muted">{escape(description)}</p>' if description else "",
         "DAG": dag_svg(run.graph.nodes),
         "FOOTER": escape(
@@ -119,7 +153,7 @@ def render_page(run: RunData, order: list[int], page: Page) -> str:
         "ROWS": embed_json(rows),
         "DETAILS": page.details,
     }
-    return _MARKER.sub(lambda m: parts.get(m.group(1), m.group(0)), _asset("template.html"))
+    return _MARKER.sub(lambda m: parts.get(m.group(1), m.group(0)), asset("template.html"))
 
 
 def embedded_details(

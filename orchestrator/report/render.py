@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from ..records import Manifest, Summary, TraceRun
+from .svg import Column, columns
 
 POINT_KEYS = ("median", "mean", "rating", "elo", "estimate", "score", "value", "strength", "bt")
 LOW_KEYS = ("ci_low", "ci_lower", "low", "lower", "lo", "ci_lo", "q_low", "q025", "p2_5")
@@ -88,7 +89,7 @@ def _ci_bar(point: float, low: float, high: float, lo: float, hi: float) -> str:
     )
 
 
-def _table(columns: list[str], rows: list[list[str]], css: str = "data") -> str:
+def html_table(columns: list[str], rows: list[list[str]], css: str = "data") -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
@@ -118,7 +119,7 @@ def rating_table(named_rows: list[tuple[str, dict[str, Any]]]) -> str:
         bar = _ci_bar(iv[1], iv[2], iv[3], lo, hi) if iv else ""
         rows.append([f"<b>{escape(name)}</b>", *(fmt(row.get(k)) for k in extra), bar])
     axis = f'<p class="muted">axis {lo:.4g} … {hi:.4g}</p>'
-    return _table(columns, rows, "data rating") + axis + _more(len(parsed))
+    return html_table(columns, rows, "data rating") + axis + _more(len(parsed))
 
 
 def _row_name(row: dict[str, Any], index: int) -> tuple[str, dict[str, Any]]:
@@ -146,7 +147,7 @@ def render_value(value: Any, depth: int = 0) -> str:
         if all(_scalar(v) for v in value.values()):
             items = list(value.items())
             rows = [[f"<b>{escape(str(k))}</b>", fmt(v)] for k, v in items[:MAX_TABLE_ROWS]]
-            return _table(["", "value"], rows, "data kv") + _more(len(items))
+            return html_table(["", "value"], rows, "data kv") + _more(len(items))
         if all(isinstance(v, dict) for v in value.values()):
             named = [(str(k), v) for k, v in value.items()]
             if sum(1 for _, v in named if interval(v)) >= max(1, len(named) // 2):
@@ -168,7 +169,7 @@ def render_value(value: Any, depth: int = 0) -> str:
                 ]
                 for k, v in flat
             ]
-            parts.append(_table(["", "value"], rows, "data kv"))
+            parts.append(html_table(["", "value"], rows, "data kv"))
         flat_keys = {k for k, _ in flat}
         for key, inner in value.items():
             if key in flat_keys:
@@ -194,7 +195,7 @@ def render_value(value: Any, depth: int = 0) -> str:
         ):
             width = max(len(v) for v in value)
             rows = [[fmt(x) for x in v] + [""] * (width - len(v)) for v in value[:MAX_TABLE_ROWS]]
-            return _table([str(i) for i in range(width)], rows) + _more(len(value))
+            return html_table([str(i) for i in range(width)], rows) + _more(len(value))
     return f"<pre>{escape(orjson.dumps(value, default=str).decode())}</pre>"
 
 
@@ -208,11 +209,12 @@ def _record_table(named: list[tuple[str, dict[str, Any]]]) -> str:
         [f"<b>{escape(name)}</b>", *(fmt(row.get(c)) for c in columns)]
         for name, row in named[:MAX_TABLE_ROWS]
     ]
-    return _table(["", *columns], rows) + _more(len(named))
+    return html_table(["", *columns], rows) + _more(len(named))
 
 
-def summary_tables(summary: Summary | dict[str, Any]) -> str:
-    """Every dataset-level table of summary.json except the counts shown elsewhere."""
+def summary_tables(summary: Summary | dict[str, Any], folded: set[str] | None = None) -> str:
+    """Every dataset-level table of summary.json except the counts shown elsewhere; the
+    aggregates in `folded` are drawn as plots above, so their tables start closed."""
     if isinstance(summary, dict):
         summary = Summary.model_validate(summary)
     parts = []
@@ -222,19 +224,31 @@ def summary_tables(summary: Summary | dict[str, Any]) -> str:
             f"{render_value(summary.means)}</section>"
         )
     for name, value in summary.aggregates.items():
+        table = render_value(value)
+        if name in (folded or set()):
+            table = f"<details><summary>the numbers (plotted above)</summary>{table}</details>"
         parts.append(
             f'<section class="agg" data-aggregate="{escape(name)}"><h3>{escape(name)}</h3>'
-            f"{render_value(value)}</section>"
+            f"{table}</section>"
         )
     return "".join(parts) or '<p class="muted">summary.json has no dataset-level tables.</p>'
 
 
-def histogram(values: list[float], label: str, bins: int = 20) -> str:
-    """Score distribution as SVG bars; each bar carries its range so a click can filter."""
+def histogram(
+    values: list[float],
+    label: str,
+    bins: int = 20,
+    bounds: tuple[float | None, float | None] = (None, None),
+    css: str = "hist",
+) -> str:
+    """A distribution as SVG columns; each carries its range (data-lo, data-hi) so a click
+    can filter. Integers get one column per value; `bounds` (a schema's min and max) widen
+    the axis so an empty end of the scale still shows."""
     if not values:
         return f'<p class="muted">no numeric {escape(label)} among ok examples</p>'
-    lo, hi = min(values), max(values)
-    integers = all(float(v).is_integer() for v in values) and hi - lo <= 30
+    lo = min([v for v in (bounds[0],) if v is not None] + values)
+    hi = max([v for v in (bounds[1],) if v is not None] + values)
+    integers = all(float(v).is_integer() for v in [*values, lo, hi]) and hi - lo <= 30
     if integers:
         edges = [lo - 0.5 + i for i in range(int(hi - lo) + 2)]
     elif hi == lo:
@@ -246,32 +260,21 @@ def histogram(values: list[float], label: str, bins: int = 20) -> str:
     for v in values:
         index = min(int((v - edges[0]) / (edges[1] - edges[0])), len(counts) - 1)
         counts[index] += 1
-    width, height, pad = 560, 160, 28
-    bar = (width - 2 * pad) / len(counts)
-    top = max(counts)
-    parts = [
-        f'<svg class="hist" viewBox="0 0 {width} {height + 30}" width="{width}" '
-        f'height="{height + 30}" aria-label="histogram of {escape(label)}">'
-    ]
+    cols = []
     for i, count in enumerate(counts):
-        h = (height - 20) * count / top
         low = edges[i] + 0.5 if integers else edges[i]
         high = edges[i + 1] - 0.5 if integers else edges[i + 1]
         text = f"{low:.4g}" if integers else f"{low:.3g} – {high:.3g}"
-        parts.append(
-            f'<g class="hist-bar" data-lo="{edges[i]!r}" data-hi="{edges[i + 1]!r}">'
-            f"<title>{escape(label)} {text}: {count} examples</title>"
-            f'<rect x="{pad + i * bar + 1:.1f}" y="{height - h:.1f}" width="{max(bar - 2, 1):.1f}"'
-            f' height="{h:.1f}"/></g>'
+        cols.append(
+            Column(
+                text,
+                count,
+                f"{label} {text}: {count} examples",
+                {"data-lo": repr(edges[i]), "data-hi": repr(edges[i + 1])},
+            )
         )
-    parts.append(
-        f'<line class="hist-axis" x1="{pad}" x2="{width - pad}" y1="{height}" y2="{height}"/>'
-        f'<text x="{pad}" y="{height + 16}" class="hist-label">{edges[0]:.3g}</text>'
-        f'<text x="{width - pad}" y="{height + 16}" class="hist-label end">{edges[-1]:.3g}</text>'
-        f'<text x="{width / 2}" y="{height + 28}" class="hist-label mid">{escape(label)} · '
-        f"{len(values)} ok examples · max bin {top}</text></svg>"
-    )
-    return "".join(parts)
+    caption = f"{label} · {len(values)} ok examples · max bin {max(counts)}"
+    return columns(cols, caption, css=css, edge_labels=not integers)
 
 
 def _when(stamp: Any) -> str:

@@ -14,6 +14,7 @@ import orjson
 from ..reader import RunReader
 from ..records import Manifest
 from .values import abridge
+from .views import ScoreField
 
 
 @dataclass
@@ -49,6 +50,8 @@ class GraphInfo:
     description: str | None = None
     path: Path | None = None
     note: str | None = None  # why the drawing may be incomplete or out of date
+    aggregates: dict[str, str] = field(default_factory=dict)  # aggregate → compute function
+    score_fields: list[ScoreField] = field(default_factory=list)
 
 
 def _candidates(raw: str, run_dir: Path) -> list[Path]:
@@ -122,7 +125,23 @@ def load_graph(manifest: Manifest, run: RunReader, seen_nodes: Iterable[str]) ->
             f"{info.get('hash')}): the drawing shows the file as it is now"
         )
     inputs = list(graph.spec.inputs) + list(graph.spec.optional_inputs)
-    return GraphInfo(nodes, inputs, graph.spec.description, path, note)
+    aggregates = {name: agg.function for name, agg in graph.spec.aggregates.items()}
+    return GraphInfo(
+        nodes, inputs, graph.spec.description, path, note, aggregates, _score_fields(graph)
+    )
+
+
+def _score_fields(graph: Any) -> list[ScoreField]:
+    """Outputs that are an LLM node's integer or number field, named `node.field`."""
+    found = []
+    for output, expression in graph.spec.outputs.items():
+        node, dot, name = str(expression).strip().partition(".")
+        spec = graph.nodes[node].spec if dot and node in graph.nodes else None
+        fields = getattr(spec, "output", None)
+        declared = fields.get(name) if isinstance(fields, dict) else None
+        if declared is not None and getattr(declared, "type", None) in ("integer", "number"):
+            found.append(ScoreField(output, node, declared.type, declared.min, declared.max))
+    return found
 
 
 def load_inputs(

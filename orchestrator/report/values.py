@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 
 def abridge(text: str, limit: int | None) -> str:
@@ -19,5 +19,6 @@ def abridge(text: str, limit: int | None) -> str:
     )
 
 
-def finite(value: Any) -> bool:
+def finite(value: Any) -> TypeGuard[float]:
+    """A real number that is neither a bool, nan nor infinite."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,14 +1,22 @@
-"""Per-protocol views of an example in the report, registered by the protocol's view
-module rather than wired into the generic page: a view turns a result line's outputs into
-the data its panel draws, and says which outputs it shows (so they are not shown twice).
+"""Per-protocol panels of the report, registered by the protocol's view module rather than
+wired into the generic page. Two kinds:
+
+- an *example view* turns one result line's outputs into the data its panel on the
+  example page draws (app.js has a renderer of the same name), and says which outputs it
+  shows so they are not shown twice;
+- a *run view* draws the run as a whole (inline SVG, rendered here at build time so the
+  page prints and reads without JavaScript) from the aggregates of summary.json, found by
+  the compute function that made them, from the result lines, and from meta_eval.json.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from ..records import ResultLine
 
 View = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -22,8 +30,83 @@ class ExampleView:
     shows: tuple[str, ...] = ()  # outputs the panel presents in full
 
 
+@dataclass(frozen=True)
+class Aggregate:
+    """One aggregate of summary.json with the compute function the graph names for it."""
+
+    name: str
+    function: str | None  # None when the graph file could not be read
+    value: Any
+
+
+@dataclass(frozen=True)
+class ScoreField:
+    """A numeric output that is an LLM node's integer or number field (`judge.content`),
+    with the bounds its schema declares."""
+
+    output: str
+    node: str
+    type: str  # "integer" | "number"
+    min: float | None = None
+    max: float | None = None
+
+
+@dataclass
+class RunContext:
+    """What a run view may draw from. Views draw these numbers; they do not recompute them."""
+
+    aggregates: list[Aggregate]
+    results: list[ResultLine]
+    score_fields: list[ScoreField] = field(default_factory=list)
+    meta_eval: dict[str, Any] | None = None  # RUN_DIR/meta_eval.json, when written
+
+    def by_function(self, *functions: str) -> list[Aggregate]:
+        """The aggregates made by any of these compute functions, in summary order."""
+        return [
+            a
+            for a in self.aggregates
+            if a.function in functions and a.value is not None and not _failed(a.value)
+        ]
+
+    def ok(self) -> list[ResultLine]:
+        return [line for line in self.results if line.status == "ok"]
+
+
+def _failed(value: Any) -> bool:
+    """An aggregate that raised is stored as {"failed": true, "error": ...}: nothing to draw."""
+    return isinstance(value, dict) and value.get("failed") is True
+
+
+RunBuild = Callable[[RunContext], str | None]
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A run-level panel: `build` gives its HTML (None: nothing of its kind in this run);
+    the aggregates it draws in full are folded in the generic dataset-level tables."""
+
+    name: str
+    title: str
+    build: RunBuild
+    shows: tuple[str, ...] = ()  # compute functions whose aggregates the panel draws
+
+
 _VIEWS: dict[str, ExampleView] = {}
-_BUILTIN_MODULES = ("orchestrator.report.expert_view",)
+_RUN_VIEWS: dict[str, RunView] = {}
+_BUILTIN_MODULES = (
+    "orchestrator.report.expert_view",
+    "orchestrator.report.pairwise_view",
+    "orchestrator.report.perse_view",
+    "orchestrator.report.jury_view",
+    "orchestrator.report.style_view",
+    "orchestrator.report.score_view",
+    "orchestrator.report.metaeval_view",
+)
+
+
+def _load_builtin() -> None:
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
 
 
 def register_view(name: str, build: View, shows: tuple[str, ...] = ()) -> None:
@@ -32,11 +115,15 @@ def register_view(name: str, build: View, shows: tuple[str, ...] = ()) -> None:
     _VIEWS[name] = ExampleView(name, build, shows)
 
 
+def register_run_view(name: str, title: str, build: RunBuild, shows: tuple[str, ...] = ()) -> None:
+    """Add a panel to the run's overview when `build` finds its data in the run."""
+    _RUN_VIEWS[name] = RunView(name, title, build, shows)
+
+
 def example_views(outputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The data of every registered view that applies to these outputs; the outputs a view
     shows are taken out of `outputs`."""
-    for module in _BUILTIN_MODULES:
-        importlib.import_module(module)
+    _load_builtin()
     found: dict[str, dict[str, Any]] = {}
     for view in _VIEWS.values():
         data = view.build(outputs)
@@ -45,3 +132,27 @@ def example_views(outputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
             for name in view.shows:
                 outputs.pop(name, None)
     return found
+
+
+@dataclass(frozen=True)
+class RunPanel:
+    """A run view's rendered panel."""
+
+    name: str
+    title: str
+    html: str
+
+
+def run_views(context: RunContext) -> tuple[list[RunPanel], set[str]]:
+    """The panels of every run view that applies, and the names of the aggregates they
+    draw in full."""
+    _load_builtin()
+    panels: list[RunPanel] = []
+    shown: set[str] = set()
+    for view in _RUN_VIEWS.values():
+        html = view.build(context)
+        if html is None:
+            continue
+        panels.append(RunPanel(view.name, view.title, html))
+        shown |= {a.name for a in context.by_function(*view.shows)}
+    return panels, shown
