@@ -308,7 +308,7 @@
     return t;
   }
 
-  /* A flat dict of scalars (e.g. ExPerT's 15 scores) as a compact grid of key/value pairs. */
+  /* A flat dict of scalars (e.g. a result's 15 scores) as a compact grid of key/value pairs. */
   function kvGrid(obj) {
     const grid = h('div', { class: 'kvgrid' });
     for (const [k, v] of Object.entries(obj)) {

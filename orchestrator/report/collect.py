@@ -296,7 +296,7 @@ def point_into_prompts(inputs: dict[str, str], path: list[dict[str, Any]]) -> di
 def example_detail(
     run: RunData, result: ResultLine, records: list[NodeRun], opts: DetailOptions
 ) -> dict[str, Any]:
-    """One example's page data: outputs, inputs, node path, ExPerT aspects."""
+    """One example's page data: outputs, inputs, node path, registered views."""
     outputs = result.outputs
     detail: dict[str, Any] = {
         "outputs": outputs,
