@@ -10,7 +10,9 @@ number fails. Needs chromium and playwright like test_report_browser.py.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -363,6 +365,24 @@ def test_plots_print_dark_on_white(browser: Any, runs: dict[str, Path]) -> None:
         assert seen["body"] in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)")
         assert seen["texts"] and all(fill == 0 and size >= 11 for fill, size in seen["texts"])
         assert seen["strokes"] and all(stroke == 0 for stroke in seen["strokes"])
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def test_screenshot_of_the_plots(browser: Any, runs: dict[str, Path], tmp_path: Path) -> None:
+    """The AuPEL run's plots; REPORT_SCREENSHOT=1 refreshes docs/report-plots.png."""
+    page = open_views(browser, runs["aupel"])
+    try:
+        page.tab.set_viewport_size({"width": 1280, "height": 900})
+        box = page.tab.locator("#views").bounding_box()
+        assert box is not None
+        shot = tmp_path / "plots.png"
+        clip = {"x": box["x"], "y": box["y"], "width": box["width"], "height": 1000}
+        page.tab.screenshot(path=str(shot), clip=clip, full_page=True)
+        assert shot.stat().st_size > 10_000
+        if os.environ.get("REPORT_SCREENSHOT"):
+            shutil.copy(shot, ROOT / "docs" / "report-plots.png")
         assert page.errors == []
     finally:
         page.close()

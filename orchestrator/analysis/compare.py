@@ -255,9 +255,10 @@ def matched_by_id(
     values: list[dict[str, dict[str, Any]]], name: str, i: int, j: int
 ) -> list[tuple[str, Any, Any]]:
     """(example id, run i's value, run j's value) of one output on the examples where both
-    runs have one, in run i's order."""
+    runs have one, by id: a run's lines are in the order its examples finished, and the
+    seeded bootstrap must not give another interval for another finishing order."""
     found = []
-    for key, flat in values[i].items():
+    for key, flat in sorted(values[i].items()):
         other = values[j].get(key)
         if other is None or _missing(flat.get(name)) or _missing(other.get(name)):
             continue

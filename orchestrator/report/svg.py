@@ -304,7 +304,7 @@ def matrix(
         )
     for i, row in enumerate(rows):
         y = head + i * cell_h
-        out.append(_row_label(row, y + cell_h / 2 - 4, label_w - 8))
+        out.append(_row_label(row, y + cell_h / 2, label_w - 8))
         for j in range(len(columns)):
             cell = cells.get((i, j))
             if cell is None:
