@@ -18,7 +18,7 @@ from .kinds.base import RunServices, evaluate
 from .outage import ServerGone
 from .runtime import Runtime
 from .stats import RunStats
-from .trace import WHOLE, NodeRecord, TraceStore
+from .trace import WHOLE, NodeRecord, TraceRecorder
 
 ResultSink = Callable[[dict[str, Any]], None]
 
@@ -68,7 +68,7 @@ class Engine:
         self,
         graph: CompiledGraph,
         client: LLMClient,
-        trace: TraceStore,
+        trace: TraceRecorder,
         endpoints: dict[str, Endpoint],
         stats: RunStats,
         options: EngineOptions,

@@ -11,6 +11,7 @@ import hashlib
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,16 @@ from .records import WHOLE, Attempt, NodeRun
 if TYPE_CHECKING:
     from .reader import TraceReader
 
-__all__ = ["WHOLE", "Attempt", "NodeRecord", "NodeRun", "TraceStore", "damaged"]
+__all__ = [
+    "WHOLE",
+    "Attempt",
+    "NodeRecord",
+    "NodeRun",
+    "TraceBatch",
+    "TraceRecorder",
+    "TraceStore",
+    "damaged",
+]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -62,70 +72,40 @@ def loads(blob: bytes | None) -> Any:
     return None if blob is None else orjson.loads(blob)
 
 
-class TraceStore:
-    """Writes `traces.sqlite` of one run folder and answers resume lookups from it."""
+@dataclass(slots=True)
+class TraceBatch:
+    """Trace rows a worker queued (scale/worker.py), ready for the run folder's writer:
+    node runs numbered `first_id` up to `next_id` (exclusive) by the worker, their attempts,
+    and the schemas they point at."""
+
+    runs: list[tuple[Any, ...]]
+    attempts: list[tuple[Any, ...]]
+    schemas: dict[str, bytes]
+    first_id: int
+    next_id: int
+
+
+class TraceRecorder:
+    """Turns node executions into trace rows and queues them until `flush`. `TraceStore`
+    writes them to `traces.sqlite`; a worker process (orchestrator/scale) hands them to the
+    process that owns the run folder instead."""
 
     def __init__(
-        self, path: Path, run_id: str = "", graph_hash: str = "", run_key: str = ""
+        self, run_id: str = "", graph_hash: str = "", run_key: str = "", first_id: int = 1
     ) -> None:
-        self.path = path
         self.run_id = run_id
         self.graph_hash = graph_hash
         # Resume reads only rows written under this key (a run folder refuses any other
         # key, so this is a second guard against mixing two judges' values).
         self.run_key = run_key
-        try:
-            self._db = sqlite3.connect(
-                path, timeout=30, isolation_level=None, check_same_thread=False
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            self._add_missing_columns()
-        except sqlite3.DatabaseError as exc:
-            raise damaged(path, exc) from None
         # Records are written in batches (one transaction per `flush`): a commit per node
         # execution cost ~130 µs, more than the rest of our per-request work together.
         self._pending_runs: list[tuple[Any, ...]] = []
         self._pending_attempts: list[tuple[Any, ...]] = []
         self._pending_schemas: dict[str, bytes] = {}
         self._schema_ids: dict[int, tuple[dict[str, Any], str]] = {}
-        last = self._db.execute("SELECT MAX(id) FROM node_runs").fetchone()[0]
-        self._next_id = (last or 0) + 1
-        # Nothing to resume from means no lookups at all on a fresh run.
-        self._resumable = bool(run_key) and (
-            self._db.execute(
-                "SELECT 1 FROM node_runs WHERE run_key=? AND status IN ('ok','skipped') LIMIT 1",
-                (run_key,),
-            ).fetchone()
-            is not None
-        )
-
-    @classmethod
-    def reader(cls, path: Path) -> TraceReader:
-        """Open a trace to read only (a run may be writing it): typed node runs, no writes."""
-        from .reader import TraceReader
-
-        return TraceReader.open(path)
-
-    def start_run(self, **fields: Any) -> None:
-        settings = fields.pop("settings", None)
-        self._db.execute(
-            "INSERT OR REPLACE INTO runs (run_id, started, graph, graph_hash, model, base_url,"
-            " server, structured, settings, run_key) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                self.run_id,
-                time.time(),
-                fields.get("graph"),
-                self.graph_hash,
-                fields.get("model"),
-                fields.get("base_url"),
-                fields.get("server"),
-                fields.get("structured"),
-                _dumps(settings),
-                self.run_key,
-            ),
-        )
+        self._next_id = first_id
+        self._first_pending = first_id
 
     def record(self, rec: NodeRun) -> None:
         """Queue a finished node execution with its attempts; written by the next `flush`."""
@@ -177,6 +157,98 @@ class TraceStore:
         if len(self._pending_runs) >= FLUSH_EVERY:
             self.flush()
 
+    def _schema_hash(self, schema: dict[str, Any] | None) -> str | None:
+        """Schemas are stored once each; node runs point at them by content hash."""
+        if schema is None:
+            return None
+        # Node schemas are memoised dicts, so identity is a cheap first key.
+        known = self._schema_ids.get(id(schema))
+        if known is not None and known[0] is schema:
+            return known[1]
+        # Key order is kept: it is what the server got, and with structured outputs the
+        # order of `properties` is the order the model must write the fields in.
+        blob = orjson.dumps(schema)
+        digest = hashlib.sha256(blob).hexdigest()[:16]
+        self._schema_ids[id(schema)] = (schema, digest)
+        self._pending_schemas[digest] = blob
+        return digest
+
+    def flush(self) -> None:
+        """Write (or hand over) what is queued."""
+        raise NotImplementedError
+
+    def finished_value(self, example_id: str, node: str, item: int = WHOLE) -> tuple[bool, Any]:
+        """(found, value) of this node's finished execution in an earlier run, for resume."""
+        return False, None
+
+    def take(self) -> TraceBatch:
+        """Everything queued, as one batch, and the queues emptied."""
+        batch = TraceBatch(
+            self._pending_runs,
+            self._pending_attempts,
+            self._pending_schemas,
+            self._first_pending,
+            self._next_id,
+        )
+        self._pending_runs, self._pending_attempts, self._pending_schemas = [], [], {}
+        self._first_pending = self._next_id
+        return batch
+
+
+class TraceStore(TraceRecorder):
+    """Writes `traces.sqlite` of one run folder and answers resume lookups from it."""
+
+    def __init__(
+        self, path: Path, run_id: str = "", graph_hash: str = "", run_key: str = ""
+    ) -> None:
+        self.path = path
+        try:
+            self._db = sqlite3.connect(
+                path, timeout=30, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._add_missing_columns()
+        except sqlite3.DatabaseError as exc:
+            raise damaged(path, exc) from None
+        last = self._db.execute("SELECT MAX(id) FROM node_runs").fetchone()[0]
+        super().__init__(run_id, graph_hash, run_key, first_id=(last or 0) + 1)
+        # Nothing to resume from means no lookups at all on a fresh run.
+        self._resumable = bool(run_key) and (
+            self._db.execute(
+                "SELECT 1 FROM node_runs WHERE run_key=? AND status IN ('ok','skipped') LIMIT 1",
+                (run_key,),
+            ).fetchone()
+            is not None
+        )
+
+    @classmethod
+    def reader(cls, path: Path) -> TraceReader:
+        """Open a trace to read only (a run may be writing it): typed node runs, no writes."""
+        from .reader import TraceReader
+
+        return TraceReader.open(path)
+
+    def start_run(self, **fields: Any) -> None:
+        settings = fields.pop("settings", None)
+        self._db.execute(
+            "INSERT OR REPLACE INTO runs (run_id, started, graph, graph_hash, model, base_url,"
+            " server, structured, settings, run_key) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                self.run_id,
+                time.time(),
+                fields.get("graph"),
+                self.graph_hash,
+                fields.get("model"),
+                fields.get("base_url"),
+                fields.get("server"),
+                fields.get("structured"),
+                _dumps(settings),
+                self.run_key,
+            ),
+        )
+
     def flush(self) -> None:
         """Write every queued record in one transaction."""
         if not self._pending_runs:
@@ -211,6 +283,32 @@ class TraceStore:
         self._pending_attempts.clear()
         self._pending_schemas.clear()
 
+    def add(self, batch: TraceBatch) -> None:
+        """Queue a worker's rows (`TraceRecorder.take`) as if recorded here: its node runs
+        renumbered after this store's own, so ids stay unique across workers."""
+        shift = self._next_id - batch.first_id
+        self._pending_runs.extend((row[0] + shift, *row[1:]) for row in batch.runs)
+        self._pending_attempts.extend((row[0] + shift, *row[1:]) for row in batch.attempts)
+        self._pending_schemas.update(batch.schemas)
+        self._next_id += batch.next_id - batch.first_id
+        if len(self._pending_runs) >= FLUSH_EVERY:
+            self.flush()
+
+    def finished_values(self, example_id: str) -> dict[tuple[str, int], bytes | None]:
+        """Every finished (ok or skipped) value of one example in earlier runs, by (node,
+        item), as stored JSON: what a worker needs to resume the example elsewhere."""
+        if not self._resumable:
+            return {}
+        found: dict[tuple[str, int], bytes | None] = {}
+        # Oldest first, so the latest execution of a node wins, as in `finished_value`.
+        for node, item, value in self._db.execute(
+            "SELECT node, item, value FROM node_runs WHERE example_id=?"
+            " AND status IN ('ok','skipped') AND run_key=? ORDER BY id",
+            (example_id, self.run_key),
+        ):
+            found[node, item] = value
+        return found
+
     def _add_missing_columns(self) -> None:
         """Traces written before a column existed get it (empty), so old run folders resume."""
         have = {row[1] for row in self._db.execute("PRAGMA table_info(node_runs)")}
@@ -221,22 +319,6 @@ class TraceStore:
             self._db.execute("ALTER TABLE runs ADD COLUMN run_key TEXT")
         if "sample" not in {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}:
             self._db.execute("ALTER TABLE attempts ADD COLUMN sample INTEGER")
-
-    def _schema_hash(self, schema: dict[str, Any] | None) -> str | None:
-        """Schemas are stored once each; node runs point at them by content hash."""
-        if schema is None:
-            return None
-        # Node schemas are memoised dicts, so identity is a cheap first key.
-        known = self._schema_ids.get(id(schema))
-        if known is not None and known[0] is schema:
-            return known[1]
-        # Key order is kept: it is what the server got, and with structured outputs the
-        # order of `properties` is the order the model must write the fields in.
-        blob = orjson.dumps(schema)
-        digest = hashlib.sha256(blob).hexdigest()[:16]
-        self._schema_ids[id(schema)] = (schema, digest)
-        self._pending_schemas[digest] = blob
-        return digest
 
     def finished_value(self, example_id: str, node: str, item: int = WHOLE) -> tuple[bool, Any]:
         """(found, value) of the latest ok/skipped execution of this node for this example.

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
     from ..spec import FieldSpec, GraphSpec
     from ..templates import Expression
-    from ..trace import TraceStore
+    from ..trace import TraceRecorder
 
 SpecT = TypeVar("SpecT", bound=NodeBase)
 NodeT = TypeVar("NodeT", bound="CompiledNode")
@@ -52,7 +52,7 @@ class RunServices:
     """What an executor may use of the run it is part of: one per engine (so per run)."""
 
     client: LLMClient
-    trace: TraceStore
+    trace: TraceRecorder
     endpoints: dict[str, Endpoint]  # node name -> the endpoint it talks to
     runtime: Runtime
     memo: dict[Any, Any] = field(default_factory=dict)  # per-run caches of kinds
