@@ -87,6 +87,23 @@ def compile_dict(
     return _compile_guarded(origin, lambda: spec_from_raw(spec, name), functions=True)
 
 
+def compile_source(
+    source: bytes, templates: dict[str, str], *, path: Path, label: str
+) -> CompiledGraph:
+    """A graph compiled again from what an earlier compile read (the file's bytes and every
+    template it can render), reading no graph or template file: what a worker process or
+    another machine runs (orchestrator/scale). Functions named by module path are imported
+    near `path`, as for the file."""
+    from .graphfile import load_yaml_text
+
+    origin = GraphOrigin(path, label, texts=dict(templates), source=source)
+    return _compile_guarded(
+        origin,
+        lambda: spec_from_raw(load_yaml_text(source.decode("utf-8"), label), label),
+        functions=True,
+    )
+
+
 def _compile_guarded(
     origin: GraphOrigin, load: Callable[[], GraphSpec], functions: bool
 ) -> CompiledGraph:

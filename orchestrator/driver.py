@@ -40,6 +40,37 @@ def fewer_gc_passes() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
+class CacheFlusher:
+    """Writes the replies the cache has queued. The cache only saves requests (resume reads
+    the trace): a cache another process keeps locked costs its writes, not the run; the
+    replies stay queued and are tried again at the next flush."""
+
+    def __init__(self, cache: ResponseCache | None) -> None:
+        self.cache = cache
+        self.error: str | None = None
+
+    def __call__(self) -> None:
+        if self.cache is None:
+            return
+        try:
+            self.cache.flush()
+        except sqlite3.OperationalError as exc:
+            if self.error is None:
+                log.warning(
+                    "cannot write the response cache %s (%s); the run goes on and retries "
+                    "at every flush.",
+                    self.cache.path,
+                    exc,
+                )
+                # The wait blocks the event loop: after one long wait, try briefly.
+                self.cache.lock_wait(RETRY_LOCK_WAIT)
+            self.error = str(exc)
+        else:
+            if self.error is not None:
+                self.cache.lock_wait(BUSY_SECONDS)
+            self.error = None
+
+
 class Flusher:
     """Writes what has finished: replies, then traces, then result lines, so every result
     line on disk has its trace, and a kill loses at most one flush interval of work."""
@@ -50,30 +81,15 @@ class Flusher:
         trace: TraceStore,
         store: RunStore,
     ) -> None:
-        self.cache, self.trace, self.store = cache, trace, store
-        self.cache_error: str | None = None
+        self.cache = CacheFlusher(cache)
+        self.trace, self.store = trace, store
+
+    @property
+    def cache_error(self) -> str | None:
+        return self.cache.error
 
     def __call__(self) -> None:
-        if self.cache is not None:
-            try:
-                self.cache.flush()
-            except sqlite3.OperationalError as exc:
-                # The cache only saves requests (resume reads the trace): a cache another
-                # process keeps locked costs its writes, not the run. Replies stay queued.
-                if self.cache_error is None:
-                    log.warning(
-                        "cannot write the response cache %s (%s); the run goes on and retries "
-                        "at every flush.",
-                        self.cache.path,
-                        exc,
-                    )
-                    # The wait blocks the event loop: after one long wait, try briefly.
-                    self.cache.lock_wait(RETRY_LOCK_WAIT)
-                self.cache_error = str(exc)
-            else:
-                if self.cache_error is not None:
-                    self.cache.lock_wait(BUSY_SECONDS)
-                self.cache_error = None
+        self.cache()
         self.trace.flush()
         self.store.flush()
 

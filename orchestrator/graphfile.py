@@ -173,7 +173,11 @@ def _read_text(path: Path, file: str) -> str:
 def load_yaml(path: Path) -> Any:
     """Parse the file with every YAML-level limit applied; raise GraphError if any fails."""
     file = str(path)
-    text = _read_text(path, file)
+    return load_yaml_text(_read_text(path, file), file)
+
+
+def load_yaml_text(text: str, file: str) -> Any:
+    """`load_yaml` of a graph file's text already read (`file` names it in problems)."""
     loader = _GraphLoader(text)
     try:
         root = loader.get_single_node()

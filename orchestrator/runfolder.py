@@ -67,6 +67,11 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def encode_result(row: dict[str, Any]) -> bytes:
+    """One result line as written to results.jsonl (a worker encodes its lines so)."""
+    return orjson.dumps(row, default=str) + b"\n"
+
+
 def read_json(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
 
@@ -300,7 +305,11 @@ class RunFolder:
 
     def write_result(self, row: dict[str, Any]) -> None:
         """Queue one example's line; `flush` appends it (after the trace is written)."""
-        self._pending.append(orjson.dumps(row, default=str) + b"\n")
+        self._pending.append(encode_result(row))
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Queue result lines a worker encoded (`encode_result`), as `write_result` does."""
+        self._pending.extend(lines)
 
     def flush(self) -> None:
         """Append the queued lines and push them to the OS, so a crash cannot tear them."""

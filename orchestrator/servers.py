@@ -16,6 +16,7 @@ from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .graph import CompiledGraph
+    from .kinds.base import EndpointWant
 
 log = logging.getLogger("orchestrator")
 
@@ -52,6 +53,12 @@ def from_params(value: str | None, params: dict[str, Any], node: str, key: str) 
     return found
 
 
+def node_api_key(want: EndpointWant, choice: ServerChoice) -> str:
+    """The key a node's requests carry: from its own `api_key_env`, else the run's."""
+    key = os.environ.get(want.api_key_env, "") if want.api_key_env else choice.api_key
+    return key or "EMPTY"
+
+
 async def server_version(base_url: str) -> str | None:
     """vLLM answers /version at its root; other servers may not, which is fine."""
     root = base_url.rstrip("/").removesuffix("/v1")
@@ -77,9 +84,9 @@ async def prepare_endpoints(
         if want is None:
             continue
         base_url = from_params(want.base_url, choice.params, name, "base_url") or choice.base_url
-        api_key = os.environ.get(want.api_key_env, "") if want.api_key_env else choice.api_key
+        api_key = node_api_key(want, choice)
         if base_url not in served_by:
-            served_by[base_url] = await client.list_models(base_url, api_key or "EMPTY")
+            served_by[base_url] = await client.list_models(base_url, api_key)
         served = served_by[base_url]
         model = from_params(want.model, choice.params, name, "model")
         model = model or (choice.model if base_url == choice.base_url else None)
@@ -91,7 +98,7 @@ async def prepare_endpoints(
                 f"node '{name}': model '{model}' is not served by {base_url} "
                 f"(it serves: {', '.join(served)})"
             )
-        endpoints[name] = client.endpoint(base_url, model, api_key or "EMPTY")
+        endpoints[name] = client.endpoint(base_url, model, api_key)
     servers: dict[str, Any] = {}
     for ep in {id(e): e for e in endpoints.values()}.values():
         if choice.structured == "auto":

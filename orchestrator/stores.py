@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from .runkey import RunKey
 from .trace import TraceStore
 
@@ -49,6 +51,10 @@ class RunStore(Protocol):
     def write_input(self, row: Row) -> None: ...
 
     def write_result(self, row: dict[str, Any]) -> None: ...
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Result lines already encoded (`runfolder.encode_result`) by a worker."""
+        ...
 
     def flush(self) -> None: ...
 
@@ -108,6 +114,9 @@ class MemoryStore:
 
     def write_result(self, row: dict[str, Any]) -> None:
         self.lines.append(row)
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        self.lines.extend(orjson.loads(line) for line in lines)
 
     def flush(self) -> None:
         return None
