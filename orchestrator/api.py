@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from rich.console import Console
 
@@ -33,6 +33,7 @@ from .outage import DEFAULT_SERVER_WAIT
 from .reader import RunReader
 from .records import Manifest, ResultLine, Summary
 from .runfolder import RunFolder
+from .scale import Executor, Workers, parse_workers
 from .servers import StructuredChoice
 from .session import RunSettings, run_session
 from .sources import as_source
@@ -113,6 +114,11 @@ class RunResult:
         return node_runs_frame(self.folder)
 
 
+def _default_workers(executor: Executor) -> Workers:
+    """One process locally; on Ray, one actor per CPU of the cluster."""
+    return "auto" if executor == "ray" else 1
+
+
 def _default_base_url() -> str:
     url = os.environ.get("OPENAI_BASE_URL")
     if url:
@@ -148,12 +154,18 @@ async def arun(
     progress: bool = False,
     transport: Transport | None = None,
     retry: RetryPolicy | None = None,
+    workers: int | Literal["auto"] | None = None,
+    executor: Executor = "local",
+    ray_address: str | None = None,
 ) -> RunResult:
     """Run `graph` over `data` (a path, list of dicts, pandas/polars DataFrame or Hugging
     Face Dataset). With `out`, results go to a resumable run folder; without, they stay
     in memory. `cache=True` uses the shared response cache, a path another one.
     `transport` (e.g. `orc.FakeTransport()`, no server needed) and `retry` replace the
-    OpenAI SDK and the default retry policy."""
+    OpenAI SDK and the default retry policy. `workers=N` (or "auto", one per core) runs
+    the graph in N processes into the same folder and cache; `executor="ray"` runs it on
+    Ray actors (one per cluster CPU unless `workers` says), at `ray_address` or the Ray
+    instance this process finds or starts (docs/scale.md)."""
     compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph)
     if base_url is None and transport is not None:
         base_url = FAKE_BASE_URL  # a transport of its own needs no server to be found
@@ -173,6 +185,9 @@ async def arun(
         server_wait=server_wait,
         transport=transport,
         retry=retry,
+        workers=parse_workers(workers) if workers is not None else _default_workers(executor),
+        executor=executor,
+        ray_address=ray_address,
     )
     store: RunStore = RunFolder(out) if out is not None else MemoryStore()
     console = Console(stderr=True) if progress else None

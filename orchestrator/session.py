@@ -34,6 +34,7 @@ from .outage import DEFAULT_SERVER_WAIT, ServerGone
 from .params import effective_params
 from .runfolder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from .runkey import RunKey, server_components, static_components
+from .scale import Executor, JobParts, ScaleChoice, WorkerPool, Workers
 from .servers import ServerChoice, StructuredChoice, prepare_endpoints
 from .sources import RowSource
 from .stats import RunStats
@@ -61,6 +62,11 @@ class RunSettings:
     params: dict[str, Any] = field(default_factory=dict)
     timeout: float = 120.0
     server_wait: float = DEFAULT_SERVER_WAIT
+    # Scale-out (orchestrator/scale): N worker processes, or actors on a Ray cluster; the
+    # run folder, cache and run key are the same as for one process.
+    workers: Workers = 1
+    executor: Executor = "local"
+    ray_address: str | None = None
     # Seams for tests and other providers: None is the OpenAI SDK and the default policy.
     transport: Transport | None = field(default=None, repr=False)
     retry: RetryPolicy | None = field(default=None, repr=False)
@@ -167,6 +173,8 @@ async def _run_locked(
     manifest["servers"] = servers
     manifest["model"] = settings.model or next((e.model for e in endpoints.values()), None)
     flush = Flusher(cache, trace, store)
+    scale = ScaleChoice(settings.workers, settings.executor, settings.ray_address)
+    pool = WorkerPool(scale) if scale.sharded else None
     try:
         trace.start_run(
             graph=graph.label,
@@ -177,24 +185,41 @@ async def _run_locked(
             settings=manifest["parameters"],
         )
         store.write_manifest(manifest)
-        engine = Engine(
-            graph,
-            client,
-            trace,
-            endpoints,
-            stats,
-            EngineOptions(params=settings.params, window=max(2 * settings.concurrency, 16)),
-        )
-        with fewer_gc_passes():
-            await drive(
-                engine.run(
-                    _rows(graph, source, store, settings.limit), store.write_result, store.done
-                ),
-                flush,
+        rows = _rows(graph, source, store, settings.limit)
+        if pool is None:
+            engine = Engine(
+                graph,
+                client,
+                trace,
+                endpoints,
                 stats,
-                source.count(settings.limit),
-                console,
+                EngineOptions(params=settings.params, window=max(2 * settings.concurrency, 16)),
             )
+            work = engine.run(rows, store.write_result, store.done)
+        else:
+            parts = JobParts(
+                graph=graph,
+                endpoints=endpoints,
+                choice=choice,
+                params=settings.params,
+                concurrency=settings.concurrency,
+                timeout=settings.timeout,
+                server_wait=settings.server_wait,
+                refresh=settings.refresh,
+                cache=cache.path if cache is not None else None,
+                run_id=run_id,
+                run_key=run_key.digest,
+                transport=settings.transport,
+                retry=settings.retry,
+            )
+
+            def started(workers: list[dict[str, Any]]) -> None:
+                manifest["workers"] = workers  # which processes to look at while it runs
+                store.write_manifest(manifest)
+
+            work = pool.run(parts, rows, store, trace, stats, started)
+        with fewer_gc_passes():
+            await drive(work, flush, stats, source.count(settings.limit), console)
         manifest["status"] = "complete"
     except (asyncio.CancelledError, KeyboardInterrupt):
         manifest["status"] = "interrupted"
@@ -216,11 +241,15 @@ async def _run_locked(
         except (OSError, sqlite3.Error) as exc:
             manifest["status"] = "error"
             manifest["error"] = manifest.get("error") or f"could not write the run folder: {exc}"
-        if flush.cache_error is not None:
-            manifest["cache_error"] = f"replies not saved to the cache: {flush.cache_error}"
+        cache_errors = [flush.cache_error, *(pool.cache_errors if pool else [])]
+        if any(cache_errors):
+            first = next(error for error in cache_errors if error)
+            manifest["cache_error"] = f"replies not saved to the cache: {first}"
         manifest["ended"] = time.time()
         manifest["wall_seconds"] = round(manifest["ended"] - manifest["started"], 3)
-        manifest["outages"] = client.outages()
+        manifest["outages"] = client.outages() + (pool.outages if pool else [])
+        if pool is not None:
+            manifest["workers"] = pool.workers
         # Streamed from the store, twice, rather than held: runs can have millions of lines.
         manifest["counts"] = {**stats.as_dict(), **status_counts(store.results())}
         manifest["means"] = output_means(store.results())
@@ -293,6 +322,8 @@ def _manifest(
             "structured": settings.structured,
             "timeout": settings.timeout,
             "server_wait": settings.server_wait,
+            "workers": settings.workers,
+            "executor": settings.executor,
             **(
                 {"transport": type(settings.transport).__name__}
                 if settings.transport is not None

@@ -118,10 +118,29 @@ def run(
         ),
     ] = DEFAULT_SERVER_WAIT,
     port: Annotated[int | None, typer.Option(help="Port of the embedded server.")] = None,
+    workers: Annotated[
+        str | None,
+        typer.Option(
+            help="Processes to run the graph in (auto: one per core; with --ray, actors, "
+            "default one per cluster CPU). One run folder and cache; --concurrency is split."
+        ),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            is_flag=False,
+            flag_value="",
+            metavar="[ADDRESS]",
+            help="Run on a Ray cluster (ADDRESS, e.g. ray://head:10001; without one, the "
+            "running local instance or a new one). Needs orchestrator[scale].",
+        ),
+    ] = None,
 ) -> None:
     """Run a graph over a dataset into a run folder; re-running the same command resumes."""
     if structured not in ("auto", "server", "prompt"):
         fail("--structured must be auto, server or prompt")
+    scale = _scale_options(workers, ray)  # checked before any server is started
     graph = _graph_path(graph)
     compiled = _compile_or_exit(graph)
     server = None
@@ -146,10 +165,26 @@ def run(
             params=_parse_params(param or []),
             timeout=timeout or (EMBEDDED_TIMEOUT if embedded_default else 120.0),
             server_wait=server_wait,
+            **scale,
         )
     finally:
         _stop(server)
     raise typer.Exit(_exit_code(outcome))
+
+
+def _scale_options(workers: str | None, ray: str | None) -> dict[str, Any]:
+    """`--workers` and `--ray` as `arun` takes them."""
+    from ..scale import parse_workers
+
+    options: dict[str, Any] = {"executor": "ray" if ray is not None else "local"}
+    if ray:
+        options["ray_address"] = ray
+    if workers is not None:
+        try:
+            options["workers"] = parse_workers(workers)
+        except OrchestratorError as exc:
+            fail(str(exc))
+    return options
 
 
 EXIT_EXAMPLES_FAILED = 2

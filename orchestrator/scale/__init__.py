@@ -1,0 +1,17 @@
+"""Scale-out: one run's rows on several workers — local processes (`--workers N`) or Ray
+actors (`--ray`) — each running the async engine on the rows it is handed, while the
+process that started the run keeps its one run folder, lock and run key (docs/scale.md)."""
+
+from .messages import WorkerFailed, WorkerLost
+from .pool import Executor, JobParts, ScaleChoice, WorkerPool, Workers, parse_workers
+
+__all__ = [
+    "Executor",
+    "JobParts",
+    "ScaleChoice",
+    "WorkerFailed",
+    "WorkerLost",
+    "WorkerPool",
+    "Workers",
+    "parse_workers",
+]

@@ -1,0 +1,135 @@
+"""What crosses between the process that owns a run and its workers (processes or Ray
+actors): the job a worker is given once, the rows it is handed, and the reports of finished
+work it hands back. Everything here pickles; nothing holds a socket or a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..calls.registry import StructuredMode
+from ..compile import compile_source
+from ..dataset import Row
+from ..errors import OrchestratorError
+from ..graph import CompiledGraph
+from ..stats import RunStats
+from ..trace import TraceBatch
+
+# (node, foreach item) -> the stored JSON of its finished value, for one example.
+ResumeValues = dict[tuple[str, int], bytes | None]
+
+
+class WorkerLost(OrchestratorError):
+    """A worker stopped answering (killed, crashed, its machine gone): the run stops, and
+    what the other workers finished is kept for a resume."""
+
+
+class WorkerFailed(OrchestratorError):
+    """A worker could not start or run (its error is in the message); the run stops."""
+
+
+class GraphRecipe(BaseModel):
+    """A compiled graph as the bytes it was compiled from, so a worker compiles the very
+    same graph without reading a file (it may be on another machine)."""
+
+    source: bytes
+    templates: dict[str, str]
+    path: Path
+    label: str
+    content_hash: str
+
+    @classmethod
+    def of(cls, graph: CompiledGraph) -> GraphRecipe:
+        return cls(
+            source=graph.source,
+            templates=graph.templates,
+            path=graph.path,
+            label=graph.label,
+            content_hash=graph.content_hash,
+        )
+
+    def compile(self) -> CompiledGraph:
+        """The graph again; WorkerFailed if it hashes differently (a worker must never run
+        a graph the run key does not name)."""
+        graph = compile_source(self.source, self.templates, path=self.path, label=self.label)
+        if graph.content_hash != self.content_hash:
+            raise WorkerFailed(
+                f"the graph {self.label} compiled to hash {graph.content_hash} in a worker but "
+                f"{self.content_hash} in the run; report this as a bug."
+            )
+        return graph
+
+
+class EndpointPlan(BaseModel):
+    """One LLM node's server as the run decided it (model listed, canary asked once)."""
+
+    node: str
+    base_url: str
+    model: str
+    api_key: str = Field(default="EMPTY", repr=False)  # never printed with the plan
+    structured: StructuredMode
+
+
+class WorkerJob(BaseModel):
+    """Everything a worker needs to run the engine on the rows it is handed."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    graph: GraphRecipe
+    endpoints: list[EndpointPlan]
+    params: dict[str, Any]
+    concurrency: int  # this worker's in-flight limit per server (the run's, split)
+    window: int  # examples this worker keeps in flight
+    timeout: float
+    server_wait: float
+    refresh: bool
+    cache: Path | None  # the response cache file; None runs without one
+    run_id: str
+    graph_hash: str
+    run_key: str
+    # The seams of RunSettings; they must pickle to reach a worker.
+    transport: Any = Field(default=None, repr=False)
+    retry: Any = Field(default=None, repr=False)
+
+
+# The two records below go back and forth several times a second with thousands of rows
+# or lines: plain slotted dataclasses, since they are built by this code, never parsed
+# from user input, and pydantic's validation of every row's data would be pure cost.
+
+
+@dataclass(slots=True)
+class RowChunk:
+    """Rows handed to one worker, with the finished node values of those an earlier run
+    left half done (so they resume from the trace, as in one process)."""
+
+    rows: list[Row]
+    resume: dict[str, ResumeValues] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class WorkerFailure:
+    kind: Literal["server gone", "error"]
+    message: str
+
+
+@dataclass(slots=True)
+class WorkerReport:
+    """What one worker finished since its last report: result lines (JSON, one per
+    example, ids alongside), their trace rows, and its counters so far. The last report
+    of a worker is `final`, with its outages and any cache error."""
+
+    worker: str
+    pid: int
+    host: str
+    ids: list[str]
+    lines: list[bytes]
+    trace: TraceBatch
+    stats: RunStats
+    final: bool = False
+    failure: WorkerFailure | None = None
+    outages: list[dict[str, Any]] = field(default_factory=list)
+    cache_error: str | None = None

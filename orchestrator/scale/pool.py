@@ -1,0 +1,176 @@
+"""The workers of one run, whichever executor: the job they are given (built from what the
+run decided — graph, endpoints, limits, run key), started as processes or Ray actors, fed
+by the `Coordinator`, and stopped however the run ends."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from ..calls.registry import Endpoint
+from ..dataset import Row
+from ..errors import ConfigurationError
+from ..graph import CompiledGraph
+from ..servers import ServerChoice, node_api_key
+from ..stats import RunStats
+from ..stores import RunStore
+from ..trace import TraceStore
+from .coordinator import Coordinator, WorkerLink
+from .messages import EndpointPlan, GraphRecipe, WorkerJob
+
+Executor = Literal["local", "ray"]
+Workers = int | Literal["auto"]
+
+
+class _Disposable(WorkerLink, Protocol):
+    async def dispose(self) -> None: ...
+
+
+def parse_workers(value: str | int) -> Workers:
+    """`--workers`: a positive count or `auto`; ConfigurationError naming the flag else."""
+    if value == "auto":
+        return "auto"
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1:
+        raise ConfigurationError(
+            f"--workers takes a number of processes (1 or more) or auto, got {value!r}"
+        )
+    return count
+
+
+@dataclass
+class ScaleChoice:
+    """How many workers, where: local processes, or actors on a Ray cluster."""
+
+    workers: Workers = 1
+    executor: Executor = "local"
+    ray_address: str | None = None
+
+    @property
+    def sharded(self) -> bool:
+        """False for the plain in-process run (one worker, no Ray)."""
+        return self.executor == "ray" or self.workers != 1
+
+
+@dataclass(kw_only=True)
+class JobParts:
+    """What a session decided that every worker must share."""
+
+    graph: CompiledGraph
+    endpoints: dict[str, Endpoint]
+    choice: ServerChoice
+    params: dict[str, Any]
+    concurrency: int
+    timeout: float
+    server_wait: float
+    refresh: bool
+    cache: Path | None
+    run_id: str
+    run_key: str
+    transport: Any = None
+    retry: Any = None
+
+
+def _api_key(parts: JobParts, node: str) -> str:
+    """The key the run's own client uses for this node (decided where the run started)."""
+    compiled = parts.graph.nodes[node]
+    want = compiled.kind.endpoint_want(compiled.spec)
+    if want is None:  # only nodes that talk to a server have endpoints
+        raise ConfigurationError(f"node '{node}' has an endpoint but asks for no server")
+    return node_api_key(want, parts.choice)
+
+
+def worker_job(parts: JobParts, count: int) -> WorkerJob:
+    """The job of each of `count` workers: the run's per-server limit split between them
+    (so `--concurrency` stays what each server sees in total), the graph as compiled."""
+    concurrency = max(1, math.ceil(parts.concurrency / count))
+    plans = [
+        EndpointPlan(
+            node=node,
+            base_url=endpoint.base_url,
+            model=endpoint.model,
+            api_key=_api_key(parts, node),
+            structured=endpoint.structured,
+        )
+        for node, endpoint in parts.endpoints.items()
+    ]
+    return WorkerJob(
+        graph=GraphRecipe.of(parts.graph),
+        endpoints=plans,
+        params=parts.params,
+        concurrency=concurrency,
+        window=max(2 * concurrency, 16),
+        timeout=parts.timeout,
+        server_wait=parts.server_wait,
+        refresh=parts.refresh,
+        cache=parts.cache,
+        run_id=parts.run_id,
+        graph_hash=parts.graph.content_hash,
+        run_key=parts.run_key,
+        transport=parts.transport,
+        retry=parts.retry,
+    )
+
+
+@dataclass
+class WorkerPool:
+    """Runs a session's rows on workers and keeps what the manifest records of them."""
+
+    choice: ScaleChoice
+    outages: list[dict[str, Any]] = field(default_factory=list)
+    cache_errors: list[str] = field(default_factory=list)
+    workers: list[dict[str, Any]] = field(default_factory=list)
+
+    async def run(
+        self,
+        parts: JobParts,
+        rows: Iterable[Row],
+        store: RunStore,
+        trace: TraceStore,
+        stats: RunStats,
+        started: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> None:
+        """Start the workers, run the rows through them, stop them; `started` is told of
+        each worker (name, pid, host) as it first reports."""
+        job, links = await self._start(parts)
+        coordinator = Coordinator(list(links), store, trace, stats, job.window, started)
+        try:
+            await coordinator.run(rows)
+        finally:
+            self.outages.extend(coordinator.outages)
+            self.cache_errors.extend(coordinator.cache_errors)
+            self.workers = list(coordinator.workers.values())
+            for link in links:
+                await link.dispose()
+
+    async def _start(self, parts: JobParts) -> tuple[WorkerJob, list[_Disposable]]:
+        if self.choice.executor == "ray":
+            from .onray import actor_count, connect, start_actors
+
+            ray = connect(self.choice.ray_address)
+            wanted = None if self.choice.workers == "auto" else self.choice.workers
+            count = actor_count(ray, wanted)
+            job = worker_job(parts, count)
+            return job, list(await start_actors(ray, job, count))
+        from .processes import ProcessLink
+
+        auto = self.choice.workers == "auto"
+        count = (os.cpu_count() or 1) if auto else int(self.choice.workers)
+        job = worker_job(parts, count)
+        links: list[_Disposable] = []
+        try:
+            for index in range(count):
+                links.append(ProcessLink(f"worker-{index + 1}", job))
+        except BaseException:
+            for link in links:
+                await link.close(cancel=True)
+                await link.dispose()
+            raise
+        return job, links
