@@ -1,0 +1,270 @@
+"""`--workers N`: one run's rows in N processes, one run folder, one cache (issue 17).
+
+The workload is the kill-and-resume diamond (three LLM calls per example, 0.1–0.3 s per
+reply from the fake server), so a kill finds examples half done in several processes.
+Everything is checked through what a user has: the folder's files, the server's request
+log, the command's exit code and words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakeserver import FakeServer, schema_responder
+from helpers import requests_per_call
+from test_kill_resume import (
+    NODES,
+    ROOT,
+    Cli,
+    Workload,
+    half_done,
+    integrity,
+    llm_latency,
+    lost_rows,
+    make_workload,
+    manifest,
+    node_requests,
+    result_ids,
+    traced,
+    wait_until,
+)
+
+import orchestrator as orc
+from orchestrator.errors import ConfigurationError, RunFolderError
+
+pytestmark = pytest.mark.reliability
+
+EXAMPLES = 60
+
+
+def start_cli(work: Workload, out: Path, base_url: str, cache: Path, *extra: str) -> Cli:
+    """`python -m orchestrator run …` with `extra` flags, as a user would type it."""
+    command = [
+        sys.executable,
+        "-m",
+        "orchestrator",
+        "run",
+        str(work.graph),
+        "--data",
+        str(work.data),
+        "--out",
+        str(out),
+        "--base-url",
+        base_url,
+        "--concurrency",
+        "8",
+        "--cache",
+        str(cache),
+        *extra,
+    ]
+    log = out.parent / f"{out.name}.{time.monotonic_ns()}.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            command,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    return Cli(proc, log, time.monotonic())
+
+
+def run_api(work: Workload, out: Path, base_url: str, cache: Path, **options: Any) -> Any:
+    return orc.run(
+        work.graph, work.data, base_url=base_url, out=out, cache=cache, concurrency=8, **options
+    )
+
+
+def node_rows(out: Path) -> list[tuple[Any, ...]]:
+    """(id, example, node, item, status, value) of every node run in the trace."""
+    db = sqlite3.connect(out / "traces.sqlite")
+    try:
+        return db.execute(
+            "SELECT id, example_id, node, item, status, value FROM node_runs ORDER BY id"
+        ).fetchall()
+    finally:
+        db.close()
+
+
+def worker_pids(out: Path, count: int, cli: Cli) -> list[int]:
+    """The worker processes the running command lists in its manifest."""
+
+
+    def listed() -> list[dict[str, Any]]:
+        if not (out / "manifest.json").exists():  # written (atomically) once it starts
+            return []
+        return list(manifest(out).get("workers") or [])
+
+    wait_until(lambda: len(listed()) == count, f"{count} workers listed", cli)
+    return [int(worker["pid"]) for worker in listed()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (dead, not yet reaped) counts as gone.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+
+
+def test_two_workers_give_the_results_and_trace_of_one(tmp_path: Path) -> None:
+    """Same lines, same trace shape, one folder; then a second folder from the same cache
+    sends nothing: the workers shared the one response cache."""
+    work = make_workload(tmp_path, range(EXAMPLES))
+    cache = tmp_path / "cache.sqlite"
+    with FakeServer(schema_responder) as server:
+        one = run_api(work, tmp_path / "one", server.base_url, tmp_path / "own.sqlite")
+        two = run_api(work, tmp_path / "two", server.base_url, cache, workers=2)
+        sent = node_requests(server)
+        again = run_api(work, tmp_path / "again", server.base_url, cache, workers=2)
+        sent_again = node_requests(server) - sent
+
+    assert two.manifest.status == "complete"
+    assert {line.id: line.outputs for line in two.results} == {
+        line.id: line.outputs for line in one.results
+    }
+    assert [line.id for line in two.results] == work.ids  # in the source's order
+    assert sorted(result_ids(tmp_path / "two")) == sorted(work.ids)
+    # Both workers took rows, and they are two processes other than this one.
+    pids = {worker["pid"] for worker in two.manifest.model_extra["workers"]}
+    assert len(pids) == 2 and os.getpid() not in pids
+    # The trace: each (example, node) once, ids unique, every attempt tied to a node run.
+    rows = node_rows(tmp_path / "two")
+    assert Counter((r[1], r[2]) for r in rows if r[4] == "ok") == Counter(
+        (e, n) for e in work.ids for n in NODES
+    )
+    assert len({r[0] for r in rows}) == len(rows)
+    db = sqlite3.connect(tmp_path / "two" / "traces.sqlite")
+    orphans = db.execute(
+        "SELECT COUNT(*) FROM attempts WHERE node_run_id NOT IN (SELECT id FROM node_runs)"
+    ).fetchone()[0]
+    schemas = db.execute("SELECT COUNT(*) FROM schemas").fetchone()[0]
+    db.close()
+    assert orphans == 0 and schemas > 0
+    assert {r[1:] for r in rows} == {r[1:] for r in node_rows(tmp_path / "one")}
+    # Counters summed over workers: one request per call, none counted twice.
+    assert two.manifest.counts.examples_ok == EXAMPLES
+    assert two.manifest.counts.requests == len(NODES) * EXAMPLES + 1  # + the canary
+    assert sent == 2 * len(NODES) * EXAMPLES
+    assert sent_again == 0 and again.manifest.counts.cache_hits == len(NODES) * EXAMPLES
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(
+        p.name for p in (tmp_path / "one").iterdir()
+    )
+
+
+def test_parent_killed_then_resumed_with_workers(tmp_path: Path) -> None:
+    """SIGKILL to the command (the owner): its workers exit on their own, and the same
+    command resumes, reusing half-done examples' finished nodes from the trace."""
+    work = make_workload(tmp_path, range(EXAMPLES))
+    out, cache = tmp_path / "run", tmp_path / "cache.sqlite"
+    with FakeServer(llm_latency) as server:
+        first = start_cli(work, out, server.base_url, cache, "--workers", "2")
+        pids = worker_pids(out, 2, first)
+        target = len(NODES) * EXAMPLES // 2
+        wait_until(lambda: node_requests(server) >= target, f"{target} requests", first)
+        first.proc.send_signal(signal.SIGKILL)
+        assert first.wait() == -signal.SIGKILL
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(alive(pid) for pid in pids), "workers outlived their owner"
+        assert integrity(out / "traces.sqlite") == "ok"
+        kept = result_ids(out, allow_torn_tail=True)
+        partial = half_done(out)
+
+        second = start_cli(work, out, server.base_url, cache, "--workers", "2")
+        assert second.wait() == 0, second.output()
+        per_call = requests_per_call(server.requests)
+
+    assert "Resuming" in second.output()
+    ids = result_ids(out)
+    assert lost_rows(ids, work.ids) == 0
+    assert set(kept) <= set(ids)
+    after = manifest(out)
+    assert after["status"] == "complete" and after["resumed"] is True
+    assert after["counts"]["examples_resumed"] == len(set(kept))
+    # Half-done examples were finished from the trace, not asked again.
+    again = {e for e, node in traced(out, after["run_id"]) if node == "extract"}
+    assert partial, "the kill should have found examples half done"
+    assert not again & partial
+    assert len(per_call) == len(NODES) * EXAMPLES
+
+
+def test_worker_killed_mid_run_stops_with_a_clear_error_and_resumes(tmp_path: Path) -> None:
+    """SIGKILL to one worker: the command stops (exit 1) saying which worker died and how
+    to resume; what was reported is kept; the same command finishes every example once."""
+    work = make_workload(tmp_path, range(EXAMPLES))
+    out, cache = tmp_path / "run", tmp_path / "cache.sqlite"
+    with FakeServer(llm_latency) as server:
+        first = start_cli(work, out, server.base_url, cache, "--workers", "2")
+        victim = worker_pids(out, 2, first)[0]
+        wait_until(lambda: len(result_ids(out, allow_torn_tail=True)) >= 5, "5 lines", first)
+        os.kill(victim, signal.SIGKILL)
+        code = first.wait()
+        said = " ".join(first.output().split())
+        assert code == 1, said
+        assert f"pid {victim}" in said and "killed by SIGKILL" in said
+        assert "re-run the same command to resume" in said
+        assert "Traceback" not in said
+        stopped = manifest(out)
+        assert stopped["status"] == "error" and "died" in stopped["error"]
+        kept = result_ids(out)
+        assert kept and len(kept) == len(set(kept))
+
+        second = start_cli(work, out, server.base_url, cache, "--workers", "2")
+        assert second.wait() == 0, second.output()
+
+    ids = result_ids(out)
+    assert lost_rows(ids, work.ids) == 0
+    assert manifest(out)["status"] == "complete"
+
+
+def test_lock_refuses_a_second_run_while_workers_run(tmp_path: Path) -> None:
+    work = make_workload(tmp_path, range(EXAMPLES))
+    out, cache = tmp_path / "run", tmp_path / "cache.sqlite"
+    with FakeServer(llm_latency) as server:
+        first = start_cli(work, out, server.base_url, cache, "--workers", "2")
+        worker_pids(out, 2, first)
+        with pytest.raises(RunFolderError, match="being written by another run"):
+            run_api(work, out, server.base_url, cache, workers=2)
+        first.proc.send_signal(signal.SIGINT)
+        assert first.wait() == 130, first.output()
+    assert manifest(out)["status"] == "interrupted"
+    assert len(result_ids(out)) == len(set(result_ids(out)))
+
+
+def test_workers_setting_is_checked(tmp_path: Path) -> None:
+    work = make_workload(tmp_path, range(2))
+    with pytest.raises(ConfigurationError, match="--workers"):
+        run_api(work, tmp_path / "run", "http://127.0.0.1:9/v1", tmp_path / "c", workers=0)
+    cli = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", str(work.graph), "--data", str(work.data)]
+        + ["--base-url", "http://127.0.0.1:9/v1", "--workers", "many"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert cli.returncode != 0 and "--workers" in cli.stdout + cli.stderr
+
+
+def test_ray_executor_without_ray_says_how_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    work = make_workload(tmp_path, range(2))
+    with FakeServer() as server, pytest.raises(ConfigurationError, match=r"orchestrator\[scale\]"):
+        run_api(work, tmp_path / "run", server.base_url, tmp_path / "c", executor="ray")
+    # The folder says why it stopped, and holds no line.
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "error"
