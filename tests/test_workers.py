@@ -98,7 +98,6 @@ def node_rows(out: Path) -> list[tuple[Any, ...]]:
 def worker_pids(out: Path, count: int, cli: Cli) -> list[int]:
     """The worker processes the running command lists in its manifest."""
 
-
     def listed() -> list[dict[str, Any]]:
         if not (out / "manifest.json").exists():  # written (atomically) once it starts
             return []
@@ -249,8 +248,11 @@ def test_workers_setting_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="--workers"):
         run_api(work, tmp_path / "run", "http://127.0.0.1:9/v1", tmp_path / "c", workers=0)
     cli = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "run", str(work.graph), "--data", str(work.data)]
-        + ["--base-url", "http://127.0.0.1:9/v1", "--workers", "many"],
+        [
+            *(sys.executable, "-m", "orchestrator", "run", str(work.graph)),
+            *("--data", str(work.data), "--base-url", "http://127.0.0.1:9/v1"),
+            *("--workers", "many"),
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
