@@ -270,3 +270,27 @@ def test_ray_executor_without_ray_says_how_to_install(
         run_api(work, tmp_path / "run", server.base_url, tmp_path / "c", executor="ray")
     # The folder says why it stopped, and holds no line.
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "error"
+
+
+def test_ray_flag_without_ray_says_how_to_install(tmp_path: Path) -> None:
+    """`--ray local` where `import ray` fails: exit 1 naming the extra, before any row."""
+    shadow = tmp_path / "shadow" / "ray"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no ray here')\n")
+    work = make_workload(tmp_path, range(2))
+    with FakeServer() as server:
+        cli = subprocess.run(
+            [
+                *(sys.executable, "-m", "orchestrator", "run", str(work.graph)),
+                *("--data", str(work.data), "--out", str(tmp_path / "run")),
+                *("--base-url", server.base_url, "--ray", "local"),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": f"{shadow.parent}{os.pathsep}{ROOT}"},
+            check=False,
+        )
+    said = " ".join((cli.stdout + cli.stderr).split())
+    assert cli.returncode == 1, said
+    assert "pip install 'orchestrator[scale]'" in said
+    assert not (tmp_path / "run" / "results.jsonl").read_bytes()

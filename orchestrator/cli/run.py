@@ -129,11 +129,9 @@ def run(
         str | None,
         typer.Option(
             "--ray",
-            is_flag=False,
-            flag_value="",
-            metavar="[ADDRESS]",
-            help="Run on a Ray cluster (ADDRESS, e.g. ray://head:10001; without one, the "
-            "running local instance or a new one). Needs orchestrator[scale].",
+            metavar="ADDRESS",
+            help="Run on Ray actors: `local` (the instance Ray finds or starts here), `auto` "
+            "(this node's cluster) or a cluster address. Needs orchestrator[scale].",
         ),
     ] = None,
 ) -> None:
@@ -176,8 +174,10 @@ def _scale_options(workers: str | None, ray: str | None) -> dict[str, Any]:
     """`--workers` and `--ray` as `arun` takes them."""
     from ..scale import parse_workers
 
+    # A value is required (`--ray local`): an option whose value may be left out needs
+    # typer's `flag_value`, which typer has deprecated.
     options: dict[str, Any] = {"executor": "ray" if ray is not None else "local"}
-    if ray:
+    if ray not in (None, "", "local"):
         options["ray_address"] = ray
     if workers is not None:
         try:

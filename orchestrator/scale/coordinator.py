@@ -61,7 +61,9 @@ class Coordinator:
         self.links = links
         self.started = started
         self.store, self.trace, self.stats = store, trace, stats
-        self.window = window  # examples each worker may hold at once
+        # Examples each worker may hold: twice its engine's window, so it has rows to start
+        # while its report of finished ones travels back and new rows come.
+        self.window = 2 * window
         self.base = RunStats(**{name: getattr(stats, name) for name in _COUNTERS})
         self.reported: dict[str, RunStats] = {}
         self.in_flight: dict[str, Counter[str]] = {link.name: Counter() for link in links}

@@ -10,13 +10,13 @@ import logging
 import os
 import socket
 import sqlite3
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from dataclasses import replace
 from typing import Any
 
 from ..cache import ResponseCache, open_cache
 from ..client import Endpoint, LLMClient
-from ..driver import CacheFlusher
+from ..driver import CacheFlusher, fewer_gc_passes
 from ..engine import Engine, EngineOptions
 from ..outage import ServerGone
 from ..runfolder import encode_result
@@ -75,11 +75,19 @@ class ShardWorker:
         self._lines: list[bytes] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
-        self._settled = asyncio.Event()  # closed and idle, or failed: a report is due now
+        self._settled = False  # closed and idle, or failed: the last report is due
+        # A report goes as soon as a quarter of the window has finished, not only on the
+        # owner's tick: rows are handed out as reported ones free room, and a worker that
+        # waited 0.5 s per window ran at ~250 req/s against an instant server.
+        self.report_every = max(job.window // 4, 1)
+        self._due = asyncio.Event()
+        self._for_life = ExitStack()  # what the worker holds until its last report
         self._ended = False
 
     def start(self) -> None:
         """Compile the graph and open the cache and the client; a failure is reported."""
+        # As in one process: the collector's default passes cost ~15% of throughput.
+        self._for_life.enter_context(fewer_gc_passes())
         try:
             graph = self.job.graph.compile()
             if self.job.cache is not None:
@@ -134,6 +142,8 @@ class ShardWorker:
         self._lines.append(encode_result(line))
         self._ids.append(example)
         self.trace.resume.pop(example, None)
+        if len(self._ids) >= self.report_every:
+            self._due.set()
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -152,18 +162,22 @@ class ShardWorker:
 
     def _settle(self) -> None:
         if self.failure is not None or (self._closed and not self._tasks):
-            self._settled.set()
+            self._settled = True
+            self._due.set()
 
     # -- reports out ------------------------------------------------------------------
 
     async def pull(self, wait: float) -> WorkerReport:
-        """What finished since the last pull, after at most `wait` seconds (at once when
-        the worker is done). Replies go to the cache before their lines leave, so a line
-        the run keeps never lacks its cached reply."""
-        if not self._settled.is_set():
+        """What finished since the last pull, after at most `wait` seconds (sooner when
+        `report_every` examples have finished, at once when the worker is done). Replies
+        go to the cache before their lines leave, so a line the run keeps never lacks its
+        cached reply."""
+        if not self._due.is_set():
             with suppress(TimeoutError):
-                await asyncio.wait_for(self._settled.wait(), wait)
-        final = self._settled.is_set() and not self._tasks
+                await asyncio.wait_for(self._due.wait(), wait)
+        if not self._settled:
+            self._due.clear()
+        final = self._settled and not self._tasks
         self._flush_cache()
         report = WorkerReport(
             worker=self.name,
@@ -193,3 +207,4 @@ class ShardWorker:
         if self.cache is not None:
             with suppress(sqlite3.Error):
                 self.cache.close()
+        self._for_life.close()
