@@ -126,6 +126,13 @@ class Loopback:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    @property
+    def pid(self) -> int:
+        """The server process (to read its CPU time from /proc)."""
+        if self._proc is None:
+            raise RuntimeError("the loopback server is not started")
+        return self._proc.pid
+
     def requests(self) -> int:
         """Chat requests answered so far."""
         import httpx
