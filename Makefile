@@ -2,7 +2,7 @@
 
 PYTHON ?= python3
 VENV := .venv
-EXTRAS := dev,local,metrics,data
+EXTRAS := dev,local,metrics,data,scale
 STAMP := $(VENV)/.installed
 
 .PHONY: venv sysdeps demo test typecheck test-floors
