@@ -57,6 +57,8 @@ _EXPORTS = {
     "summarize": ".summary",
     "MemoryStore": ".stores",
     "RunStore": ".stores",
+    "WorkerFailed": ".scale",
+    "WorkerLost": ".scale",
 }
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ if TYPE_CHECKING:
     from .reader import RunReader
     from .records import Attempt, Manifest, NodeRun, ResultLine, Summary
     from .runner import RunConfig, RunOutcome, execute
+    from .scale import WorkerFailed, WorkerLost
     from .sources import RowSource
     from .stores import MemoryStore, RunStore
     from .summary import summarize
@@ -124,6 +127,8 @@ __all__ = [
     "ServerUnavailable",
     "Summary",
     "Transport",
+    "WorkerFailed",
+    "WorkerLost",
     "__version__",
     "arun",
     "compare",

@@ -39,6 +39,11 @@ def run_bench(script: str, *args: str) -> list[str]:
             r"in-run ratio orchestrator/ideal at concurrency 1: \d+\.\d\d, 8: \d+\.\d\d",
         ),
         (
+            "workers.py",
+            ["--rows", "300", "--repeat", "1", "--concurrency", "8"],
+            r"the server kept \d+\.\d\d of the \d+ cores busy at 2 workers",
+        ),
+        (
             "scale.py",
             ["--rows", "400", "--marks", "100", "400", "--concurrency", "8"],
             r"RSS at 400 rows / at 100 rows: \d+\.\d\d .*peak \d+ MB",
