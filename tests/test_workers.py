@@ -294,3 +294,33 @@ def test_ray_flag_without_ray_says_how_to_install(tmp_path: Path) -> None:
     assert cli.returncode == 1, said
     assert "pip install 'orchestrator[scale]'" in said
     assert not (tmp_path / "run" / "results.jsonl").read_bytes()
+
+
+def test_workers_run_a_graph_built_in_python_kept_in_memory() -> None:
+    """A graph from a dict (its templates as texts) and no run folder: the workers compile
+    the same graph (same hash) and the lines come back in the source's order."""
+    graph = orc.graph_from_dict(
+        {
+            "name": "judge",
+            "inputs": ["text"],
+            "nodes": {
+                "judge": {
+                    "kind": "llm",
+                    "prompt": "judge.jinja",
+                    "output": {"score": {"type": "integer", "min": 1, "max": 10}},
+                }
+            },
+            "outputs": {"score": "judge.score"},
+        },
+        {"judge.jinja": "Rate {{ text }}"},
+    )
+    rows: list[dict[str, Any]] = [{"id": f"r{i}", "text": f"text {i}"} for i in range(40)]
+    rows.append({"text": None})  # a bad row fails in a worker as in one process
+    with FakeServer() as server:
+        one = orc.run(graph, rows, base_url=server.base_url)
+        two = orc.run(graph, rows, base_url=server.base_url, workers=2)
+    assert two.folder is None and two.manifest.status == "complete"
+    assert [line.model_dump() for line in two.results] == [
+        line.model_dump() for line in one.results
+    ]
+    assert two.failed and "null" in (two.failed[0].error or "")
