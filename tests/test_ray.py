@@ -36,7 +36,7 @@ ray = pytest.importorskip("ray")
 
 pytestmark = pytest.mark.reliability
 
-EXAMPLES = 40
+EXAMPLES = 60
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -69,6 +69,7 @@ def test_ray_run_gives_the_results_of_one_process(tmp_path: Path) -> None:
     # One actor per CPU of the local instance, each a process of its own.
     workers = on_ray.manifest.model_extra["workers"]
     assert len(workers) == 2 and os.getpid() not in {w["pid"] for w in workers}
+    assert sorted(w["examples"] > 0 for w in workers) == [True, True]
     db = sqlite3.connect(tmp_path / "ray" / "traces.sqlite")
     ok = db.execute("SELECT example_id, node FROM node_runs WHERE status='ok'").fetchall()
     runs = db.execute("SELECT DISTINCT run_id FROM node_runs").fetchall()

@@ -136,8 +136,11 @@ def test_two_workers_give_the_results_and_trace_of_one(tmp_path: Path) -> None:
     assert [line.id for line in two.results] == work.ids  # in the source's order
     assert sorted(result_ids(tmp_path / "two")) == sorted(work.ids)
     # Both workers took rows, and they are two processes other than this one.
-    pids = {worker["pid"] for worker in two.manifest.model_extra["workers"]}
+    workers = two.manifest.model_extra["workers"]
+    pids = {worker["pid"] for worker in workers}
     assert len(pids) == 2 and os.getpid() not in pids
+    assert sum(w["examples"] for w in workers) == EXAMPLES
+    assert all(w["examples"] >= EXAMPLES // 4 for w in workers), workers  # both did a share
     # The trace: each (example, node) once, ids unique, every attempt tied to a node run.
     rows = node_rows(tmp_path / "two")
     assert Counter((r[1], r[2]) for r in rows if r[4] == "ok") == Counter(

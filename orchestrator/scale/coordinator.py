@@ -24,7 +24,7 @@ from .messages import RowChunk, WorkerFailed, WorkerLost, WorkerReport
 
 log = logging.getLogger("orchestrator")
 
-CHUNK_ROWS = 32  # rows per hand-over: a message per 32 examples, not one per example
+CHUNK_ROWS = 32  # rows per hand-over at most: a message per 32 examples, not one per example
 _COUNTERS = [f.name for f in fields(RunStats) if f.name != "started"]
 
 
@@ -64,6 +64,9 @@ class Coordinator:
         # Examples each worker may hold: twice its engine's window, so it has rows to start
         # while its report of finished ones travels back and new rows come.
         self.window = 2 * window
+        # A quarter of that per hand-over, so a small run is spread over every worker too
+        # rather than filling the first one's room.
+        self.chunk = max(1, min(CHUNK_ROWS, self.window // 4))
         self.base = RunStats(**{name: getattr(stats, name) for name in _COUNTERS})
         self.reported: dict[str, RunStats] = {}
         self.in_flight: dict[str, Counter[str]] = {link.name: Counter() for link in links}
@@ -108,7 +111,7 @@ class Coordinator:
                 self._count()
                 continue
             chunk.append(row)
-            if len(chunk) >= CHUNK_ROWS:
+            if len(chunk) >= self.chunk:
                 await self._send(chunk)
                 chunk = []
         if chunk and self.error is None:
@@ -170,6 +173,9 @@ class Coordinator:
             self.in_flight[link.name] += Counter()  # drop ids at zero
             self._room.set()
         self.reported[link.name] = report.stats
+        self.workers[link.name]["examples"] = (
+            report.stats.examples_ok + report.stats.examples_failed
+        )
         self._count()
         if report.final:
             self.outages.extend(report.outages)
