@@ -167,7 +167,7 @@ class WorkerPool:
         links: list[_Disposable] = []
         try:
             for index in range(count):
-                links.append(ProcessLink(f"worker-{index + 1}", job))
+                links.append(await ProcessLink.start(f"worker-{index + 1}", job))
         except BaseException:
             for link in links:
                 await link.close(cancel=True)
