@@ -42,6 +42,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def machine_busy() -> float:
+    """CPU seconds every process of the machine has used (its other users' too)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    idle = int(fields[3]) + int(fields[4])  # idle + iowait
+    return (sum(int(f) for f in fields[:8]) - idle) / TICKS
+
+
 def own_and_children() -> tuple[float, float]:
     """CPU seconds of this process, and of its children that have ended."""
     me = resource.getrusage(resource.RUSAGE_SELF)
@@ -56,7 +63,9 @@ class Measured:
     span: float  # first request sent → last reply taken (from the trace)
     server_cpu: float  # cores the server kept busy over the run
     owner_cpu: float  # cores this process (the run's owner) kept busy
-    workers_cpu: float  # cores the worker processes kept busy (0 in one process)
+    workers_cpu: float  # cores the worker processes kept busy (0 in one process; Ray's
+    # actors are not this process's children, so 0 there too: see machine_cpu)
+    machine_cpu: float  # cores busy on the whole machine (other agents' work included)
 
     @property
     def rate(self) -> float:
@@ -73,7 +82,7 @@ def measure(
     """One `orc.run` into a new folder and cache, with `options` (workers, executor)."""
     import orchestrator as orc
 
-    server_before = cpu_seconds(server.pid)
+    server_before, machine_before = cpu_seconds(server.pid), machine_busy()
     own_before, kids_before = own_and_children()
     started = time.perf_counter()
     result = orc.run(
@@ -100,6 +109,7 @@ def measure(
         (cpu_seconds(server.pid) - server_before) / seconds,
         (own_after - own_before) / seconds,
         (kids_after - kids_before) / seconds,
+        (machine_busy() - machine_before) / seconds,
     )
 
 
@@ -107,7 +117,7 @@ def line(name: str, m: Measured) -> str:
     return (
         f"{name:<10}{m.rate:7.0f} req/s (span {m.span_rate:5.0f}) in {m.seconds:5.1f} s; "
         f"cores busy: server {m.server_cpu:.2f}, owner {m.owner_cpu:.2f}, "
-        f"workers {m.workers_cpu:.2f}"
+        f"workers {m.workers_cpu:.2f}, machine {m.machine_cpu:.2f}"
     )
 
 

@@ -22,6 +22,7 @@ from .worker import ShardWorker
 
 log = logging.getLogger("orchestrator")
 
+PUSHES_IN_FLIGHT = 8  # unconfirmed pushes per actor before the owner waits for them
 UNAVAILABLE_TRIES = 3  # an actor Ray calls "temporarily unavailable" gets this many pulls
 
 
@@ -84,6 +85,9 @@ class RayLink:
     def __init__(self, ray: Any, actor: Any, name: str) -> None:
         self.ray, self.actor, self.name = ray, actor, name
         self.where = ""  # "pid N on HOST", once the actor has reported
+        # Pushes not yet confirmed: not awaited one by one (each actor call is a round trip
+        # through Ray; awaiting them in turn starved the actors), but all before `close`.
+        self._pushes: list[Any] = []
 
     def describe(self) -> str:
         return f"Ray {self.name}" + (f" ({self.where})" if self.where else "")
@@ -108,10 +112,17 @@ class RayLink:
         raise AssertionError("unreachable")
 
     async def push(self, chunk: RowChunk) -> None:
-        with suppress(self.ray.exceptions.RayError):  # the actor is gone: `pull` says so
-            await self.actor.push.remote(chunk)
+        self._pushes.append(self.actor.push.remote(chunk))
+        if len(self._pushes) > PUSHES_IN_FLIGHT:
+            await self._confirm()
+
+    async def _confirm(self) -> None:
+        pushes, self._pushes = self._pushes, []
+        # An actor gone fails its pushes: `pull` says so.
+        await asyncio.gather(*pushes, return_exceptions=True)
 
     async def close(self, cancel: bool) -> None:
+        await self._confirm()  # rows pushed before `close` must arrive before it
         with suppress(self.ray.exceptions.RayError):
             await self.actor.close.remote(cancel)
 
