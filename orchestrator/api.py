@@ -189,6 +189,10 @@ async def arun(
         executor=executor,
         ray_address=ray_address,
     )
+    if executor == "ray":
+        from .scale.onray import import_ray
+
+        import_ray()  # a missing extra is said before the folder or a server is touched
     store: RunStore = RunFolder(out) if out is not None else MemoryStore()
     console = Console(stderr=True) if progress else None
     outcome = await run_session(compiled, as_source(data), store, settings, console)
