@@ -138,7 +138,13 @@ def run(
     """Run a graph over a dataset into a run folder; re-running the same command resumes."""
     if structured not in ("auto", "server", "prompt"):
         fail("--structured must be auto, server or prompt")
-    scale = _scale_options(workers, ray)  # checked before any server is started
+    from ..scale import run_options
+
+    try:
+        scale = run_options(workers, ray)  # checked before any server is started
+    except OrchestratorError as exc:
+        fail(str(exc))
+        raise
     graph = _graph_path(graph)
     compiled = _compile_or_exit(graph)
     server = None
@@ -168,23 +174,6 @@ def run(
     finally:
         _stop(server)
     raise typer.Exit(_exit_code(outcome))
-
-
-def _scale_options(workers: str | None, ray: str | None) -> dict[str, Any]:
-    """`--workers` and `--ray` as `arun` takes them."""
-    from ..scale import parse_workers
-
-    # A value is required (`--ray local`): an option whose value may be left out needs
-    # typer's `flag_value`, which typer has deprecated.
-    options: dict[str, Any] = {"executor": "ray" if ray is not None else "local"}
-    if ray not in (None, "", "local"):
-        options["ray_address"] = ray
-    if workers is not None:
-        try:
-            options["workers"] = parse_workers(workers)
-        except OrchestratorError as exc:
-            fail(str(exc))
-    return options
 
 
 EXIT_EXAMPLES_FAILED = 2

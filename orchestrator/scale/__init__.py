@@ -3,7 +3,15 @@ actors (`--ray`) — each running the async engine on the rows it is handed, whi
 process that started the run keeps its one run folder, lock and run key (docs/scale.md)."""
 
 from .messages import WorkerFailed, WorkerLost
-from .pool import Executor, JobParts, ScaleChoice, WorkerPool, Workers, parse_workers
+from .pool import (
+    Executor,
+    JobParts,
+    ScaleChoice,
+    WorkerPool,
+    Workers,
+    parse_workers,
+    run_options,
+)
 
 __all__ = [
     "Executor",
@@ -14,4 +22,5 @@ __all__ = [
     "WorkerPool",
     "Workers",
     "parse_workers",
+    "run_options",
 ]

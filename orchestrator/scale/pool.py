@@ -45,6 +45,17 @@ def parse_workers(value: str | int) -> Workers:
     return count
 
 
+def run_options(workers: str | None, ray: str | None) -> dict[str, Any]:
+    """`--workers` and `--ray ADDRESS` as `orc.run` takes them; `--ray local` (or an
+    empty ADDRESS) is the Ray instance this machine runs, or a new one."""
+    options: dict[str, Any] = {"executor": "ray" if ray is not None else "local"}
+    if ray not in (None, "", "local"):
+        options["ray_address"] = ray
+    if workers is not None:
+        options["workers"] = parse_workers(workers)
+    return options
+
+
 @dataclass
 class ScaleChoice:
     """How many workers, where: local processes, or actors on a Ray cluster."""
@@ -55,8 +66,10 @@ class ScaleChoice:
 
     @property
     def sharded(self) -> bool:
-        """False for the plain in-process run (one worker, no Ray)."""
-        return self.executor == "ray" or self.workers != 1
+        """False for the plain in-process run: one worker (or `auto` on one core), no Ray."""
+        if self.executor == "ray":
+            return True
+        return (os.cpu_count() or 1) > 1 if self.workers == "auto" else self.workers != 1
 
 
 @dataclass(kw_only=True)
