@@ -40,6 +40,7 @@ from test_kill_resume import (
 
 import orchestrator as orc
 from orchestrator.errors import ConfigurationError, RunFolderError
+from orchestrator.report import build_report
 
 pytestmark = pytest.mark.reliability
 
@@ -162,6 +163,10 @@ def test_two_workers_give_the_results_and_trace_of_one(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(
         p.name for p in (tmp_path / "one").iterdir()
     )
+    # The one reader and the report take the folder as any run's.
+    reader = orc.RunReader(tmp_path / "two")
+    assert len(reader.latest_results()) == EXAMPLES
+    assert build_report(tmp_path / "two").stat().st_size > 0
 
 
 def test_parent_killed_then_resumed_with_workers(tmp_path: Path) -> None:
