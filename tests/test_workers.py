@@ -330,3 +330,20 @@ def test_workers_run_a_graph_built_in_python_kept_in_memory() -> None:
         line.model_dump() for line in one.results
     ]
     assert two.failed and "null" in (two.failed[0].error or "")
+
+
+def test_the_number_of_workers_is_not_part_of_the_run_key(tmp_path: Path) -> None:
+    """A folder written by two workers is resumed by one process (and the other way):
+    the same key, every example skipped, nothing sent again."""
+    work = make_workload(tmp_path, range(20))
+    out, cache = tmp_path / "run", tmp_path / "cache.sqlite"
+    with FakeServer(schema_responder) as server:
+        two = run_api(work, out, server.base_url, cache, workers=2)
+        sent = node_requests(server)
+        one = run_api(work, out, server.base_url, cache)
+        again = run_api(work, out, server.base_url, cache, workers=2)
+        assert node_requests(server) == sent
+    assert one.manifest.run_key == two.manifest.run_key == again.manifest.run_key
+    assert one.manifest.resumed and again.manifest.resumed
+    assert one.manifest.counts.examples_resumed == again.manifest.counts.examples_resumed == 20
+    assert lost_rows(result_ids(out), work.ids) == 0
