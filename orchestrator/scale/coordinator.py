@@ -9,7 +9,6 @@ already written, and the others are let finish theirs before the run stops.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import fields
@@ -21,8 +20,6 @@ from ..stats import RunStats
 from ..stores import RunStore
 from ..trace import TraceStore
 from .messages import RowChunk, WorkerFailed, WorkerLost, WorkerReport
-
-log = logging.getLogger("orchestrator")
 
 CHUNK_ROWS = 32  # rows per hand-over at most: a message per 32 examples, not one per example
 _COUNTERS = [f.name for f in fields(RunStats) if f.name != "started"]
@@ -108,7 +105,7 @@ class Coordinator:
                 return
             if row.id in self.store.done and row.error is None:
                 self.base.examples_resumed += 1
-                self._count()
+                self.stats.examples_resumed += 1
                 continue
             chunk.append(row)
             if len(chunk) >= self.chunk:
@@ -193,7 +190,6 @@ class Coordinator:
         self.live.discard(link.name)
         lost = self.in_flight[link.name].total()
         done = self.stats.examples_ok + self.stats.examples_failed
-        log.error("%s", exc)
         self._stop(
             WorkerLost(
                 f"{exc}; its {lost} examples in flight are lost, the {done} finished by this "

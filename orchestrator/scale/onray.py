@@ -68,7 +68,14 @@ def connect(address: str | None) -> Any:
     to a running local one or a new one (what `ray.init()` does)."""
     ray = import_ray()
     if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=True)
+        try:
+            ray.init(address=address, log_to_driver=True)
+        except Exception as exc:  # Ray raises ConnectionError, ValueError, RuntimeError…
+            where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+            raise ConfigurationError(
+                f"could not connect to {where} ({type(exc).__name__}: {exc}); check the "
+                "address (`ray status` on the head node shows it), or use --ray local."
+            ) from None
     return ray
 
 
