@@ -27,6 +27,7 @@ from rich.console import Console
 from .calls.fake import FAKE_BASE_URL
 from .calls.retry import RetryPolicy
 from .calls.transport import Transport
+from .calls.tuner import Concurrency
 from .compile import CompiledGraph, compile_dict, compile_graph
 from .errors import ConfigurationError
 from .outage import DEFAULT_SERVER_WAIT
@@ -132,7 +133,7 @@ async def arun(
     graph: Graph | str | Path,
     data: Any,
     *,
-    base_url: str | None = None,
+    base_url: str | list[str] | None = None,
     model: str | None = None,
     api_key: str | None = None,
     params: dict[str, Any] | None = None,
@@ -140,7 +141,7 @@ async def arun(
     overwrite: bool = False,
     cache: bool | str | Path = False,
     refresh: bool = False,
-    concurrency: int = 64,
+    concurrency: Concurrency = None,
     limit: int | None = None,
     structured: StructuredChoice = "auto",
     timeout: float = 120.0,
@@ -148,17 +149,24 @@ async def arun(
     progress: bool = False,
     transport: Transport | None = None,
     retry: RetryPolicy | None = None,
+    affinity: bool = True,
 ) -> RunResult:
     """Run `graph` over `data` (a path, list of dicts, pandas/polars DataFrame or Hugging
     Face Dataset). With `out`, results go to a resumable run folder; without, they stay
     in memory. `cache=True` uses the shared response cache, a path another one.
+    `base_url` may list several servers (replicas of one model): each request goes to the
+    least loaded. `concurrency` is the in-flight limit per server: N, or "auto" (tuned from
+    vLLM's /metrics, else from latency); the default tunes against vLLM and holds 64
+    elsewhere.
     `transport` (e.g. `orc.FakeTransport()`, no server needed) and `retry` replace the
     OpenAI SDK and the default retry policy."""
     compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph)
     if base_url is None and transport is not None:
         base_url = FAKE_BASE_URL  # a transport of its own needs no server to be found
     settings = RunSettings(
-        base_url=base_url or _default_base_url(),
+        base_url=(base_url if isinstance(base_url, str) else tuple(base_url))
+        if base_url
+        else _default_base_url(),
         model=model,
         api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
         concurrency=concurrency,
@@ -173,6 +181,7 @@ async def arun(
         server_wait=server_wait,
         transport=transport,
         retry=retry,
+        affinity=affinity,
     )
     store: RunStore = RunFolder(out) if out is not None else MemoryStore()
     console = Console(stderr=True) if progress else None

@@ -23,8 +23,10 @@ from rich.console import Console
 
 from . import __version__
 from .cache import ResponseCache, default_cache_path, open_cache
+from .calls.registry import server_urls
 from .calls.retry import RetryPolicy
 from .calls.transport import Transport
+from .calls.tuner import Concurrency
 from .client import LLMClient
 from .dataset import Row, check_fields
 from .driver import Flusher, drive, fewer_gc_passes
@@ -48,10 +50,12 @@ class RunSettings:
     """How to run: the server, and settings that do not change replies (except `params`,
     `model`, `base_url` and `structured`, which are part of the run key)."""
 
-    base_url: str
+    base_url: str | tuple[str, ...]  # several: replicas serving one model
     model: str | None = None
     api_key: str = field(default="EMPTY", repr=False)  # never printed with the settings
-    concurrency: int = 64
+    # Per server: N fixed, "auto" tuned from its load, None auto against vLLM else 64.
+    concurrency: Concurrency = None
+    affinity: bool = True  # an example's calls prefer the replica of its earlier calls
     limit: int | None = None
     cache: Path | None = None
     use_cache: bool = True
@@ -124,6 +128,7 @@ async def _run_locked(
         say=log.warning,
         transport=settings.transport,
         retry=settings.retry,
+        affinity=settings.affinity,
     )
     run_id = uuid.uuid4().hex[:12]
     choice = ServerChoice(
@@ -135,7 +140,7 @@ async def _run_locked(
             {
                 **static_key.components,
                 **server_components(
-                    (node, ep.model, ep.base_url, ep.structured) for node, ep in endpoints.items()
+                    (node, ep.model, ep.urls, ep.structured) for node, ep in endpoints.items()
                 ),
             }
         )
@@ -171,7 +176,7 @@ async def _run_locked(
         trace.start_run(
             graph=graph.label,
             model=manifest["model"],
-            base_url=settings.base_url,
+            base_url=" | ".join(server_urls(settings.base_url)),
             server=str(servers),
             structured=",".join(s["structured_output"] for s in servers.values()),
             settings=manifest["parameters"],
@@ -183,7 +188,10 @@ async def _run_locked(
             trace,
             endpoints,
             stats,
-            EngineOptions(params=settings.params, window=max(2 * settings.concurrency, 16)),
+            # Twice what the servers may hold, so each has requests ready when a slot opens.
+            EngineOptions(
+                params=settings.params, window=max(2 * client.servers.max_in_flight(), 16)
+            ),
         )
         with fewer_gc_passes():
             await drive(
@@ -194,6 +202,7 @@ async def _run_locked(
                 stats,
                 source.count(settings.limit),
                 console,
+                client.servers.limits_text,
             )
         manifest["status"] = "complete"
     except (asyncio.CancelledError, KeyboardInterrupt):
@@ -221,6 +230,7 @@ async def _run_locked(
         manifest["ended"] = time.time()
         manifest["wall_seconds"] = round(manifest["ended"] - manifest["started"], 3)
         manifest["outages"] = client.outages()
+        manifest["replicas"] = [r.model_dump() for r in client.servers.replica_reports()]
         # Streamed from the store, twice, rather than held: runs can have millions of lines.
         manifest["counts"] = {**stats.as_dict(), **status_counts(store.results())}
         manifest["means"] = output_means(store.results())
@@ -285,7 +295,8 @@ def _manifest(
         },
         "model": settings.model,
         "parameters": {
-            "concurrency": settings.concurrency,
+            "concurrency": settings.concurrency or "default",
+            "affinity": settings.affinity,
             "limit": settings.limit,
             "params": settings.params,
             "cache": str(cache.path) if cache else None,
