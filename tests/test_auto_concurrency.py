@@ -63,7 +63,7 @@ def test_vllm_metrics_are_read_by_name_and_summed_over_engines():
         "<html><body>404 Not Found</body></html>",
         "\x00\xff garbage {{{ 12",
         "vllm:num_requests_running 4\n",  # no waiting gauge: not enough to steer by
-        "vllm:num_requests_running{a=\"b\"} NaN\nvllm:num_requests_waiting 1\n",
+        'vllm:num_requests_running{a="b"} NaN\nvllm:num_requests_waiting 1\n',
         "# a comment only\nprocess_cpu_seconds_total 3.2\n",
     ],
 )
