@@ -29,12 +29,14 @@ class Runtime:
         return replace(self, attempts=[])
 
     def endpoint(self, base_url: str | None = None, model: str | None = None) -> Endpoint:
-        """The endpoint serving `model` at `base_url` (either may be left out); the run's
-        first LLM node's endpoint when nothing is asked. LookupError when none matches."""
+        """The endpoint serving `model` at `base_url` (either may be left out; `base_url`
+        may be any one of an endpoint's replicas); the run's first LLM node's endpoint when
+        nothing is asked. LookupError when none matches."""
+        wanted = None if base_url is None else base_url.rstrip("/")
         found = [
             ep
             for ep in self.endpoints.values()
-            if (base_url is None or ep.base_url.rstrip("/") == base_url.rstrip("/"))
+            if (wanted is None or any(url.rstrip("/") == wanted for url in ep.urls))
             and (model is None or ep.model == model)
         ]
         if not found:
