@@ -16,8 +16,13 @@ from fakeserver import FakeServer, Reply, latency_responder, schema_responder
 from helpers import is_canary, judge_graph, run_graph, write_graph, write_rows
 
 import orchestrator as orc
+from orchestrator.calls.fake import FakeTransport
+from orchestrator.calls.limiter import Limiter
+from orchestrator.calls.registry import ServerRegistry
+from orchestrator.calls.replicas import Replica, ReplicaSet, start_example
 from orchestrator.client import ServerError
 from orchestrator.errors import RunFolderError
+from orchestrator.outage import ServerWatch
 from orchestrator.runkey import REPLICAS, server_components
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}
@@ -182,3 +187,59 @@ def test_every_replica_must_serve_the_model(tmp_path: Path):
         urls = [a.base_url, b.base_url]
         with pytest.raises(ServerError, match=f"not served by {b.base_url}.*every replica"):
             run_graph(graph, data, tmp_path / "run", urls, model="fake-model")
+
+
+def replica_set(limits: list[int], affinity: bool = True) -> ReplicaSet:
+    async def probe() -> bool:
+        return True
+
+    async def metrics() -> str | None:
+        return None
+
+    replicas = [
+        Replica(f"http://r{i}/v1", Limiter(limit), ServerWatch(f"r{i}", probe, 1.0), metrics)
+        for i, limit in enumerate(limits)
+    ]
+    return ReplicaSet(replicas, 1.0, lambda _: None, affinity=affinity)
+
+
+def test_pick_takes_the_least_load_relative_to_each_limit_and_skips_dead_replicas():
+    replicas = replica_set([16, 32, 16], affinity=False)
+    a, b, c = replicas.replicas
+    a.outstanding, b.outstanding, c.outstanding = 8, 12, 9
+    assert replicas.pick() is b  # 12/32 is the lightest
+    b.up = False
+    assert replicas.pick() is a
+    for replica in replicas.replicas:
+        replica.up = False
+    assert replicas.pick() is a  # none answers: the try fails and waits for one
+
+
+def test_an_example_sticks_to_its_replica_within_the_slack_only():
+    replicas = replica_set([20, 20])
+    a, b = replicas.replicas
+
+    async def example() -> list[Replica]:
+        start_example()
+        chosen = [replicas.pick()]  # a: both idle, first wins
+        a.outstanding, b.outstanding = 2, 0  # a two busier: within max(2, 20 // 10)
+        chosen.append(replicas.pick())
+        a.outstanding = 3  # three busier: past the slack, balance wins
+        chosen.append(replicas.pick())
+        return chosen
+
+    assert asyncio.run(example()) == [a, a, b]
+    # Without affinity the least loaded is taken every time.
+    plain = replica_set([20, 20], affinity=False)
+    plain.replicas[0].outstanding = 1
+    assert plain.pick() is plain.replicas[1]
+
+
+def test_the_progress_bar_shows_each_live_servers_limit():
+    registry = ServerRegistry(FakeTransport(), concurrency=24, say=lambda _: None)
+    registry.endpoint(["http://a/v1", "http://b/v1"], "m")
+    assert registry.limits_text() == "limits 24/24"
+    registry._replicas["http://b/v1"].up = False
+    assert registry.limits_text() == "limit 24"
+    registry._replicas["http://a/v1"].up = False
+    assert registry.limits_text() == "no server answers"
