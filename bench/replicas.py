@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument(
         "--concurrency", type=int, default=32, help="in-flight limit per server (fixed)"
     )
-    parser.add_argument("--kill-after", type=float, default=2.0, help="seconds into the kill run")
+    parser.add_argument("--kill-after", type=float, default=1.0, help="seconds into the kill run")
     args = parser.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
