@@ -30,13 +30,13 @@ class Runtime:
 
     def endpoint(self, base_url: str | None = None, model: str | None = None) -> Endpoint:
         """The endpoint serving `model` at `base_url` (either may be left out; `base_url`
-        may be any one of an endpoint's replicas); the run's first LLM node's endpoint when
-        nothing is asked. LookupError when none matches."""
+        may be an endpoint's name, `run.base_url`, or any one of its replicas); the run's
+        first LLM node's endpoint when nothing is asked. LookupError when none matches."""
         wanted = None if base_url is None else base_url.rstrip("/")
         found = [
             ep
             for ep in self.endpoints.values()
-            if (wanted is None or any(url.rstrip("/") == wanted for url in ep.urls))
+            if (wanted is None or wanted in {ep.base_url, *(u.rstrip("/") for u in ep.urls)})
             and (model is None or ep.model == model)
         ]
         if not found:

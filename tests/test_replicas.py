@@ -243,3 +243,23 @@ def test_the_progress_bar_shows_each_live_servers_limit():
     assert registry.limits_text() == "limit 24"
     registry._replicas["http://a/v1"].up = False
     assert registry.limits_text() == "no server answers"
+
+
+def test_expert_truncation_finds_the_replicas_by_run_base_url(tmp_path: Path):
+    """ExPerT's truncation asks for the endpoint at `run.base_url`, which names the replica
+    set; before, no endpoint matched it and every example failed (bench/replica_affinity.py
+    caught it on two vLLM servers)."""
+    import json
+
+    from test_expert import EXAMPLES, GRAPH, ExpertResponder
+
+    lines = EXAMPLES.read_text().splitlines()[:3]
+    data = write_rows(tmp_path / "rows.jsonl", [json.loads(line) for line in lines])
+    with FakeServer(ExpertResponder()) as a, FakeServer(ExpertResponder()) as b:
+        urls = [a.base_url, b.base_url]
+        outcome = run_graph(GRAPH, data, tmp_path / "run", urls, params={"max_tokens_per_text": 8})
+        tokenized = sum(p.endswith("/tokenize") for p in [*a.paths, *b.paths])
+    assert outcome.manifest["counts"]["examples_ok"] == 3
+    assert tokenized >= 6  # both texts of every example, through the replicas
+    for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines():
+        assert json.loads(line)["truncation"]["reference"]["method"] == "tokenize+words"
