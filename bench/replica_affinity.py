@@ -37,11 +37,12 @@ PORTS = (8792, 8793)
 
 
 def one_run(urls: list[str], data: Path, out: Path, affinity: bool) -> tuple[float, float]:
-    """(prefix-cache hit rate over both servers, output tokens/s) of one run."""
+    """(prefix-cache hit rate over both servers, output tokens/s) of one run; SystemExit
+    if an example failed (the figures would not compare like with like)."""
     for url in urls:
         reset_prefix_cache(url)
     before = [scrape(url) for url in urls]
-    _, seconds = execute_timed(
+    outcome, seconds = execute_timed(
         RunConfig(
             graph=ROOT / "graphs/expert.yaml",
             data=data,
@@ -55,6 +56,9 @@ def one_run(urls: list[str], data: Path, out: Path, affinity: bool) -> tuple[flo
             overwrite=True,
         )
     )
+    failed = outcome.manifest["counts"]["examples_failed"]
+    if failed:
+        raise SystemExit(f"{failed} examples failed (affinity {affinity}); see {out}")
     after = [scrape(url) for url in urls]
     hits = sum(delta(a, b, PREFIX_HITS) for a, b in zip(after, before, strict=True))
     queries = sum(delta(a, b, PREFIX_QUERIES) for a, b in zip(after, before, strict=True))
