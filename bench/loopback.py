@@ -50,11 +50,13 @@ def _reply_body(schema: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def serve(port: int, latency: float, capture: bool = False) -> None:
+def serve(port: int, latency: float, capture: bool = False, capacity: int = 0) -> None:
     """Run the server in this process until killed; prints `READY <port>` when listening.
 
     `GET /stats` gives the chat requests answered and the most ever in flight at once;
     with `capture`, `GET /take` returns the request bodies received since the last take.
+    With `capacity`, at most that many requests are answered at once (the rest queue, as in
+    a GPU server's batch), each taking `latency`.
     """
     from aiohttp import web
 
@@ -62,6 +64,7 @@ def serve(port: int, latency: float, capture: bool = False) -> None:
     stats = {"chat": 0, "in_flight": 0, "peak": 0}
     bodies: list[Any] = []
     models = orjson.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+    gate = asyncio.Semaphore(capacity) if capacity else None
 
     async def chat(request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
@@ -73,6 +76,8 @@ def serve(port: int, latency: float, capture: bool = False) -> None:
         payload = replies.get(key)
         if payload is None:
             payload = replies[key] = orjson.dumps(_reply_body(schema))
+        if gate is not None:
+            await gate.acquire()
         stats["in_flight"] += 1
         stats["peak"] = max(stats["peak"], stats["in_flight"])
         try:
@@ -80,6 +85,8 @@ def serve(port: int, latency: float, capture: bool = False) -> None:
                 await asyncio.sleep(latency)
         finally:
             stats["in_flight"] -= 1
+            if gate is not None:
+                gate.release()
         stats["chat"] += 1
         return web.Response(body=payload, content_type="application/json")
 
@@ -116,8 +123,11 @@ def serve(port: int, latency: float, capture: bool = False) -> None:
 class Loopback:
     """The server in a child process, for the length of a `with` block."""
 
-    def __init__(self, latency: float = 0.0, port: int = 0, capture: bool = False) -> None:
+    def __init__(
+        self, latency: float = 0.0, port: int = 0, capture: bool = False, capacity: int = 0
+    ) -> None:
         self.latency = latency
+        self.capacity = capacity
         self.port = port
         self.capture = capture
         self._proc: subprocess.Popen[str] | None = None
@@ -157,6 +167,7 @@ class Loopback:
                 "--latency",
                 str(self.latency),
                 *(["--capture"] if self.capture else []),
+                *(["--capacity", str(self.capacity)] if self.capacity else []),
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -186,5 +197,6 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
     parser.add_argument("--capture", action="store_true", help="keep request bodies for /take")
+    parser.add_argument("--capacity", type=int, default=0, help="requests answered at once")
     args = parser.parse_args()
-    serve(args.port, args.latency, args.capture)
+    serve(args.port, args.latency, args.capture, args.capacity)

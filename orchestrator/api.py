@@ -27,6 +27,7 @@ from rich.console import Console
 from .calls.fake import FAKE_BASE_URL
 from .calls.retry import RetryPolicy
 from .calls.transport import Transport
+from .calls.tuner import Concurrency
 from .compile import CompiledGraph, compile_dict, compile_graph
 from .errors import ConfigurationError
 from .outage import DEFAULT_SERVER_WAIT
@@ -138,7 +139,7 @@ async def arun(
     graph: Graph | str | Path,
     data: Any,
     *,
-    base_url: str | None = None,
+    base_url: str | list[str] | None = None,
     model: str | None = None,
     api_key: str | None = None,
     params: dict[str, Any] | None = None,
@@ -146,7 +147,7 @@ async def arun(
     overwrite: bool = False,
     cache: bool | str | Path = False,
     refresh: bool = False,
-    concurrency: int = 64,
+    concurrency: Concurrency = None,
     limit: int | None = None,
     structured: StructuredChoice = "auto",
     timeout: float = 120.0,
@@ -157,10 +158,15 @@ async def arun(
     workers: int | Literal["auto"] | None = None,
     executor: Executor = "local",
     ray_address: str | None = None,
+    affinity: bool = True,
 ) -> RunResult:
     """Run `graph` over `data` (a path, list of dicts, pandas/polars DataFrame or Hugging
     Face Dataset). With `out`, results go to a resumable run folder; without, they stay
     in memory. `cache=True` uses the shared response cache, a path another one.
+    `base_url` may list several servers (replicas of one model): each request goes to the
+    least loaded. `concurrency` is the in-flight limit per server: N, or "auto" (tuned from
+    vLLM's /metrics, else from latency); the default tunes against vLLM and holds 64
+    elsewhere.
     `transport` (e.g. `orc.FakeTransport()`, no server needed) and `retry` replace the
     OpenAI SDK and the default retry policy. `workers=N` (or "auto", one per core) runs
     the graph in N processes into the same folder and cache; `executor="ray"` runs it on
@@ -170,7 +176,9 @@ async def arun(
     if base_url is None and transport is not None:
         base_url = FAKE_BASE_URL  # a transport of its own needs no server to be found
     settings = RunSettings(
-        base_url=base_url or _default_base_url(),
+        base_url=(base_url if isinstance(base_url, str) else tuple(base_url))
+        if base_url
+        else _default_base_url(),
         model=model,
         api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
         concurrency=concurrency,
@@ -188,6 +196,7 @@ async def arun(
         workers=parse_workers(workers) if workers is not None else _default_workers(executor),
         executor=executor,
         ray_address=ray_address,
+        affinity=affinity,
     )
     if executor == "ray":
         from .scale.onray import import_ray

@@ -7,7 +7,7 @@ Every try is kept as an `Attempt` so the trace shows exactly how a value was obt
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -45,6 +45,7 @@ from .calls.transport import (
     make_http_client,
     retry_after_seconds,
 )
+from .calls.tuner import Concurrency
 from .outage import DEFAULT_SERVER_WAIT
 from .spec import Sampling
 from .stats import RunStats
@@ -92,7 +93,7 @@ class LLMClient:
         *,
         cache: ResponseCache | None,
         stats: RunStats,
-        concurrency: int = 64,
+        concurrency: Concurrency = None,
         timeout: float = 120.0,
         transport_retries: int = 4,
         refresh: bool = False,
@@ -101,6 +102,7 @@ class LLMClient:
         say: Callable[[str], None] = print,
         transport: Transport | None = None,
         retry: RetryPolicy | None = None,
+        affinity: bool = True,
     ) -> None:
         self.cache = cache
         self.stats = stats
@@ -117,6 +119,7 @@ class LLMClient:
             timeout=timeout,
             server_wait=self.retry.server_wait,
             say=say,
+            affinity=affinity,
         )
         self.sender = Sender(self.transport, self.retry, stats, self.servers.redact)
         structured = StructuredCaller(self.sender, stats)
@@ -124,8 +127,11 @@ class LLMClient:
             structured if cache is None else CachedCaller(structured, cache, stats, refresh)
         )
 
-    def endpoint(self, base_url: str, model: str, api_key: str = "EMPTY") -> Endpoint:
-        """The Endpoint for (base_url, model, key); the in-flight limit is per server URL."""
+    def endpoint(
+        self, base_url: str | Sequence[str], model: str, api_key: str = "EMPTY"
+    ) -> Endpoint:
+        """The Endpoint for (servers, model, key): one URL, or several replicas of the model;
+        the in-flight limit is per server URL."""
         return self.servers.endpoint(base_url, model, api_key)
 
     def redact(self, text: str) -> str:

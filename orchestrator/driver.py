@@ -100,9 +100,11 @@ async def drive(
     stats: RunStats,
     total: int | None,
     console: Console | None,
+    limits: Callable[[], str] | None = None,
 ) -> None:
     """Await `work`, flushing every FLUSH_SECONDS; with a console, a progress bar of examples,
-    requests, cache hits, retries and tokens/s (drawn on the same tick, no extra thread)."""
+    requests, cache hits, retries, tokens/s and the servers' in-flight `limits` (drawn on
+    the same tick, no extra thread)."""
     columns = (
         TextColumn("[bold]examples"),
         BarColumn(),
@@ -126,6 +128,7 @@ async def drive(
                 f"ok {stats.examples_ok} · failed {stats.examples_failed} · "
                 f"req {stats.requests} · hits {stats.cache_hits} · retries {stats.retries} · "
                 f"{stats.tokens_per_second():.0f} tok/s"
+                + (f" · {limits()}" if limits is not None else "")
             ),
         )
         progress.refresh()

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .calls.replicas import start_example
 from .client import Endpoint, LLMClient
 from .dataset import Row
 from .errors import NodeError
@@ -102,6 +103,7 @@ class Engine:
         stop: list[Exception] = []
 
         async def one(row: Row) -> None:
+            start_example()  # this example's calls prefer one replica (its prefix cache)
             try:
                 sink(await self.run_example(row))
             except Exception as exc:

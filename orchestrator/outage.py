@@ -75,6 +75,30 @@ class ServerWatch:
                 return None
             return await self._wait_until_back()
 
+    async def answers(self, failed_at: float) -> bool:
+        """Whether the server answers after a request to it failed at `failed_at`, without
+        waiting for it: one probe, shared by every caller that failed before it."""
+        async with self._lock:
+            if self._last_ok >= failed_at:
+                return True
+            if await self.probe():
+                self._last_ok = time.monotonic()
+                return True
+            return False
+
+    def went_down(self, what: str) -> Outage:
+        """Open an outage record for a server that others stand in for (`what` is said)."""
+        outage = Outage(time.monotonic())
+        self.outages.append(outage)
+        self.say(f"{self.url} does not answer; {what}.")
+        return outage
+
+    def came_back(self, outage: Outage, what: str) -> None:
+        """Close `outage`: the server answered its probe again."""
+        outage.ended = self._last_ok = time.monotonic()
+        outage.recovered = True
+        self.say(f"{self.url} answers again after {outage.seconds:.1f} s; {what}.")
+
     async def _wait_until_back(self) -> Outage:
         outage = Outage(time.monotonic())
         self.outages.append(outage)

@@ -37,7 +37,7 @@ _JSON_COLUMNS = ("value", "messages", "raw", "request")
 _ATTEMPT_COLUMNS = (
     "number, kind, error, raw, finish_reason, latency, prompt_tokens, completion_tokens, cached"
 )
-_ADDED_ATTEMPT_COLUMNS = ("sample",)  # absent from traces written before they existed
+_ADDED_ATTEMPT_COLUMNS = ("sample", "replica")  # absent from traces written before they existed
 
 
 def _batched(cursor: sqlite3.Cursor, size: int = 500) -> Iterator[Any]:

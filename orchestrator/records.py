@@ -42,6 +42,9 @@ class Attempt(BaseModel):
     # Which of the call's n samples this reply is for; None for a failed request (and for
     # every attempt of a trace written before samples were recorded).
     sample: int | None = None
+    # The server URL (one replica of the node's servers) the request went to; None for a
+    # cached reply and for traces written before replicas were recorded.
+    replica: str | None = None
 
 
 def _plural(count: int, word: str) -> str:

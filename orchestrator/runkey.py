@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -124,11 +124,25 @@ def static_components(
     return parts
 
 
-def server_components(endpoints: Iterable[tuple[str, str, str, str]]) -> dict[str, str]:
-    """(node, model, base_url, structured mode) of every LLM node."""
+REPLICAS = "replicas"  # the endpoint part of a node served by several replicas
+
+
+def logical_server(urls: Sequence[str]) -> str:
+    """The server as the run key names it: its URL, or for several replicas of one model
+    just `replicas`, so a run resumes with replicas added, lost or moved (the model, a
+    part of its own, still has to match). One URL stays a URL: another address may serve
+    other weights under the same model name, and keys written before replicas existed
+    keep matching."""
+    return urls[0] if len(urls) == 1 else REPLICAS
+
+
+def server_components(
+    endpoints: Iterable[tuple[str, str, Sequence[str], str]],
+) -> dict[str, str]:
+    """(node, model, server URLs, structured mode) of every LLM node."""
     parts: dict[str, str] = {}
-    for node, model, base_url, structured in endpoints:
+    for node, model, urls, structured in endpoints:
         parts[f"model {node}"] = model
-        parts[f"endpoint {node}"] = base_url
+        parts[f"endpoint {node}"] = logical_server(urls)
         parts[f"structured {node}"] = structured
     return parts

@@ -29,12 +29,14 @@ class Runtime:
         return replace(self, attempts=[])
 
     def endpoint(self, base_url: str | None = None, model: str | None = None) -> Endpoint:
-        """The endpoint serving `model` at `base_url` (either may be left out); the run's
+        """The endpoint serving `model` at `base_url` (either may be left out; `base_url`
+        may be an endpoint's name, `run.base_url`, or any one of its replicas); the run's
         first LLM node's endpoint when nothing is asked. LookupError when none matches."""
+        wanted = None if base_url is None else base_url.rstrip("/")
         found = [
             ep
             for ep in self.endpoints.values()
-            if (base_url is None or ep.base_url.rstrip("/") == base_url.rstrip("/"))
+            if (wanted is None or wanted in {ep.base_url, *(u.rstrip("/") for u in ep.urls)})
             and (model is None or ep.model == model)
         ]
         if not found:

@@ -1,16 +1,18 @@
-"""The servers a run talks to: the endpoint of each node whose kind talks to one, each
-server checked once (its model list, a structured-output canary, its version) before any
-example is sent."""
+"""The servers a run talks to: the endpoint of each node whose kind talks to one (one URL, or
+several replicas of its model), each server checked once (its model list, a structured-
+output canary, its version) and its in-flight limit settled before any example is sent."""
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
+from .calls.registry import server_urls
 from .client import Endpoint, LLMClient, ServerError
 from .errors import ConfigurationError
 
@@ -25,9 +27,10 @@ StructuredChoice = Literal["auto", "server", "prompt"]
 
 @dataclass(frozen=True)
 class ServerChoice:
-    """The run's default server, model and key, and how structured output is chosen."""
+    """The run's default server (one URL, or several replicas), model and key, and how
+    structured output is chosen."""
 
-    base_url: str
+    base_url: str | tuple[str, ...]
     model: str | None
     api_key: str
     structured: StructuredChoice
@@ -72,6 +75,15 @@ async def server_version(base_url: str) -> str | None:
     return None
 
 
+def node_urls(want: str | Sequence[str] | None, choice: ServerChoice, node: str) -> tuple[str, ...]:
+    """The URLs a node talks to: its own `base_url` (a URL, a list of replicas, each may
+    name a param), else the run's."""
+    if want is None:
+        return server_urls(choice.base_url)
+    written = [want] if isinstance(want, str) else list(want)
+    return server_urls([from_params(w, choice.params, node, "base_url") or "" for w in written])
+
+
 async def prepare_endpoints(
     graph: CompiledGraph, client: LLMClient, choice: ServerChoice
 ) -> tuple[dict[str, Endpoint], dict[str, Any]]:
@@ -79,26 +91,30 @@ async def prepare_endpoints(
     asks for), and what the manifest records of each server."""
     endpoints: dict[str, Endpoint] = {}
     served_by: dict[str, list[str]] = {}
+    run_urls = server_urls(choice.base_url)
     for name, cn in graph.nodes.items():
         want = cn.kind.endpoint_want(cn.spec)
         if want is None:
             continue
-        base_url = from_params(want.base_url, choice.params, name, "base_url") or choice.base_url
+        urls = node_urls(want.base_url, choice, name)
         api_key = node_api_key(want, choice)
-        if base_url not in served_by:
-            served_by[base_url] = await client.list_models(base_url, api_key)
-        served = served_by[base_url]
+        for url in urls:
+            if url not in served_by:
+                served_by[url] = await client.list_models(url, api_key)
+        served = served_by[urls[0]]
         model = from_params(want.model, choice.params, name, "model")
-        model = model or (choice.model if base_url == choice.base_url else None)
+        model = model or (choice.model if urls == run_urls else None)
         model = model or (served[0] if served else None)
         if model is None:
-            raise ServerError(f"{base_url} serves no model; pass --model")
-        if served and model not in served:
-            raise ServerError(
-                f"node '{name}': model '{model}' is not served by {base_url} "
-                f"(it serves: {', '.join(served)})"
-            )
-        endpoints[name] = client.endpoint(base_url, model, api_key)
+            raise ServerError(f"{urls[0]} serves no model; pass --model")
+        for url in urls:
+            if served_by[url] and model not in served_by[url]:
+                raise ServerError(
+                    f"node '{name}': model '{model}' is not served by {url} "
+                    f"(it serves: {', '.join(served_by[url])})"
+                    + ("; every replica given must serve it" if len(urls) > 1 else "")
+                )
+        endpoints[name] = client.endpoint(urls, model, api_key)
     servers: dict[str, Any] = {}
     for ep in {id(e): e for e in endpoints.values()}.values():
         if choice.structured == "auto":
@@ -115,11 +131,12 @@ async def prepare_endpoints(
         else:
             ep.structured = choice.structured
         servers[f"{ep.base_url} {ep.model}"] = {
-            "base_url": ep.base_url,
+            "base_url": ep.urls[0] if len(ep.urls) == 1 else ep.urls,
             "model": ep.model,
-            "models_served": served_by[ep.base_url],
+            "models_served": served_by[ep.urls[0]],
             "structured_output": ep.structured,
-            "version": await server_version(ep.base_url),
+            "version": await server_version(ep.urls[0]),
             **ep.server_info,
         }
+    await client.servers.start_tuning()
     return endpoints, servers

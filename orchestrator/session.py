@@ -23,8 +23,10 @@ from rich.console import Console
 
 from . import __version__
 from .cache import ResponseCache, default_cache_path, open_cache
+from .calls.registry import server_urls
 from .calls.retry import RetryPolicy
 from .calls.transport import Transport
+from .calls.tuner import Concurrency
 from .client import LLMClient
 from .dataset import Row, check_fields
 from .driver import Flusher, drive, fewer_gc_passes
@@ -49,10 +51,12 @@ class RunSettings:
     """How to run: the server, and settings that do not change replies (except `params`,
     `model`, `base_url` and `structured`, which are part of the run key)."""
 
-    base_url: str
+    base_url: str | tuple[str, ...]  # several: replicas serving one model
     model: str | None = None
     api_key: str = field(default="EMPTY", repr=False)  # never printed with the settings
-    concurrency: int = 64
+    # Per server: N fixed, "auto" tuned from its load, None auto against vLLM else 64.
+    concurrency: Concurrency = None
+    affinity: bool = True  # an example's calls prefer the replica of its earlier calls
     limit: int | None = None
     cache: Path | None = None
     use_cache: bool = True
@@ -130,6 +134,7 @@ async def _run_locked(
         say=log.warning,
         transport=settings.transport,
         retry=settings.retry,
+        affinity=settings.affinity,
     )
     run_id = uuid.uuid4().hex[:12]
     choice = ServerChoice(
@@ -141,7 +146,7 @@ async def _run_locked(
             {
                 **static_key.components,
                 **server_components(
-                    (node, ep.model, ep.base_url, ep.structured) for node, ep in endpoints.items()
+                    (node, ep.model, ep.urls, ep.structured) for node, ep in endpoints.items()
                 ),
             }
         )
@@ -179,7 +184,7 @@ async def _run_locked(
         trace.start_run(
             graph=graph.label,
             model=manifest["model"],
-            base_url=settings.base_url,
+            base_url=" | ".join(server_urls(settings.base_url)),
             server=str(servers),
             structured=",".join(s["structured_output"] for s in servers.values()),
             settings=manifest["parameters"],
@@ -193,7 +198,10 @@ async def _run_locked(
                 trace,
                 endpoints,
                 stats,
-                EngineOptions(params=settings.params, window=max(2 * settings.concurrency, 16)),
+                # Twice what the servers may hold, so each has requests ready when a slot opens.
+                EngineOptions(
+                    params=settings.params, window=max(2 * client.servers.max_in_flight(), 16)
+                ),
             )
             work = engine.run(rows, store.write_result, store.done)
         else:
@@ -206,6 +214,7 @@ async def _run_locked(
                 timeout=settings.timeout,
                 server_wait=settings.server_wait,
                 refresh=settings.refresh,
+                affinity=settings.affinity,
                 cache=cache.path if cache is not None else None,
                 run_id=run_id,
                 run_key=run_key.digest,
@@ -219,7 +228,14 @@ async def _run_locked(
 
             work = pool.run(parts, rows, store, trace, stats, started)
         with fewer_gc_passes():
-            await drive(work, flush, stats, source.count(settings.limit), console)
+            await drive(
+                work,
+                flush,
+                stats,
+                source.count(settings.limit),
+                console,
+                client.servers.limits_text,
+            )
         manifest["status"] = "complete"
     except (asyncio.CancelledError, KeyboardInterrupt):
         manifest["status"] = "interrupted"
@@ -248,6 +264,7 @@ async def _run_locked(
         manifest["ended"] = time.time()
         manifest["wall_seconds"] = round(manifest["ended"] - manifest["started"], 3)
         manifest["outages"] = client.outages() + (pool.outages if pool else [])
+        manifest["replicas"] = [r.model_dump() for r in client.servers.replica_reports()]
         if pool is not None:
             manifest["workers"] = pool.workers
         # Streamed from the store, twice, rather than held: runs can have millions of lines.
@@ -314,7 +331,8 @@ def _manifest(
         },
         "model": settings.model,
         "parameters": {
-            "concurrency": settings.concurrency,
+            "concurrency": settings.concurrency or "default",
+            "affinity": settings.affinity,
             "limit": settings.limit,
             "params": settings.params,
             "cache": str(cache.path) if cache else None,

@@ -52,7 +52,7 @@ CREATE INDEX IF NOT EXISTS node_runs_lookup ON node_runs (example_id, node, item
 CREATE TABLE IF NOT EXISTS attempts (
   node_run_id INTEGER, number INTEGER, kind TEXT, error TEXT, raw TEXT,
   finish_reason TEXT, latency REAL, prompt_tokens INTEGER, completion_tokens INTEGER,
-  cached INTEGER, sample INTEGER
+  cached INTEGER, sample INTEGER, replica TEXT
 );
 CREATE INDEX IF NOT EXISTS attempts_node ON attempts (node_run_id);
 """
@@ -151,6 +151,7 @@ class TraceRecorder:
                 a.completion_tokens,
                 int(a.cached),
                 a.sample,
+                a.replica,
             )
             for a in rec.attempts
         )
@@ -268,8 +269,8 @@ class TraceStore(TraceRecorder):
             )
             self._db.executemany(
                 "INSERT INTO attempts (node_run_id, number, kind, error, raw, finish_reason,"
-                " latency, prompt_tokens, completion_tokens, cached, sample)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " latency, prompt_tokens, completion_tokens, cached, sample, replica)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 self._pending_attempts,
             )
             self._db.execute("COMMIT")
@@ -317,8 +318,10 @@ class TraceStore(TraceRecorder):
                 self._db.execute(f"ALTER TABLE node_runs ADD COLUMN {column} {kind}")
         if "run_key" not in {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}:
             self._db.execute("ALTER TABLE runs ADD COLUMN run_key TEXT")
-        if "sample" not in {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}:
-            self._db.execute("ALTER TABLE attempts ADD COLUMN sample INTEGER")
+        attempt_columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
+        for column, kind in (("sample", "INTEGER"), ("replica", "TEXT")):
+            if column not in attempt_columns:
+                self._db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {kind}")
 
     def finished_value(self, example_id: str, node: str, item: int = WHOLE) -> tuple[bool, Any]:
         """(found, value) of the latest ok/skipped execution of this node for this example.

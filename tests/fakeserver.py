@@ -1,9 +1,11 @@
 """A fake OpenAI-compatible HTTP server on loopback, for unit and fault-injection tests.
 
-It serves ``/v1/models``, ``/v1/chat/completions`` and vLLM's ``/tokenize`` from a background
-thread, so any client (sync or async, including ``openai.AsyncOpenAI``) can talk to it. Each chat
-request is handed to a *responder* that returns a :class:`Reply` describing what to send back:
-normal content, several samples, logprobs, an HTTP error, a delay, a truncation or raw bytes.
+It serves ``/v1/models``, ``/v1/chat/completions``, vLLM's ``/tokenize`` and (when scripted)
+vLLM's Prometheus ``/metrics`` from a background thread, so any client (sync or async,
+including ``openai.AsyncOpenAI``) can talk to it. Each chat request is handed to a *responder*
+that returns a :class:`Reply` describing what to send back: normal content, several samples,
+logprobs, an HTTP error, a delay, a truncation or raw bytes. A `capacity` makes requests
+beyond it queue, as a GPU server's batch does.
 
 A run with `--structured auto` (the default) first sends one *canary* request, whose schema
 has the properties `token` and `count`, to see whether the server enforces schemas: a custom
@@ -25,7 +27,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -322,10 +324,16 @@ class _Handler(BaseHTTPRequestHandler):
         return True
 
     def do_GET(self) -> None:
-        """Serve the model list."""
+        """Serve the model list, and /metrics when scripted."""
         fake = self.server.fake
         fake.paths.append(self.path)
-        if self._hung() or self._proxy_failing() or self._refused():
+        if self._hung() or self._proxy_failing():
+            return
+        if self.path.rstrip("/") == "/metrics" and fake.metrics is not None:
+            text = fake.metrics(fake)
+            self._send(200, text.encode(), content_type="text/plain; version=0.0.4")
+            return
+        if self._refused():
             return
         if self.path.rstrip("/") == "/v1/models":
             data = [
@@ -356,9 +364,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, _error_body(404, f"no route for POST {self.path}"))
 
     def _chat(self, body: dict) -> None:
-        """Ask the responder what to do, then answer like a chat.completion endpoint."""
+        """Ask the responder what to do (within the server's capacity, if it has one), then
+        answer like a chat.completion endpoint."""
         fake = self.server.fake
         fake._record(body)
+        with fake._serving():
+            self._answer_chat(body)
+
+    def _answer_chat(self, body: dict) -> None:
+        fake = self.server.fake
         try:
             reply = fake.responder(body)
             if reply.delay > 0 and fake._stopping.wait(reply.delay):
@@ -500,6 +514,17 @@ class FakeServer:
         self.tokenize_delay = 0.0  # seconds each /tokenize takes
         self.peak_tokenize = 0  # most /tokenize requests in progress at once
         self._tokenizing = 0
+        # At most this many chat requests are answered at once; the rest queue (as a GPU
+        # server's batch does). None: no limit.
+        self.capacity: int | None = None
+        self.running = 0  # chat requests being answered now
+        self.waiting = 0  # chat requests queued for capacity now
+        self.peak_running = 0
+        self.preemptions = 0  # reported by `vllm_metrics`; a test raises it to script one
+        self.kv_usage = 0.0  # reported by `vllm_metrics`
+        self._capacity: threading.Semaphore | None = None
+        # GET /metrics answers what this returns (e.g. `vllm_metrics`); None: 404.
+        self.metrics: Callable[[FakeServer], str] | None = None
         self._connections: set[socket.socket] = set()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -597,6 +622,30 @@ class FakeServer:
             },
         }
 
+    @contextlib.contextmanager
+    def _serving(self) -> Iterator[None]:
+        """Hold one unit of capacity (queueing for it) while a chat request is answered."""
+        gate = None
+        if self.capacity is not None:
+            with self._lock:
+                if self._capacity is None:
+                    self._capacity = threading.Semaphore(self.capacity)
+                gate = self._capacity
+                self.waiting += 1
+            gate.acquire()
+            with self._lock:
+                self.waiting -= 1
+        with self._lock:
+            self.running += 1
+            self.peak_running = max(self.peak_running, self.running)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.running -= 1
+            if gate is not None:
+                gate.release()
+
     def fail_every_route(self, status: int, seconds: float) -> None:
         """Play a proxy (nginx, a load balancer) in front of a restarting server: every
         route answers `status` for `seconds`."""
@@ -625,6 +674,24 @@ class FakeServer:
     def _record_error(self, exc: Exception) -> None:
         with self._lock:
             self.errors.append(exc)
+
+
+def vllm_metrics(fake: FakeServer) -> str:
+    """/metrics as vLLM 0.32 writes it (Prometheus text, one engine, `_total` on counters),
+    from the fake server's own load: requests answered now, queued, and its scripted
+    preemption counter and KV-cache fill."""
+    labels = f'{{engine="0",model_name="{fake.model}"}}'
+    return (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running{labels} {float(fake.running)}\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f"vllm:num_requests_waiting{labels} {float(fake.waiting)}\n"
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        f"vllm:kv_cache_usage_perc{labels} {fake.kv_usage}\n"
+        "# TYPE vllm:num_preemptions_total counter\n"
+        f"vllm:num_preemptions_total{labels} {float(fake.preemptions)}\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -50,6 +50,9 @@ class BatchConnection:
     async def probe(self) -> bool:
         return True
 
+    async def metrics(self) -> str | None:
+        return None  # no server: nothing to tune a limit from
+
     async def close(self) -> None:
         return None
 

@@ -121,7 +121,8 @@ class FakeTransport:
     """A `Transport` that answers in-process. `respond` maps a node's request to its content
     (or a FakeAnswer); `canary` answers the run's structured-output check (by default as a
     server that enforces the schema); `faults[i]` is applied to the i-th node request;
-    `latency` is slept before each answer. `requests` keeps every chat request."""
+    `latency` is slept before each answer; `metrics` scripts a URL's /metrics text (none by
+    default). `requests` keeps every chat request."""
 
     def __init__(
         self,
@@ -131,12 +132,15 @@ class FakeTransport:
         faults: Sequence[Fault | None] = (),
         latency: float = 0.0,
         canary: Respond = schema_answer,
+        metrics: Callable[[str], str | None] | None = None,
     ) -> None:
         self.respond: Respond = respond or schema_answer
         self.canary = canary
         self.models = list(models)
         self.faults = list(faults)
         self.latency = latency
+        # The /metrics text of a base_url, for tests of the concurrency controller.
+        self.metrics = metrics
         self.requests: list[FakeRequest] = []
         self.posts: list[tuple[str, dict[str, Any]]] = []
         self._node_requests = 0
@@ -171,6 +175,9 @@ class FakeTransport:
         if isinstance(exc, DeadlineExceeded | RetryAfterTooLong):
             return str(exc)
         return f"{type(exc).__name__}: {exc}"
+
+    def metrics_text(self, base_url: str) -> str | None:
+        return None if self.metrics is None else self.metrics(base_url)
 
     # -- answering ------------------------------------------------------------------------
 
@@ -225,6 +232,10 @@ class FakeConnection:
 
     async def probe(self) -> bool:
         return True
+
+    async def metrics(self) -> str | None:
+        """What the transport's `metrics_text` scripts for this URL (None: no /metrics)."""
+        return self.transport.metrics_text(self.base_url)
 
     async def close(self) -> None:
         self.closed = True

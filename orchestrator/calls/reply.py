@@ -19,11 +19,13 @@ from .errors import MalformedReply
 
 @dataclass(slots=True)
 class Choice:
-    """One sample of a reply, as validated, cached and traced."""
+    """One sample of a reply, as validated, cached and traced (`replica`: the server URL
+    that sent it; None for a reply from the cache)."""
 
     content: str
     finish_reason: str | None
     logprobs: list[dict[str, Any]] | None
+    replica: str | None = None
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from tenacity import (
     wait_random,
 )
 
-from ..outage import DEFAULT_SERVER_WAIT, ServerWatch
+from ..outage import DEFAULT_SERVER_WAIT
 from ..trace import Attempt
 from .errors import DeadlineExceeded, RetryAfterTooLong
 
@@ -40,6 +40,21 @@ class RetryHooks(Protocol):
     def describe(self, exc: BaseException) -> str: ...
 
     def count_retry(self) -> None: ...
+
+
+class Route(Protocol):
+    """Where a call's tries go: the replica of the latest one, and what its failure means."""
+
+    @property
+    def url(self) -> str | None:
+        """The replica the latest try was sent to (None before the first)."""
+        ...
+
+    async def after_failure(self, failed_at: float) -> str | None:
+        """None: the server answers, the request was lost on its own (a counted retry).
+        Otherwise a note for the failed try: it was an outage, waited out or routed around,
+        so the request goes again without spending the budget. May raise ServerGone."""
+        ...
 
 
 def _secs(seconds: float) -> str:
@@ -70,7 +85,7 @@ class RetryPolicy:
     async def run(
         self,
         post: Callable[[], Awaitable[T]],
-        watch: ServerWatch,
+        route: Route,
         attempts: list[Attempt] | None,
         hooks: RetryHooks,
     ) -> T:
@@ -80,7 +95,7 @@ class RetryPolicy:
         try:
             # Most requests succeed at once, so tenacity (~60 µs of bookkeeping per attempt)
             # is only brought in after a failure.
-            return await self._send(post, watch, attempts, hooks)
+            return await self._send(post, route, attempts, hooks)
         except Exception as exc:
             if not hooks.is_transient(exc):
                 raise
@@ -100,20 +115,20 @@ class RetryPolicy:
                     # Replayed as tenacity's attempt 1: same schedule, same records.
                     failed, first = first, None
                     raise failed from None
-                return await self._send(post, watch, attempts, hooks)
+                return await self._send(post, route, attempts, hooks)
         raise AssertionError("unreachable: tenacity returns the value or re-raises")
 
     async def _send(
         self,
         post: Callable[[], Awaitable[T]],
-        watch: ServerWatch,
+        route: Route,
         attempts: list[Attempt] | None,
         hooks: RetryHooks,
     ) -> T:
         """One counted try: a request lost to a server outage is sent again once the server
-        is back (a few times at most, so a flapping server cannot loop us), and one the
-        server asks us to repeat later (Retry-After) is repeated then, as long as the waits
-        stay within the run's server wait."""
+        is back, or at once to another replica (a few times at most, so a flapping server
+        cannot loop us), and one the server asks us to repeat later (Retry-After) is
+        repeated then, as long as the waits stay within the run's server wait."""
         outages_left = self.max_outages_per_try
         waited = 0.0
         while True:
@@ -123,7 +138,12 @@ class RetryPolicy:
                 described = hooks.describe(exc)
                 if attempts is not None:
                     attempts.append(
-                        Attempt(number=len(attempts) + 1, kind="transport", error=described)
+                        Attempt(
+                            number=len(attempts) + 1,
+                            kind="transport",
+                            error=described,
+                            replica=route.url,
+                        )
                     )
                 asked = hooks.retry_after(exc)
                 if asked is not None:
@@ -131,13 +151,12 @@ class RetryPolicy:
                     continue
                 if not hooks.may_be_outage(exc) or outages_left == 0:
                     raise
-                outage = await watch.after_failure(time.monotonic())
-                if outage is None:
+                note = await route.after_failure(time.monotonic())
+                if note is None:
                     raise
                 outages_left -= 1
                 if attempts:
-                    waited_out = f"waited {outage.seconds:.1f} s for it"
-                    attempts[-1].error = f"{described}; the server was down, {waited_out}"
+                    attempts[-1].error = f"{described}; {note}"
 
     async def _wait_as_asked(
         self,

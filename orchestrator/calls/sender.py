@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..stats import RunStats
 from ..trace import Attempt
 from .errors import MalformedReply
+from .replicas import Replica, ReplicaSet
 from .reply import Choice, Reply
 from .request import request_body
 from .retry import RetryPolicy
@@ -18,6 +19,29 @@ from .transport import Transport
 
 if TYPE_CHECKING:
     from .registry import Endpoint
+
+
+class CallRoute:
+    """One call's way through a replica set: each try goes to the replica `pick` names,
+    and a failure is judged against the replica that try went to."""
+
+    __slots__ = ("replica", "replicas")
+
+    def __init__(self, replicas: ReplicaSet) -> None:
+        self.replicas = replicas
+        self.replica: Replica | None = None
+
+    def pick(self) -> Replica:
+        self.replica = replica = self.replicas.pick()
+        return replica
+
+    @property
+    def url(self) -> str | None:
+        return self.replica.url if self.replica is not None else None
+
+    async def after_failure(self, failed_at: float) -> str | None:
+        assert self.replica is not None, "a try failed before it was sent"
+        return await self.replicas.after_failure(self.replica, failed_at)
 
 
 class Sender:
@@ -69,35 +93,49 @@ class Sender:
             ep.model, messages, params, n, schema if ep.structured == "server" else None
         )
         started = time.perf_counter()
-        retry, stats, connection = self.retry, self.stats, ep.client
+        retry, stats, connections = self.retry, self.stats, ep.connections
+        route = CallRoute(ep.replicas)
 
         async def post_once() -> Reply:
             nonlocal started
-            async with ep.limit:
-                stats.requests += 1
-                started = time.perf_counter()
-                # The connection's timeout bounds each read; the deadline bounds the whole
-                # reply (about 3 µs a call).
-                try:
-                    async with asyncio.timeout(retry.timeout):
-                        response = await connection.chat(body)
-                except TimeoutError:
-                    raise retry.deadline_exceeded() from None
+            replica = route.pick()
+            replica.outstanding += 1
+            try:
+                async with replica.limit:
+                    stats.requests += 1
+                    started = time.perf_counter()
+                    # The connection's timeout bounds each read; the deadline bounds the
+                    # whole reply (about 3 µs a call).
+                    try:
+                        async with asyncio.timeout(retry.timeout):
+                            response = await connections[replica].chat(body)
+                    except TimeoutError:
+                        raise retry.deadline_exceeded() from None
+                    replica.latency_sum += time.perf_counter() - started
+                    replica.latency_count += 1
+                    replica.served += 1
+            except Exception:
+                replica.failed += 1
+                raise
+            finally:
+                replica.outstanding -= 1
             if len(response.choices) != n:
                 raise MalformedReply(
                     f"asked for {n} sample(s), the reply has {len(response.choices)}"
                 )
             return response
 
-        response = await retry.run(post_once, ep.watch, attempts, self)
+        response = await retry.run(post_once, route, attempts, self)
         latency = time.perf_counter() - started
+        served_by = route.url
         tokens = (response.prompt_tokens, response.completion_tokens)
         stats.prompt_tokens += tokens[0]
         stats.completion_tokens += tokens[1]
         if response.fingerprint:
             ep.server_info.setdefault("system_fingerprint", response.fingerprint)
         choices = [
-            Choice(self.redact(c.content), c.finish_reason, c.logprobs) for c in response.choices
+            Choice(self.redact(c.content), c.finish_reason, c.logprobs, served_by)
+            for c in response.choices
         ]
         return choices, tokens, latency
 
@@ -113,18 +151,24 @@ class Sender:
         retries, Retry-After and a server outage waited out, each failed try appended to
         `attempts`. Raises the transport's error for an answer that is not a success (e.g.
         404: this server has no such route)."""
-        url = ep.base_url.rstrip("/").removesuffix("/v1") + path
         retry = self.retry
+        route = CallRoute(ep.replicas)
 
         async def post_once() -> dict[str, Any]:
-            async with ep.limit:
-                try:
-                    async with asyncio.timeout(retry.timeout):
-                        reply = await ep.client.post_json(url, body)
-                except TimeoutError:
-                    raise retry.deadline_exceeded(f"reply from {path}") from None
+            replica = route.pick()
+            url = replica.url.rstrip("/").removesuffix("/v1") + path
+            replica.outstanding += 1
+            try:
+                async with replica.limit:
+                    try:
+                        async with asyncio.timeout(retry.timeout):
+                            reply = await ep.connections[replica].post_json(url, body)
+                    except TimeoutError:
+                        raise retry.deadline_exceeded(f"reply from {path}") from None
+            finally:
+                replica.outstanding -= 1
             if not isinstance(reply, dict):
                 raise MalformedReply(f"{path} answered {type(reply).__name__}, not an object")
             return reply
 
-        return await retry.run(post_once, ep.watch, attempts, self)
+        return await retry.run(post_once, route, attempts, self)

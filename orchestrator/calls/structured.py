@@ -203,6 +203,7 @@ class StructuredCaller:
                         raw=choice.content,
                         finish_reason=choice.finish_reason,
                         sample=index,
+                        replica=choice.replica,
                     )
                 )
                 if keep is not None:
@@ -219,6 +220,7 @@ class StructuredCaller:
                     raw=choice.content,
                     finish_reason=choice.finish_reason,
                     sample=index,
+                    replica=choice.replica,
                 )
             )
             if round_ == ask.retries:

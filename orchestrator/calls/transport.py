@@ -38,6 +38,11 @@ class Connection(Protocol):
         """Liveness: does the server answer (list its models) within a few seconds?"""
         ...
 
+    async def metrics(self) -> str | None:
+        """The Prometheus text at the server root's /metrics (vLLM's load); None when the
+        server has none or does not answer within a few seconds."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -121,6 +126,14 @@ class OpenAIConnection:
         except (openai.APIError, httpx.HTTPError, OSError):
             return False
         return True
+
+    async def metrics(self) -> str | None:
+        # /metrics sits at the server root, beside /v1, not under it.
+        root = str(self.client.base_url).rstrip("/").removesuffix("/v1")
+        try:
+            return await self._quick.get(f"{root}/metrics", cast_to=str)
+        except (openai.APIError, httpx.HTTPError, OSError, UnicodeDecodeError):
+            return None
 
     async def close(self) -> None:
         await self.client.close()

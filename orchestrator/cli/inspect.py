@@ -138,8 +138,9 @@ def _print_record(rec: NodeRun, prompt_chars: int) -> None:
     if any(att.kind not in ("ok", "cache") for att in rec.attempts):
         for att in rec.attempts:
             sample = "" if att.sample is None else f" (sample {att.sample})"
+            where = "" if att.replica is None else f" at {att.replica}"
             console.print(
-                f"  attempt {att.number}{sample}: {att.kind}"
+                f"  attempt {att.number}{sample}: {att.kind}{where}"
                 + (f" — {att.error}" if att.error else ""),
                 markup=False,
                 highlight=False,

@@ -77,9 +77,10 @@ def run(
     data: Annotated[Path, typer.Option("--data", "-d", help="Dataset (.jsonl or .csv).")],
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<graph>).")] = None,
     base_url: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
-            help="OpenAI-compatible server, e.g. http://gpu:8000/v1. "
+            help="OpenAI-compatible server, e.g. http://gpu:8000/v1; repeat it for replicas "
+            "of one model (each request goes to the least loaded). "
             "Default: the embedded vLLM CPU server."
         ),
     ] = None,
@@ -92,7 +93,18 @@ def run(
             envvar="OPENAI_API_KEY", show_default=False, help="API key (env OPENAI_API_KEY)."
         ),
     ] = "EMPTY",
-    concurrency: Annotated[int, typer.Option(help="In-flight requests per server.")] = 64,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            help="In-flight requests per server: N, or auto (tuned from vLLM's /metrics, "
+            "else from latency). Default: auto against vLLM, 64 elsewhere.",
+            show_default=False,
+        ),
+    ] = None,
+    affinity: Annotated[
+        bool,
+        typer.Option(help="With replicas, an example's calls prefer the replica of its last."),
+    ] = True,
     limit: Annotated[int | None, typer.Option(help="Run only the first N rows.")] = None,
     cache: Annotated[Path | None, typer.Option(help="Response cache file.")] = None,
     no_cache: Annotated[
@@ -138,28 +150,32 @@ def run(
     """Run a graph over a dataset into a run folder; re-running the same command resumes."""
     if structured not in ("auto", "server", "prompt"):
         fail("--structured must be auto, server or prompt")
+    from ..calls.tuner import parse_concurrency
     from ..scale import run_options
 
     try:
+        in_flight = parse_concurrency(concurrency)
         scale = run_options(workers, ray)  # checked before any server is started
-    except OrchestratorError as exc:
+    except (ValueError, OrchestratorError) as exc:
         fail(str(exc))
         raise
     graph = _graph_path(graph)
     compiled = _compile_or_exit(graph)
     server = None
     embedded_default = base_url is None
-    if base_url is None and any(n.uses_server for n in compiled.nodes.values()):
-        base_url, server = _embedded_server(port)
+    urls: str | list[str] | None = base_url or None
+    if urls is None and any(n.uses_server for n in compiled.nodes.values()):
+        urls, server = _embedded_server(port)
     try:
         outcome = _execute(
             graph=compiled,
             data=data,
             out=out or Path("runs") / graph.stem,
-            base_url=base_url or "http://127.0.0.1:8000/v1",
+            base_url=urls or "http://127.0.0.1:8000/v1",
             model=model,
             api_key=api_key,
-            concurrency=concurrency,
+            concurrency=in_flight,
+            affinity=affinity,
             limit=limit,
             cache=cache,
             use_cache=not no_cache,

@@ -42,7 +42,7 @@ def evaluate(expr: Expression, ctx: dict[str, Any], node: str, where: str) -> An
 class EndpointWant(NamedTuple):
     """What a node that talks to a server asks of the run's servers (None: the run's own)."""
 
-    base_url: str | None
+    base_url: str | list[str] | None  # a list: replicas serving the same model
     model: str | None
     api_key_env: str | None
 

@@ -36,7 +36,7 @@ class LLMNode(NodeBase, Sampling):
     system: str | None = None
     output: dict[str, FieldSpec]
     model: str | None = None
-    base_url: str | None = None
+    base_url: str | list[str] | None = None  # a list: replicas serving the same model
     api_key_env: str | None = None
     on_error: Literal["fail", "record"] = "fail"
 
@@ -104,7 +104,8 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
                 if expr:
                     cn.sampling_exprs[key] = expr
         _check_samples(cn, scope)
-        for key, named in (("model", node.model), ("base_url", node.base_url)):
+        urls = [node.base_url] if isinstance(node.base_url, str) else node.base_url or []
+        for key, named in [("model", node.model), *(("base_url", url) for url in urls)]:
             # `model: params.X` is resolved when the run starts; the param must exist.
             if named is not None and named.startswith(PARAM_PREFIX):
                 param = named.removeprefix(PARAM_PREFIX)

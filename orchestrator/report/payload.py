@@ -58,6 +58,7 @@ ATTEMPT_KEYS: dict[str, str | None] = {
     "completion_tokens": "ct",
     "cached": "c",
     "sample": "sm",
+    "replica": None,  # which server answered: `orchestrator trace` prints it per attempt
 }
 # Shown per node run, computed from its fields: the page displays it as sent.
 DERIVED_KEYS: dict[str, str] = {"tally": "t"}

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..calls.registry import StructuredMode
+from ..calls.tuner import Concurrency
 from ..compile import compile_source
 from ..dataset import Row
 from ..errors import OrchestratorError
@@ -68,7 +69,7 @@ class EndpointPlan(BaseModel):
     """One LLM node's server as the run decided it (model listed, canary asked once)."""
 
     node: str
-    base_url: str
+    urls: list[str]  # the server's URL, or each replica's
     model: str
     api_key: str = Field(default="EMPTY", repr=False)  # never printed with the plan
     structured: StructuredMode
@@ -82,11 +83,14 @@ class WorkerJob(BaseModel):
     graph: GraphRecipe
     endpoints: list[EndpointPlan]
     params: dict[str, Any]
-    concurrency: int  # this worker's in-flight limit per server (the run's, split)
+    # This worker's in-flight limit per server: a fixed `--concurrency` split between the
+    # workers, or "auto"/None, each worker tuning its own limit from the server's load.
+    concurrency: Concurrency
     window: int  # examples this worker keeps in flight
     timeout: float
     server_wait: float
     refresh: bool
+    affinity: bool = True  # an example's calls prefer the replica of its earlier calls
     cache: Path | None  # the response cache file; None runs without one
     run_id: str
     graph_hash: str

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from ..calls.autolimit import Tuning
 from ..calls.registry import Endpoint
+from ..calls.tuner import Concurrency
 from ..dataset import Row
 from ..errors import ConfigurationError
 from ..graph import CompiledGraph
@@ -80,10 +82,11 @@ class JobParts:
     endpoints: dict[str, Endpoint]
     choice: ServerChoice
     params: dict[str, Any]
-    concurrency: int
+    concurrency: Concurrency
     timeout: float
     server_wait: float
     refresh: bool
+    affinity: bool
     cache: Path | None
     run_id: str
     run_key: str
@@ -101,13 +104,18 @@ def _api_key(parts: JobParts, node: str) -> str:
 
 
 def worker_job(parts: JobParts, count: int) -> WorkerJob:
-    """The job of each of `count` workers: the run's per-server limit split between them
-    (so `--concurrency` stays what each server sees in total), the graph as compiled."""
-    concurrency = max(1, math.ceil(parts.concurrency / count))
+    """The job of each of `count` workers: a fixed per-server limit split between them (so
+    `--concurrency N` stays what each server sees in total; a tuned limit is each worker's
+    own, and they all read the same server load), the graph as compiled."""
+    concurrency: Concurrency = parts.concurrency
+    if isinstance(concurrency, int):
+        concurrency = max(1, math.ceil(concurrency / count))
+    # As in one process: twice what the servers may hold (a tuned limit up to its ceiling).
+    held = concurrency if isinstance(concurrency, int) else Tuning().ceiling
     plans = [
         EndpointPlan(
             node=node,
-            base_url=endpoint.base_url,
+            urls=endpoint.urls,
             model=endpoint.model,
             api_key=_api_key(parts, node),
             structured=endpoint.structured,
@@ -119,10 +127,11 @@ def worker_job(parts: JobParts, count: int) -> WorkerJob:
         endpoints=plans,
         params=parts.params,
         concurrency=concurrency,
-        window=max(2 * concurrency, 16),
+        window=max(2 * held, 16),
         timeout=parts.timeout,
         server_wait=parts.server_wait,
         refresh=parts.refresh,
+        affinity=parts.affinity,
         cache=parts.cache,
         run_id=parts.run_id,
         graph_hash=parts.graph.content_hash,

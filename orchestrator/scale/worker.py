@@ -50,7 +50,7 @@ def _endpoints(client: LLMClient, job: WorkerJob) -> dict[str, Endpoint]:
     chose (no model list or canary asked again)."""
     endpoints: dict[str, Endpoint] = {}
     for plan in job.endpoints:
-        endpoint = client.endpoint(plan.base_url, plan.model, plan.api_key)
+        endpoint = client.endpoint(plan.urls, plan.model, plan.api_key)
         endpoint.structured = plan.structured
         endpoints[plan.node] = endpoint
     return endpoints
@@ -99,6 +99,7 @@ class ShardWorker:
                 concurrency=self.job.concurrency,
                 timeout=self.job.timeout,
                 refresh=self.job.refresh,
+                affinity=self.job.affinity,
                 server_wait=self.job.server_wait,
                 say=log.warning,
                 transport=self.job.transport,

@@ -1,0 +1,83 @@
+"""An in-flight limit that can be resized while requests wait on it (asyncio.Semaphore
+cannot), so a controller can tune a server's concurrency mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from types import TracebackType
+
+
+class Limiter:
+    """At most `limit` holders at once; waiters are served first come, first served.
+
+    Lowering the limit never cancels a request already in flight: the excess drains as
+    those requests finish. Used as `async with limiter:`.
+    """
+
+    __slots__ = ("_limit", "_waiters", "active", "saturated")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"an in-flight limit must be at least 1, got {limit}")
+        self._limit = limit
+        self.active = 0
+        # Every slot was taken at some point since a controller last looked (and reset it):
+        # the limit, not the supply of ready requests, is what held the run back.
+        self.saturated = False
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def set_limit(self, limit: int) -> None:
+        """Resize; a raise lets waiters in at once."""
+        self._limit = max(1, int(limit))
+        self._wake()
+
+    async def acquire(self) -> None:
+        if self.active < self._limit and not self._waiters:
+            self.active += 1  # the usual case: no await, no future
+            if self.active == self._limit:
+                self.saturated = True
+            return
+        self.saturated = True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                # Granted a slot in the same tick it was cancelled: hand the slot on.
+                self.active -= 1
+                self._wake()
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        self.active -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.active < self._limit:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.active += 1
+                waiter.set_result(None)
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

@@ -1,0 +1,231 @@
+"""Several servers for one model: each request goes to the live replica with the least load
+(outstanding requests over its in-flight limit), a replica that stops answering leaves the
+rotation until its probe succeeds again, and the calls it failed are sent to another one.
+Only when no replica answers does a call wait, for as long as the run's patience allows."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel
+
+from ..outage import FIRST_WAIT, MAX_WAIT, Outage, ServerGone, ServerWatch
+from .limiter import Limiter
+
+LimitMode = Literal["fixed", "vllm metrics", "latency"]
+
+
+class LimitChange(BaseModel):
+    """One change of a replica's in-flight limit: seconds into the run, new limit, why."""
+
+    t: float
+    limit: int
+    reason: str
+
+
+class ReplicaReport(BaseModel):
+    """What the manifest says of one replica: its share of the work, how its limit was set
+    and moved, and the stretches it was out of rotation."""
+
+    base_url: str
+    requests: int
+    failed: int
+    limit_mode: LimitMode
+    limit: int
+    limits: list[LimitChange]
+    outages: list[dict[str, float | bool]]
+
+
+@dataclass(eq=False)
+class Replica:
+    """One server URL: its in-flight limit, outage watch and load, shared by every endpoint
+    (model, key) served there."""
+
+    url: str
+    limit: Limiter
+    watch: ServerWatch
+    metrics: Callable[[], Awaitable[str | None]]  # its /metrics text, None without one
+    mode: LimitMode = "fixed"
+    outstanding: int = 0  # requests sent here and not answered, waiting for a slot included
+    served: int = 0
+    failed: int = 0
+    up: bool = True
+    latency_sum: float = 0.0  # replies since the last controller tick (latency controller)
+    latency_count: int = 0
+    limits: list[LimitChange] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    def set_limit(self, limit: int, reason: str) -> None:
+        """Resize the in-flight limit and keep the change for the manifest."""
+        if limit != self.limit.limit or not self.limits:
+            self.limit.set_limit(limit)
+            t = round(time.monotonic() - self.started, 1)
+            self.limits.append(LimitChange(t=t, limit=limit, reason=reason))
+
+    def report(self) -> ReplicaReport:
+        return ReplicaReport(
+            base_url=self.url,
+            requests=self.served,
+            failed=self.failed,
+            limit_mode=self.mode,
+            limit=self.limit.limit,
+            limits=self.limits,
+            outages=[
+                {"seconds": round(o.seconds, 2), "recovered": o.recovered}
+                for o in self.watch.outages
+            ],
+        )
+
+
+class Affinity:
+    """The replica that served an example's last call: its later calls go there too while
+    it is not much busier than the rest, so the server's prefix cache holds its text."""
+
+    __slots__ = ("replica",)
+
+    def __init__(self) -> None:
+        self.replica: Replica | None = None
+
+
+# Set once per example (the engine's task for it); its node tasks inherit the same holder.
+EXAMPLE_AFFINITY: ContextVar[Affinity | None] = ContextVar("example_affinity", default=None)
+
+
+def start_example() -> None:
+    """Called at the start of each example's task: its calls share one affinity."""
+    EXAMPLE_AFFINITY.set(Affinity())
+
+
+class ReplicaSet:
+    """The replicas of one logical server (the URLs given for one node), in rotation."""
+
+    def __init__(
+        self,
+        replicas: list[Replica],
+        patience: float,
+        say: Callable[[str], None],
+        *,
+        affinity: bool = True,
+    ) -> None:
+        self.replicas = replicas
+        self.patience = patience
+        self.say = say
+        self.affinity = affinity and len(replicas) > 1
+        self.single = replicas[0] if len(replicas) == 1 else None
+        self.name = " | ".join(r.url for r in replicas)
+        self._some_up = asyncio.Event()
+        self._some_up.set()
+        self._all_down_since: float | None = None
+        self._gone: ServerGone | None = None
+        self._recovering: dict[Replica, asyncio.Task[None]] = {}
+
+    @property
+    def urls(self) -> list[str]:
+        return [r.url for r in self.replicas]
+
+    def pick(self) -> Replica:
+        """The live replica with the least load (outstanding over limit); the example's own
+        replica instead while it has at most a tenth of its limit (2 at least) more."""
+        if self.single is not None:
+            return self.single
+        best: Replica | None = None
+        best_load = float("inf")
+        for replica in self.replicas:
+            if replica.up:
+                load = replica.outstanding / replica.limit.limit
+                if load < best_load:
+                    best, best_load = replica, load
+        if best is None:
+            return self.replicas[0]  # none answers: the failure waits for one to come back
+        if self.affinity:
+            holder = EXAMPLE_AFFINITY.get()
+            if holder is not None:
+                own = holder.replica
+                if own is not None and own is not best and own.up:
+                    slack = max(2, own.limit.limit // 10)
+                    if own.outstanding - best_load * own.limit.limit <= slack:
+                        best = own
+                holder.replica = best
+        return best
+
+    async def after_failure(self, replica: Replica, failed_at: float) -> str | None:
+        """A request to `replica` got no answer at `failed_at`. None: the replica answers, so
+        the request was lost on its own (a counted retry). Otherwise the note for the failed
+        try: the replica is out of rotation and the request may go to another (uncounted);
+        with no replica left, this waits for one, raising ServerGone past the patience."""
+        if self.single is not None:
+            outage: Outage | None = await replica.watch.after_failure(failed_at)
+            if outage is None:
+                return None
+            return f"the server was down, waited {outage.seconds:.1f} s for it"
+        if self._gone is not None:
+            raise self._gone
+        if replica.up:
+            if await replica.watch.answers(failed_at):
+                return None
+            self._take_out(replica)
+        waited = await self._wait_for_any()
+        note = f"{replica.url} is out of rotation; sent to another replica"
+        return note if waited < 0.05 else f"{note} after waiting {waited:.1f} s for one"
+
+    def _take_out(self, replica: Replica) -> None:
+        if not replica.up:
+            return
+        replica.up = False
+        left = sum(r.up for r in self.replicas)
+        outage = replica.watch.went_down(
+            f"out of rotation, {left} of {len(self.replicas)} replicas left"
+        )
+        if left == 0:
+            self._some_up.clear()
+            self._all_down_since = time.monotonic()
+        self._recovering[replica] = asyncio.get_running_loop().create_task(
+            self._recover(replica, outage)
+        )
+
+    async def _recover(self, replica: Replica, outage: Outage) -> None:
+        """Probe a replica out of rotation until it answers, then put it back."""
+        delay = FIRST_WAIT
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_WAIT)
+            if await replica.watch.probe():
+                break
+        replica.up = True
+        replica.watch.came_back(outage, "back in rotation")
+        self._all_down_since = None
+        self._some_up.set()
+        self._recovering.pop(replica, None)
+
+    async def _wait_for_any(self) -> float:
+        """Seconds waited until some replica answers (0 when one does now)."""
+        if self._some_up.is_set():
+            return 0.0
+        started = time.monotonic()
+        since = self._all_down_since or started
+        left = self.patience - (started - since)
+        try:
+            async with asyncio.timeout(max(left, 0.0)):
+                await self._some_up.wait()
+        except TimeoutError:
+            if self._gone is None:
+                self._gone = ServerGone(
+                    f"none of the {len(self.replicas)} replicas ({self.name}) answered for "
+                    f"{time.monotonic() - since:.0f} s (--server-wait {self.patience:.0f})"
+                )
+            raise self._gone from None
+        return time.monotonic() - started
+
+    async def close(self) -> None:
+        """Stop probing replicas out of rotation (the run is over)."""
+        for task in list(self._recovering.values()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._recovering.clear()
