@@ -347,3 +347,41 @@ def test_the_number_of_workers_is_not_part_of_the_run_key(tmp_path: Path) -> Non
     assert one.manifest.resumed and again.manifest.resumed
     assert one.manifest.counts.examples_resumed == again.manifest.counts.examples_resumed == 20
     assert lost_rows(result_ids(out), work.ids) == 0
+
+
+def test_workers_spread_over_replicas_and_record_which_served(tmp_path: Path) -> None:
+    """Two workers against two replicas of one model: each worker rebuilds the endpoint
+    from every replica URL (not one joined name), so both replicas serve, every attempt
+    in the one trace names a real replica, and the results equal one process's."""
+    graph = orc.graph_from_dict(
+        {
+            "name": "judge",
+            "inputs": ["text"],
+            "nodes": {
+                "judge": {
+                    "kind": "llm",
+                    "prompt": "judge.jinja",
+                    "output": {"score": {"type": "integer", "min": 1, "max": 10}},
+                }
+            },
+            "outputs": {"score": "judge.score"},
+        },
+        {"judge.jinja": "Rate {{ text }}"},
+    )
+    rows: list[dict[str, Any]] = [{"id": f"r{i}", "text": f"text {i}"} for i in range(40)]
+    with FakeServer() as a, FakeServer() as b:
+        urls = [a.base_url, b.base_url]
+        one = orc.run(graph, rows, base_url=urls, concurrency=4)
+        before = {url: len(s.requests) for url, s in ((a.base_url, a), (b.base_url, b))}
+        two = orc.run(graph, rows, base_url=urls, concurrency=4, workers=2, out=tmp_path / "run")
+        served = {
+            url: len(s.requests) - before[url] for url, s in ((a.base_url, a), (b.base_url, b))
+        }
+    assert two.manifest.status == "complete"
+    assert [line.model_dump() for line in two.results] == [
+        line.model_dump() for line in one.results
+    ]
+    assert all(count > 0 for count in served.values()), served
+    with sqlite3.connect(tmp_path / "run" / "traces.sqlite") as db:
+        replicas = [r for (r,) in db.execute("SELECT replica FROM attempts WHERE kind = 'ok'")]
+    assert len(replicas) == len(rows) and set(replicas) == set(urls)
