@@ -84,6 +84,11 @@ def node_urls(want: str | Sequence[str] | None, choice: ServerChoice, node: str)
     return server_urls([from_params(w, choice.params, node, "base_url") or "" for w in written])
 
 
+def first_answering(urls: Sequence[str], served_by: dict[str, list[str]]) -> str:
+    """The first of a server's URLs that listed its models at start."""
+    return next(url for url in urls if url in served_by)
+
+
 async def prepare_endpoints(
     graph: CompiledGraph, client: LLMClient, choice: ServerChoice
 ) -> tuple[dict[str, Endpoint], dict[str, Any]]:
@@ -91,6 +96,8 @@ async def prepare_endpoints(
     asks for), and what the manifest records of each server."""
     endpoints: dict[str, Endpoint] = {}
     served_by: dict[str, list[str]] = {}
+    down: dict[str, ServerError] = {}  # replicas that did not answer at start
+    started_without: set[str] = set()
     run_urls = server_urls(choice.base_url)
     for name, cn in graph.nodes.items():
         want = cn.kind.endpoint_want(cn.spec)
@@ -99,15 +106,23 @@ async def prepare_endpoints(
         urls = node_urls(want.base_url, choice, name)
         api_key = node_api_key(want, choice)
         for url in urls:
-            if url not in served_by:
-                served_by[url] = await client.list_models(url, api_key)
-        served = served_by[urls[0]]
+            if url not in served_by and url not in down:
+                try:
+                    served_by[url] = await client.list_models(url, api_key)
+                except ServerError as exc:
+                    if len(urls) == 1:
+                        raise
+                    down[url] = exc
+        answering = [url for url in urls if url in served_by]
+        if not answering:
+            raise down[urls[0]]
+        served = served_by[answering[0]]
         model = from_params(want.model, choice.params, name, "model")
         model = model or (choice.model if urls == run_urls else None)
         model = model or (served[0] if served else None)
         if model is None:
             raise ServerError(f"{urls[0]} serves no model; pass --model")
-        for url in urls:
+        for url in answering:
             if served_by[url] and model not in served_by[url]:
                 raise ServerError(
                     f"node '{name}': model '{model}' is not served by {url} "
@@ -115,6 +130,13 @@ async def prepare_endpoints(
                     + ("; every replica given must serve it" if len(urls) > 1 else "")
                 )
         endpoints[name] = client.endpoint(urls, model, api_key)
+        for url in urls:
+            if url in down and url not in started_without:
+                # One replica down at start is one that died a moment before: the run
+                # goes on with the others and takes it back once it answers.
+                log.warning("%s; starting without it until it answers", down[url])
+                endpoints[name].replicas.start_without(url)
+                started_without.add(url)
     servers: dict[str, Any] = {}
     for ep in {id(e): e for e in endpoints.values()}.values():
         if choice.structured == "auto":
@@ -133,9 +155,9 @@ async def prepare_endpoints(
         servers[f"{ep.base_url} {ep.model}"] = {
             "base_url": ep.urls[0] if len(ep.urls) == 1 else ep.urls,
             "model": ep.model,
-            "models_served": served_by[ep.urls[0]],
+            "models_served": served_by[first_answering(ep.urls, served_by)],
             "structured_output": ep.structured,
-            "version": await server_version(ep.urls[0]),
+            "version": await server_version(first_answering(ep.urls, served_by)),
             **ep.server_info,
         }
     await client.servers.start_tuning()

@@ -150,6 +150,58 @@ def test_with_every_replica_down_the_run_stops_after_its_patience(tmp_path: Path
             asyncio.run(scenario())
 
 
+def test_a_replica_down_at_start_is_left_out_until_it_answers(tmp_path: Path):
+    """B is down when the run starts: the run starts on A (a warning, not a refusal), and
+    B, started on its port while A still holds the run, joins and serves."""
+    graph = write_graph(tmp_path, judge_graph(), PROMPTS)
+    b_back = threading.Event()
+
+    def held(body: dict) -> Reply:
+        if not is_canary(body):
+            b_back.wait(0.2)
+        return schema_responder(body)
+
+    data = rows(tmp_path, 60)
+    with FakeServer(held) as a, FakeServer() as b:
+        port = b.port
+        urls = [a.base_url, b.base_url]
+        b.stop()
+
+        async def scenario() -> orc.RunResult:
+            run = asyncio.ensure_future(
+                orc.arun(
+                    str(graph),
+                    str(data),
+                    base_url=urls,
+                    out=tmp_path / "run",
+                    concurrency=4,
+                    server_wait=WAIT,
+                )
+            )
+            await until(lambda: node_requests(a) >= 3, "A to serve")
+            await asyncio.to_thread(b.start, port)
+            await until(lambda: node_requests(b) >= 3, "B back in rotation")
+            b_back.set()
+            return await run
+
+        result = asyncio.run(scenario())
+    assert result.manifest.counts.examples_ok == 60
+    served_by = {replica for kind, replica, _ in attempt_replicas(tmp_path / "run") if kind == "ok"}
+    assert served_by == set(urls)
+    outages = [o for o in result.manifest.outages if o["base_url"] == urls[1]]
+    assert outages and all(o["recovered"] for o in outages)
+
+
+def test_every_replica_down_at_start_is_a_server_error_naming_one(tmp_path: Path):
+    graph = write_graph(tmp_path, judge_graph(), PROMPTS)
+    with FakeServer() as a, FakeServer() as b:
+        urls = [a.base_url, b.base_url]
+        a.stop()
+        b.stop()
+        with pytest.raises(ServerError, match="cannot list models at"):
+            run_graph(graph, rows(tmp_path, 2), tmp_path / "run", urls)
+
+
 def test_replica_lists_of_one_model_resume_one_folder_another_model_does_not(tmp_path: Path):
     graph = write_graph(tmp_path, judge_graph(), PROMPTS)
     data = rows(tmp_path, 6)

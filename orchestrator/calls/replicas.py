@@ -174,6 +174,13 @@ class ReplicaSet:
         note = f"{replica.url} is out of rotation; sent to another replica"
         return note if waited < 0.05 else f"{note} after waiting {waited:.1f} s for one"
 
+    def start_without(self, url: str) -> None:
+        """Begin the run with the replica at `url` out of rotation (it did not answer at
+        start); it is probed and comes back like one that died mid-run."""
+        for replica in self.replicas:
+            if replica.url == url:
+                self._take_out(replica)
+
     def _take_out(self, replica: Replica) -> None:
         if not replica.up:
             return
