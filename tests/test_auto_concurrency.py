@@ -168,6 +168,23 @@ async def test_raising_the_limit_lets_waiters_in_and_lowering_it_drains():
     assert all(w.done() for w in waiters) and limiter.active == 1
 
 
+async def test_a_waiter_cancelled_as_a_release_passes_it_over_stays_a_cancellation():
+    """A kill cancels every waiting call at once: a release in the same tick pops the
+    cancelled waiter and skips it. Its call must end cancelled (the example unfinished and
+    resumable), not with an error that would write the example as failed."""
+    limiter = Limiter(1)
+    await limiter.acquire()
+    cancelled = asyncio.ensure_future(limiter.acquire())
+    behind = asyncio.ensure_future(limiter.acquire())
+    await asyncio.sleep(0)
+    cancelled.cancel()  # its future is cancelled now; its task sees it next tick
+    limiter.release()  # pops the cancelled waiter, grants the one behind it
+    await asyncio.gather(cancelled, behind, return_exceptions=True)
+    assert cancelled.cancelled()
+    assert behind.done() and behind.exception() is None
+    assert limiter.active == 1 and limiter.waiting == 0
+
+
 async def test_a_cancelled_waiter_gives_its_place_up():
     limiter = Limiter(1)
     await limiter.acquire()

@@ -56,7 +56,9 @@ class Limiter:
                 # Granted a slot in the same tick it was cancelled: hand the slot on.
                 self.active -= 1
                 self._wake()
-            else:
+            elif waiter in self._waiters:
+                # Not yet passed over: a release in the same tick may already have popped
+                # this cancelled waiter (and skipped it), so it is not always still queued.
                 self._waiters.remove(waiter)
             raise
 
