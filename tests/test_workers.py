@@ -302,10 +302,9 @@ def test_ray_flag_without_ray_says_how_to_install(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
-def test_workers_run_a_graph_built_in_python_kept_in_memory() -> None:
-    """A graph from a dict (its templates as texts) and no run folder: the workers compile
-    the same graph (same hash) and the lines come back in the source's order."""
-    graph = orc.graph_from_dict(
+def dict_graph() -> orc.Graph:
+    """A one-judge graph built in Python, its template given as text."""
+    return orc.graph_from_dict(
         {
             "name": "judge",
             "inputs": ["text"],
@@ -320,6 +319,12 @@ def test_workers_run_a_graph_built_in_python_kept_in_memory() -> None:
         },
         {"judge.jinja": "Rate {{ text }}"},
     )
+
+
+def test_workers_run_a_graph_built_in_python_kept_in_memory() -> None:
+    """A graph from a dict (its templates as texts) and no run folder: the workers compile
+    the same graph (same hash) and the lines come back in the source's order."""
+    graph = dict_graph()
     rows: list[dict[str, Any]] = [{"id": f"r{i}", "text": f"text {i}"} for i in range(40)]
     rows.append({"text": None})  # a bad row fails in a worker as in one process
     with FakeServer() as server:
@@ -353,21 +358,7 @@ def test_workers_spread_over_replicas_and_record_which_served(tmp_path: Path) ->
     """Two workers against two replicas of one model: each worker rebuilds the endpoint
     from every replica URL (not one joined name), so both replicas serve, every attempt
     in the one trace names a real replica, and the results equal one process's."""
-    graph = orc.graph_from_dict(
-        {
-            "name": "judge",
-            "inputs": ["text"],
-            "nodes": {
-                "judge": {
-                    "kind": "llm",
-                    "prompt": "judge.jinja",
-                    "output": {"score": {"type": "integer", "min": 1, "max": 10}},
-                }
-            },
-            "outputs": {"score": "judge.score"},
-        },
-        {"judge.jinja": "Rate {{ text }}"},
-    )
+    graph = dict_graph()
     rows: list[dict[str, Any]] = [{"id": f"r{i}", "text": f"text {i}"} for i in range(40)]
     with FakeServer() as a, FakeServer() as b:
         urls = [a.base_url, b.base_url]

@@ -9,6 +9,21 @@ from pydantic import BaseModel, Field
 
 Kind = Literal["judge", "system"]
 
+# The columns of a paired-differences table, as the terminal and the comparison page show it.
+DIFFERENCE_COLUMNS = [
+    "output",
+    "a → b",
+    "n",
+    "mean a",
+    "mean b",
+    "b − a",
+    "95% CI",
+    "p",
+    "Holm",
+    "d_z",
+    "W/T/L",
+]
+
 
 def format_number(value: float | None, digits: int = 3) -> str:
     """A comparison's number as the table and the HTML page print it ("—" for none)."""

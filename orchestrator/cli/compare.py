@@ -10,6 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from ..analysis.comparison import DIFFERENCE_COLUMNS
 from ..analysis.comparison import format_number as _num
 from ..analysis.comparison import format_p as _p
 from ..errors import OrchestratorError
@@ -39,19 +40,8 @@ def _pair(a: str, b: str) -> str:
 
 
 def _differences(found: OutputComparison) -> Table:
-    table = _table(
-        f"{found.output}: b − a, paired by example",
-        "a → b",
-        "n",
-        "mean a",
-        "mean b",
-        "b − a",
-        "95% CI",
-        "p",
-        "Holm",
-        "d_z",
-        "W/T/L",
-    )
+    # The output is the table's title here, not a column.
+    table = _table(f"{found.output}: b − a, paired by example", *DIFFERENCE_COLUMNS[1:])
     for pair in found.pairs:
         ci = "—" if pair.ci is None else f"{_num(pair.ci.low)}, {_num(pair.ci.high)}"
         table.add_row(

@@ -5,24 +5,10 @@ from __future__ import annotations
 
 from html import escape
 
-from ..analysis.comparison import Comparison
+from ..analysis.comparison import DIFFERENCE_COLUMNS, Comparison
 from ..analysis.comparison import format_number as number
 from ..analysis.comparison import format_p as p_value
 from .render import html_table
-
-DIFFERENCE_COLUMNS = [
-    "output",
-    "a → b",
-    "n",
-    "mean a",
-    "mean b",
-    "b − a",
-    "95% CI",
-    "p",
-    "Holm",
-    "d_z",
-    "W/T/L",
-]
 
 
 def runs_table(result: Comparison, reports: dict[str, str]) -> str:
