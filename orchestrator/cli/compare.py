@@ -10,9 +10,15 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from ..analysis.cells import (
+    CORRELATION_COLUMNS,
+    LABEL_COLUMNS,
+    correlation_rows,
+    difference_cells,
+    label_rows,
+    pair_label,
+)
 from ..analysis.comparison import DIFFERENCE_COLUMNS
-from ..analysis.comparison import format_number as _num
-from ..analysis.comparison import format_p as _p
 from ..errors import OrchestratorError
 from .app import app, console, err, fail
 
@@ -35,83 +41,22 @@ def _table(title: str, *columns: str, left: int = 1) -> Table:
     return table
 
 
-def _pair(a: str, b: str) -> str:
-    return escape(f"{a} → {b}")
-
-
 def _differences(found: OutputComparison) -> Table:
     # The output is the table's title here, not a column.
     table = _table(f"{found.output}: b − a, paired by example", *DIFFERENCE_COLUMNS[1:])
     for pair in found.pairs:
-        ci = "—" if pair.ci is None else f"{_num(pair.ci.low)}, {_num(pair.ci.high)}"
-        table.add_row(
-            _pair(pair.run_a, pair.run_b),
-            str(pair.n),
-            _num(pair.mean_a),
-            _num(pair.mean_b),
-            _num(pair.difference),
-            ci,
-            _p(pair.p),
-            _p(pair.p_holm),
-            _num(pair.effect_size, 2),
-            f"{pair.wins}/{pair.ties}/{pair.losses}",
-        )
+        table.add_row(escape(pair_label(pair.run_a, pair.run_b)), *difference_cells(pair))
     return table
 
 
-def _correlations(result: Comparison) -> Table | None:
-    table = _table(
-        "agreement of the scores",
-        "output",
-        "a → b",
-        "n",
-        "pearson",
-        "spearman",
-        "kendall τb",
-        left=2,
-    )
-    for found in result.outputs:
-        for pair in found.pairs:
-            if pair.agreement is not None:
-                a = pair.agreement
-                table.add_row(
-                    escape(found.output),
-                    _pair(pair.run_a, pair.run_b),
-                    str(pair.n),
-                    _num(a.pearson),
-                    _num(a.spearman),
-                    _num(a.kendall_tau_b),
-                )
-    return table if table.row_count else None
-
-
-def _label_agreement(result: Comparison) -> Table | None:
-    table = _table(
-        "agreement of the labels",
-        "output",
-        "a → b",
-        "n",
-        "same",
-        "κ",
-        "κ quadratic",
-        "flips",
-        left=2,
-    )
-    for found in result.labels:
-        for pair in found.pairs:
-            flips = "—"
-            if pair.flips is not None:
-                flips = f"{pair.flips} ({_num(pair.flip_rate, 2)})"
-            table.add_row(
-                escape(found.output),
-                _pair(pair.run_a, pair.run_b),
-                str(pair.n),
-                _num(pair.agreement),
-                _num(pair.kappa),
-                _num(pair.kappa_quadratic),
-                flips,
-            )
-    return table if table.row_count else None
+def _agreement(title: str, columns: list[str], rows: list[list[str]]) -> Table | None:
+    """One of a judge comparison's agreement tables; None when it has no rows."""
+    if not rows:
+        return None
+    table = _table(title, *columns, left=2)
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    return table
 
 
 def _runs(result: Comparison) -> Table:
@@ -139,7 +84,14 @@ def _show(result: Comparison) -> None:
         soft_wrap=True,
     )
     tables = [_runs(result), *map(_differences, result.outputs)]
-    tables += [t for t in (_correlations(result), _label_agreement(result)) if t is not None]
+    tables += [
+        t
+        for t in (
+            _agreement("agreement of the scores", CORRELATION_COLUMNS, correlation_rows(result)),
+            _agreement("agreement of the labels", LABEL_COLUMNS, label_rows(result)),
+        )
+        if t is not None
+    ]
     for table in tables:
         console.print()
         console.print(table)

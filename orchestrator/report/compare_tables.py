@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from html import escape
 
+from ..analysis.cells import (
+    CORRELATION_COLUMNS,
+    LABEL_COLUMNS,
+    correlation_rows,
+    difference_cells,
+    label_rows,
+    pair_label,
+)
 from ..analysis.comparison import DIFFERENCE_COLUMNS, Comparison
-from ..analysis.comparison import format_number as number
-from ..analysis.comparison import format_p as p_value
 from .render import html_table
 
 
@@ -46,62 +52,20 @@ def differences_table(result: Comparison, anchors: dict[str, str]) -> str:
         if anchor:
             name = f'<a href="#{escape(anchor)}">{name}</a>'
         for pair in found.pairs:
-            ci = "—" if pair.ci is None else f"{number(pair.ci.low)}, {number(pair.ci.high)}"
-            rows.append(
-                [
-                    name,
-                    escape(f"{pair.run_a} → {pair.run_b}"),
-                    str(pair.n),
-                    number(pair.mean_a),
-                    number(pair.mean_b),
-                    f"<b>{number(pair.difference)}</b>",
-                    ci,
-                    p_value(pair.p),
-                    p_value(pair.p_holm),
-                    number(pair.effect_size, 2),
-                    f"{pair.wins}/{pair.ties}/{pair.losses}",
-                ]
-            )
+            cells = difference_cells(pair)
+            cells[3] = f"<b>{cells[3]}</b>"  # b − a, the number the table is about
+            rows.append([name, escape(pair_label(pair.run_a, pair.run_b)), *cells])
     return html_table(DIFFERENCE_COLUMNS, rows, "data compare")
 
 
 def agreement_tables(result: Comparison) -> str:
     """A judge comparison's correlations of the scores and agreement on the labels."""
     parts = []
-    rows = [
-        [
-            escape(found.output),
-            escape(f"{pair.run_a} → {pair.run_b}"),
-            str(pair.n),
-            number(pair.agreement.pearson),
-            number(pair.agreement.spearman),
-            number(pair.agreement.kendall_tau_b),
-        ]
-        for found in result.outputs
-        for pair in found.pairs
-        if pair.agreement is not None
-    ]
-    if rows:
-        columns = ["output", "a → b", "n", "pearson", "spearman", "kendall τb"]
-        parts.append("<h3>Agreement of the scores</h3>" + html_table(columns, rows))
-    rows = []
-    for label in result.labels:
-        for pair in label.pairs:
-            flips = "—"
-            if pair.flips is not None:
-                flips = f"{pair.flips} ({number(pair.flip_rate, 2)})"
-            rows.append(
-                [
-                    escape(label.output),
-                    escape(f"{pair.run_a} → {pair.run_b}"),
-                    str(pair.n),
-                    number(pair.agreement),
-                    number(pair.kappa),
-                    number(pair.kappa_quadratic),
-                    flips,
-                ]
-            )
-    if rows:
-        columns = ["output", "a → b", "n", "same", "κ", "κ quadratic", "flips"]
-        parts.append("<h3>Agreement of the labels</h3>" + html_table(columns, rows))
+    for title, columns, rows in (
+        ("Agreement of the scores", CORRELATION_COLUMNS, correlation_rows(result)),
+        ("Agreement of the labels", LABEL_COLUMNS, label_rows(result)),
+    ):
+        if rows:
+            escaped = [[escape(cell) for cell in row] for row in rows]
+            parts.append(f"<h3>{title}</h3>" + html_table(columns, escaped))
     return "".join(parts)

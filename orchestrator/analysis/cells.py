@@ -1,0 +1,70 @@
+"""The cells of `compare`'s tables as plain text: one source for the terminal table and the
+comparison page, which each escape and decorate them for their medium."""
+
+from __future__ import annotations
+
+from .comparison import Comparison, PairDifference
+from .comparison import format_number as number
+from .comparison import format_p as p_value
+
+CORRELATION_COLUMNS = ["output", "a → b", "n", "pearson", "spearman", "kendall τb"]
+LABEL_COLUMNS = ["output", "a → b", "n", "same", "κ", "κ quadratic", "flips"]
+
+
+def pair_label(run_a: str, run_b: str) -> str:
+    return f"{run_a} → {run_b}"
+
+
+def difference_cells(pair: PairDifference) -> list[str]:
+    """A pair's row from `n` on: means, b − a, its CI, p, Holm, d_z, wins/ties/losses."""
+    ci = "—" if pair.ci is None else f"{number(pair.ci.low)}, {number(pair.ci.high)}"
+    return [
+        str(pair.n),
+        number(pair.mean_a),
+        number(pair.mean_b),
+        number(pair.difference),
+        ci,
+        p_value(pair.p),
+        p_value(pair.p_holm),
+        number(pair.effect_size, 2),
+        f"{pair.wins}/{pair.ties}/{pair.losses}",
+    ]
+
+
+def correlation_rows(result: Comparison) -> list[list[str]]:
+    """One row per output and pair whose scores were correlated (a judge comparison)."""
+    return [
+        [
+            found.output,
+            pair_label(pair.run_a, pair.run_b),
+            str(pair.n),
+            number(pair.agreement.pearson),
+            number(pair.agreement.spearman),
+            number(pair.agreement.kendall_tau_b),
+        ]
+        for found in result.outputs
+        for pair in found.pairs
+        if pair.agreement is not None
+    ]
+
+
+def label_rows(result: Comparison) -> list[list[str]]:
+    """One row per label output and pair: agreement, κ, quadratic κ, verdict flips."""
+    rows = []
+    for found in result.labels:
+        for pair in found.pairs:
+            flips = "—"
+            if pair.flips is not None:
+                flips = f"{pair.flips} ({number(pair.flip_rate, 2)})"
+            rows.append(
+                [
+                    found.output,
+                    pair_label(pair.run_a, pair.run_b),
+                    str(pair.n),
+                    number(pair.agreement),
+                    number(pair.kappa),
+                    number(pair.kappa_quadratic),
+                    flips,
+                ]
+            )
+    return rows
