@@ -348,6 +348,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Serve chat completions and tokenization."""
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.fake.paths.append(self.path)
+        self.server.fake.content_types.append(self.headers.get("Content-Type", ""))
         if self._hung() or self._proxy_failing() or self._refused():
             return
         try:
@@ -500,6 +501,7 @@ class FakeServer:
         self.also_serves = also_serves  # more model names listed after `model`
         self.max_model_len = 4096
         self.requests: list[dict] = []
+        self.content_types: list[str] = []  # each POST's Content-Type header, in order
         self.errors: list[Exception] = []
         self.host = "127.0.0.1"
         self.port = 0

@@ -4,6 +4,7 @@ which of its exceptions are worth a retry."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable
 from datetime import UTC, datetime
@@ -12,6 +13,7 @@ from typing import Any, Protocol
 
 import httpx
 import openai
+import orjson
 
 from .errors import DeadlineExceeded, MalformedReply, RetryAfterTooLong
 from .reply import Reply, parse_reply
@@ -21,6 +23,11 @@ PROBE_TIMEOUT = 5.0  # seconds a liveness probe (GET /models) may take
 # What a proxy (nginx, a load balancer, a router in front of vLLM replicas) answers while
 # the server behind it restarts: an outage if the model list fails too.
 PROXY_ERRORS = frozenset({502, 503, 504})
+
+# openai >= 3.0 takes a body already encoded (`content=`): orjson writes a judge request in
+# about a tenth of the time the SDK's json.dumps takes, some 4% of a run's CPU at 1,700
+# requests/s. Older releases (down to the floor) are handed the dict.
+_ENCODED_BODY = "content" in inspect.signature(openai.AsyncOpenAI.post).parameters
 
 
 class Connection(Protocol):
@@ -114,8 +121,12 @@ class OpenAIConnection:
         # message and the whole JSON schema to "transform" plain dicts, about a fifth of the
         # client's CPU time at high request rates. The body comes back as bytes and is read
         # by parse_reply, not built into the SDK's model (see calls/reply.py for the cost).
-        body_bytes = await self.client.post("/chat/completions", body=body, cast_to=bytes)
-        return parse_reply(body_bytes)
+        if _ENCODED_BODY:
+            encoded: dict[str, Any] = {"content": orjson.dumps(body)}
+            answer = await self.client.post("/chat/completions", cast_to=bytes, **encoded)
+        else:
+            answer = await self.client.post("/chat/completions", body=body, cast_to=bytes)
+        return parse_reply(answer)
 
     def post_json(self, url: str, body: dict[str, Any]) -> Awaitable[object]:
         return self.client.post(url, body=body, cast_to=object)
