@@ -376,3 +376,47 @@ def test_workers_spread_over_replicas_and_record_which_served(tmp_path: Path) ->
     with sqlite3.connect(tmp_path / "run" / "traces.sqlite") as db:
         replicas = [r for (r,) in db.execute("SELECT replica FROM attempts WHERE kind = 'ok'")]
     assert len(replicas) == len(rows) and set(replicas) == set(urls)
+
+
+ENV_MODULE = """
+import os
+
+
+def mark(text):
+    return os.environ.get("ORCHESTRATOR_TEST_MARK", "unset")
+"""
+
+ENV_GRAPH = """
+name: env-mark
+prompts: .
+inputs: [text]
+nodes:
+  mark:
+    kind: compute
+    function: {module}:mark
+    args: {{text: text}}
+outputs: {{mark: mark}}
+"""
+
+
+def test_workers_see_the_environment_as_it_is_when_their_run_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers come from a fork server that outlives a run: a variable set after the first
+    run with workers (when that server started) must still reach the second run's."""
+    module = "envmark_workers"  # its own name: sys.modules is per process
+    (tmp_path / f"{module}.py").write_text(ENV_MODULE)
+    graph = tmp_path / "graph.yaml"
+    graph.write_text(ENV_GRAPH.format(module=module))
+    rows = [{"id": f"r{i}", "text": "t"} for i in range(6)]
+    with FakeServer() as server:
+        monkeypatch.setenv("ORCHESTRATOR_TEST_MARK", "first")
+        first = orc.run(graph, rows, base_url=server.base_url, workers=2)
+        monkeypatch.setenv("ORCHESTRATOR_TEST_MARK", "second")
+        second = orc.run(graph, rows, base_url=server.base_url, workers=2)
+        monkeypatch.delenv("ORCHESTRATOR_TEST_MARK")
+        third = orc.run(graph, rows, base_url=server.base_url, workers=2)
+    assert {line.outputs["mark"] for line in first.results} == {"first"}
+    assert {line.outputs["mark"] for line in second.results} == {"second"}
+    assert {line.outputs["mark"] for line in third.results} == {"unset"}
+    assert {w["pid"] for w in second.manifest.workers} != {w["pid"] for w in first.manifest.workers}

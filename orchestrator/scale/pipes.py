@@ -20,7 +20,7 @@ FLUSH_WAIT = 10.0  # seconds a closing side waits for its last messages to leave
 
 class MessagePipe:
     """One end: messages in from `inbound`, out to `outbound` (the two halves of two
-    `multiprocessing.Pipe(duplex=False)`, which carry the descriptors to a spawned child)."""
+    `multiprocessing.Pipe(duplex=False)`, which carry the descriptors to the worker process)."""
 
     def __init__(
         self,
