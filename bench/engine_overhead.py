@@ -6,8 +6,8 @@ compared. Target: ours >= 0.9x the leanest SDK loop that builds the SDK's reply 
 (`bare_post`). The bare loop is measured four ways: `chat.completions.create` on the SDK's
 default httpx transport (what most scripts do), the same on the aiohttp transport
 orchestrator uses, `client.post` on aiohttp (the SDK's own reply model built), and
-`client.post` taking the body as bytes read with orjson, which is exactly how orchestrator
-sends and reads: the ratio to that last one is our own overhead.
+`client.post` with the request encoded and the reply read by orjson, which is exactly how
+orchestrator sends and reads: the ratio to that last one is our own overhead.
 The Python API (`orchestrator.run`) and the `orchestrator run` command (in this process) are
 timed too, each as a ratio to the runner path of the same round: target within 5%.
 
@@ -40,7 +40,7 @@ LABELS = {
     "bare": "bare AsyncOpenAI loop, SDK default (httpx) transport",
     "bare_aiohttp": "bare AsyncOpenAI loop, aiohttp transport as ours",
     "bare_post": "bare AsyncOpenAI loop, aiohttp + client.post",
-    "bare_bytes": "bare AsyncOpenAI loop, client.post, body as bytes as ours",
+    "bare_bytes": "bare AsyncOpenAI loop, client.post, JSON by orjson as ours",
     "ours": "orchestrator run (cache, trace, results, progress bar)",
     "api": "orchestrator.run(...) Python API, same settings, no bar",
     "cli": "`orchestrator run` command, in this process",
@@ -118,7 +118,7 @@ def main() -> None:
         f"ratios orchestrator / bare: SDK default {rates['ours'] / rates['bare']:.2f}, "
         f"aiohttp {rates['ours'] / rates['bare_aiohttp']:.2f}, "
         f"aiohttp + post {rates['ours'] / rates['bare_post']:.2f} (target >= 0.90), "
-        f"post + bytes {rates['ours'] / rates['bare_bytes']:.2f}"
+        f"post + orjson {rates['ours'] / rates['bare_bytes']:.2f}"
     )
 
 

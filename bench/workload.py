@@ -240,8 +240,9 @@ def run_bare(
     orchestrator uses; otherwise it is the SDK's default httpx client. `post=True` also
     sends the body as built with `client.post`, as orchestrator does, instead of
     `chat.completions.create`: what is left between that and ours is our own work.
-    `raw=True` (with `post`) takes the body as bytes and reads it with orjson instead of
-    building the SDK's `ChatCompletion`, as orchestrator's transport does: the leanest loop.
+    `raw=True` (with `post`) also does the JSON itself, as orchestrator's transport does:
+    the request encoded with orjson and handed over as `content`, the reply taken as bytes
+    and read with orjson instead of building the SDK's `ChatCompletion`: the leanest loop.
     """
     import openai
     import orjson
@@ -259,8 +260,8 @@ def run_bare(
         async def worker() -> None:
             for kwargs in queue:
                 if post and raw:
-                    body = {"model": "loopback", **kwargs}
-                    reply = await client.post("/chat/completions", body=body, cast_to=bytes)
+                    content = orjson.dumps({"model": "loopback", **kwargs})
+                    reply = await client.post("/chat/completions", content=content, cast_to=bytes)
                     orjson.loads(reply)
                 elif post:
                     body = {"model": "loopback", **kwargs}
