@@ -206,6 +206,17 @@ async def test_a_raised_limit_lets_queued_requests_in_and_a_cut_one_takes_none()
     assert a.limit.active == b.limit.active == replicas.waiting == 0
 
 
+async def test_a_slot_refilled_from_the_set_queue_leaves_the_replica_saturated():
+    """The tuner grows a limit only while every slot was taken since its last look."""
+    a, b = replica("a", 1), replica("b", 1)
+    replicas = replica_set(a, b)
+    hold(a, 1), hold(b, 1)
+    (waiting,) = await queue(replicas, 1)
+    a.limit.saturated = False  # as if the controller had just looked, a slot being free
+    a.limit.release()
+    assert await waiting is a and a.limit.saturated and a.limit.active == 1
+
+
 async def test_a_replica_back_in_rotation_takes_requests_already_waiting():
     probe = Probe()
     a, b = replica("a", 2, probe), replica("b", 1)
