@@ -77,8 +77,8 @@ def test_a_replica_that_dies_mid_run_fails_no_example_and_returns_when_it_answer
 ):
     """B serves, then dies: its calls go to A. A answers slowly (0.2 s each, 4 at a time)
     until B, restarted on its port, has served again, so the run cannot end before B is
-    back in rotation. (A request waits for a slot of the replica it was sent to: only new
-    requests reach a returning replica, so A must keep the run going, not block it.)"""
+    back in rotation. (test_replica_slots has A block instead: the requests waiting for a
+    slot then go to B when it is back.)"""
     graph = write_graph(tmp_path, judge_graph(), PROMPTS)
     b_back = threading.Event()
 
@@ -257,36 +257,35 @@ def replica_set(limits: list[int], affinity: bool = True) -> ReplicaSet:
     return ReplicaSet(replicas, 1.0, lambda _: None, affinity=affinity)
 
 
-def test_pick_takes_the_least_load_relative_to_each_limit_and_skips_dead_replicas():
+def hold(replica: Replica, slots: int) -> None:
+    """Take `slots` of the replica's slots, as requests in flight there would."""
+    for _ in range(slots):
+        assert replica.limit.try_acquire()
+
+
+async def test_a_slot_goes_to_the_least_load_relative_to_each_limit_skipping_dead_replicas():
     replicas = replica_set([16, 32, 16], affinity=False)
     a, b, c = replicas.replicas
-    a.outstanding, b.outstanding, c.outstanding = 8, 12, 9
-    assert replicas.pick() is b  # 12/32 is the lightest
+    hold(a, 8), hold(b, 12), hold(c, 9)
+    assert await replicas.acquire() is b  # 12/32 is the lightest
     b.up = False
-    assert replicas.pick() is a
-    for replica in replicas.replicas:
-        replica.up = False
-    assert replicas.pick() is a  # none answers: the try fails and waits for one
+    assert await replicas.acquire() is a  # 8/16 beats 9/16
+    assert (a.outstanding, b.outstanding, c.outstanding) == (9, 13, 9)
 
 
-def test_an_example_sticks_to_its_replica_within_the_slack_only():
+async def test_an_example_sticks_to_its_replica_within_the_slack_only():
     replicas = replica_set([20, 20])
     a, b = replicas.replicas
-
-    async def example() -> list[Replica]:
-        start_example()
-        chosen = [replicas.pick()]  # a: both idle, first wins
-        a.outstanding, b.outstanding = 2, 0  # a two busier: within max(2, 20 // 10)
-        chosen.append(replicas.pick())
-        a.outstanding = 3  # three busier: past the slack, balance wins
-        chosen.append(replicas.pick())
-        return chosen
-
-    assert asyncio.run(example()) == [a, a, b]
+    start_example()
+    chosen = [await replicas.acquire()]  # a: both idle, first wins
+    hold(a, 1)  # a two busier: within max(2, 20 // 10)
+    chosen.append(await replicas.acquire())
+    chosen.append(await replicas.acquire())  # a three busier: past the slack, balance wins
+    assert chosen == [a, a, b]
     # Without affinity the least loaded is taken every time.
     plain = replica_set([20, 20], affinity=False)
-    plain.replicas[0].outstanding = 1
-    assert plain.pick() is plain.replicas[1]
+    hold(plain.replicas[0], 1)
+    assert await plain.acquire() is plain.replicas[1]
 
 
 def test_the_progress_bar_shows_each_live_servers_limit():

@@ -1,17 +1,19 @@
-"""Several servers for one model: each request goes to the live replica with the least load
-(outstanding requests over its in-flight limit), a replica that stops answering leaves the
-rotation until its probe succeeds again, and the calls it failed are sent to another one.
-Only when no replica answers does a call wait, for as long as the run's patience allows."""
+"""Several servers for one model: a request takes the first slot that frees on any live
+replica (the least loaded one, relative to its in-flight limit, when several are free), a
+replica that stops answering leaves the rotation until its probe succeeds again, and the
+calls it failed are sent to another one. When no replica answers, calls wait for one for as
+long as the run's patience allows."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeAlias
 
 from pydantic import BaseModel
 
@@ -52,7 +54,6 @@ class Replica:
     watch: ServerWatch
     metrics: Callable[[], Awaitable[str | None]]  # its /metrics text, None without one
     mode: LimitMode = "fixed"
-    outstanding: int = 0  # requests sent here and not answered, waiting for a slot included
     served: int = 0
     failed: int = 0
     up: bool = True
@@ -60,6 +61,12 @@ class Replica:
     latency_count: int = 0
     limits: list[LimitChange] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
+
+    @property
+    def outstanding(self) -> int:
+        """Its load: requests holding one of its slots, and any queued on its own limiter (a
+        set of this URL alone waits there; a set of several replicas waits on the set)."""
+        return self.limit.active + self.limit.waiting
 
     def set_limit(self, limit: int, reason: str) -> None:
         """Resize the in-flight limit and keep the change for the manifest."""
@@ -102,8 +109,21 @@ def start_example() -> None:
     EXAMPLE_AFFINITY.set(Affinity())
 
 
+# A request of a set waiting for a slot, with its example's affinity (None: no preference).
+# Its future is granted the replica whose slot it now holds, or None: no replica of the set
+# is live any more, so it waits for one (within the patience) before asking again.
+_Waiter: TypeAlias = tuple[asyncio.Future[Replica | None], Affinity | None]
+
+
 class ReplicaSet:
-    """The replicas of one logical server (the URLs given for one node), in rotation."""
+    """The replicas of one logical server (the URLs given for one node), in rotation.
+
+    A request holds a slot of one replica while it is sent (`acquire`). With several
+    replicas, requests that find no free slot wait in one queue for the whole set, first
+    come first served, and take the first slot that frees on any live replica. A replica
+    may belong to several sets (one Replica per URL): each of its freed slots is offered to
+    every set that holds it, through its limiter's listeners.
+    """
 
     def __init__(
         self,
@@ -124,35 +144,105 @@ class ReplicaSet:
         self._all_down_since: float | None = None
         self._gone: ServerGone | None = None
         self._recovering: dict[Replica, asyncio.Task[None]] = {}
+        self._waiters: deque[_Waiter] = deque()
+        if self.single is None:
+            for replica in replicas:
+                replica.limit.listeners.append(self._dispatch)
 
     @property
     def urls(self) -> list[str]:
         return [r.url for r in self.replicas]
 
-    def pick(self) -> Replica:
-        """The live replica with the least load (outstanding over limit); the example's own
-        replica instead while it has at most a tenth of its limit (2 at least) more."""
-        if self.single is not None:
-            return self.single
+    @property
+    def waiting(self) -> int:
+        """Requests queued for a slot on any replica of this set."""
+        return len(self._waiters)
+
+    async def acquire(self) -> Replica:
+        """A replica whose slot the caller now holds (it gives it back with
+        `replica.limit.release()`). With several, the first free slot of any live replica;
+        while none is live, this waits for one, raising ServerGone past the patience."""
+        single = self.single
+        if single is not None:
+            await single.limit.acquire()
+            return single
+        holder = EXAMPLE_AFFINITY.get() if self.affinity else None
+        while True:
+            if not self._waiters:  # earlier requests of this set go first
+                replica = self._take(holder)
+                if replica is not None:
+                    return replica
+            if not self._some_up.is_set():
+                await self._wait_for_any()
+                continue
+            granted = await self._queue(holder)
+            if granted is not None:
+                return granted
+
+    def _take(self, holder: Affinity | None) -> Replica | None:
+        """Take a slot now, if a live replica has one free: on the least loaded (outstanding
+        over limit), or on the example's own replica while it has at most a tenth of its
+        limit (2 at least) more outstanding than that one. None when every slot is taken."""
+        # A replica with room has no waiter of its own: its outstanding requests are its
+        # active ones.
         best: Replica | None = None
         best_load = float("inf")
         for replica in self.replicas:
-            if replica.up:
-                load = replica.outstanding / replica.limit.limit
+            slots = replica.limit
+            if replica.up and slots.has_room:
+                load = slots.active / slots.limit
                 if load < best_load:
                     best, best_load = replica, load
         if best is None:
-            return self.replicas[0]  # none answers: the failure waits for one to come back
-        if self.affinity:
-            holder = EXAMPLE_AFFINITY.get()
-            if holder is not None:
-                own = holder.replica
-                if own is not None and own is not best and own.up:
-                    slack = max(2, own.limit.limit // 10)
-                    if own.outstanding - best_load * own.limit.limit <= slack:
-                        best = own
-                holder.replica = best
+            return None
+        if holder is not None:
+            own = holder.replica
+            if own is not None and own is not best and own.up and own.limit.has_room:
+                slots = own.limit
+                slack = max(2, slots.limit // 10)
+                if slots.active - best_load * slots.limit <= slack:
+                    best = own
+            holder.replica = best
+        taken = best.limit.try_acquire()
+        assert taken, "a replica with room refused a slot"
         return best
+
+    async def _queue(self, holder: Affinity | None) -> Replica | None:
+        """Wait in the set's queue until `_dispatch` grants a slot (or says none is live)."""
+        waiter: asyncio.Future[Replica | None] = asyncio.get_running_loop().create_future()
+        entry: _Waiter = (waiter, holder)
+        self._waiters.append(entry)
+        # Usually nothing to grant (a queue means every live slot is taken), but a slot
+        # that is free all the same must not wait for the next release to be offered.
+        self._dispatch()
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                granted = waiter.result()
+                if granted is not None:
+                    # Granted in the tick it was cancelled: the slot goes to the next one.
+                    granted.limit.release()
+            elif entry in self._waiters:
+                # A dispatch in the same tick may already have dropped it (its future was
+                # cancelled), so it is not always still queued.
+                self._waiters.remove(entry)
+            raise
+
+    def _dispatch(self) -> None:
+        """Grant queued requests, first come first served, the free slots of live replicas;
+        called whenever one of its replicas may have room (a limiter listener)."""
+        waiters = self._waiters
+        while waiters:
+            waiter, holder = waiters[0]
+            if waiter.done():  # cancelled, its task not yet resumed: drop it here
+                waiters.popleft()
+                continue
+            replica = self._take(holder)
+            if replica is None:
+                return
+            waiters.popleft()
+            waiter.set_result(replica)
 
     async def after_failure(self, replica: Replica, failed_at: float) -> str | None:
         """A request to `replica` got no answer at `failed_at`. None: the replica answers, so
@@ -192,6 +282,12 @@ class ReplicaSet:
         if left == 0:
             self._some_up.clear()
             self._all_down_since = time.monotonic()
+            # A queued request would wait for a slot with no bound on the wait: it waits
+            # for a replica to come back instead, within the patience, as a new one does.
+            while self._waiters:
+                waiter, _ = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
         self._recovering[replica] = asyncio.get_running_loop().create_task(
             self._recover(replica, outage)
         )
@@ -209,6 +305,8 @@ class ReplicaSet:
         self._all_down_since = None
         self._some_up.set()
         self._recovering.pop(replica, None)
+        # Its free slots go to requests already waiting, of this set and any other with it.
+        replica.limit.wake()
 
     async def _wait_for_any(self) -> float:
         """Seconds waited until some replica answers (0 when one does now)."""
@@ -230,7 +328,12 @@ class ReplicaSet:
         return time.monotonic() - started
 
     async def close(self) -> None:
-        """Stop probing replicas out of rotation (the run is over)."""
+        """Stop probing replicas out of rotation and listening to their limits (the run is
+        over)."""
+        if self.single is None:
+            for replica in self.replicas:
+                if self._dispatch in replica.limit.listeners:
+                    replica.limit.listeners.remove(self._dispatch)
         for task in list(self._recovering.values()):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..stats import RunStats
@@ -22,8 +23,9 @@ if TYPE_CHECKING:
 
 
 class CallRoute:
-    """One call's way through a replica set: each try goes to the replica `pick` names,
-    and a failure is judged against the replica that try went to."""
+    """One call's way through a replica set: each try holds a slot of the replica the set
+    grants it (`async with route as replica:`), and a failure is judged against the replica
+    that try went to."""
 
     __slots__ = ("replica", "replicas")
 
@@ -31,9 +33,18 @@ class CallRoute:
         self.replicas = replicas
         self.replica: Replica | None = None
 
-    def pick(self) -> Replica:
-        self.replica = replica = self.replicas.pick()
+    async def __aenter__(self) -> Replica:
+        self.replica = replica = await self.replicas.acquire()
         return replica
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self.replica is not None
+        self.replica.limit.release()
 
     @property
     def url(self) -> str | None:
@@ -98,12 +109,10 @@ class Sender:
 
         async def post_once() -> Reply:
             nonlocal started
-            replica = route.pick()
-            replica.outstanding += 1
-            try:
-                async with replica.limit:
-                    stats.requests += 1
-                    started = time.perf_counter()
+            async with route as replica:
+                stats.requests += 1
+                started = time.perf_counter()
+                try:
                     # The connection's timeout bounds each read; the deadline bounds the
                     # whole reply (about 3 µs a call).
                     try:
@@ -111,14 +120,12 @@ class Sender:
                             response = await connections[replica].chat(body)
                     except TimeoutError:
                         raise retry.deadline_exceeded() from None
-                    replica.latency_sum += time.perf_counter() - started
-                    replica.latency_count += 1
-                    replica.served += 1
-            except Exception:
-                replica.failed += 1
-                raise
-            finally:
-                replica.outstanding -= 1
+                except Exception:
+                    replica.failed += 1
+                    raise
+                replica.latency_sum += time.perf_counter() - started
+                replica.latency_count += 1
+                replica.served += 1
             if len(response.choices) != n:
                 raise MalformedReply(
                     f"asked for {n} sample(s), the reply has {len(response.choices)}"
@@ -155,18 +162,13 @@ class Sender:
         route = CallRoute(ep.replicas)
 
         async def post_once() -> dict[str, Any]:
-            replica = route.pick()
-            url = replica.url.rstrip("/").removesuffix("/v1") + path
-            replica.outstanding += 1
-            try:
-                async with replica.limit:
-                    try:
-                        async with asyncio.timeout(retry.timeout):
-                            reply = await ep.connections[replica].post_json(url, body)
-                    except TimeoutError:
-                        raise retry.deadline_exceeded(f"reply from {path}") from None
-            finally:
-                replica.outstanding -= 1
+            async with route as replica:
+                url = replica.url.rstrip("/").removesuffix("/v1") + path
+                try:
+                    async with asyncio.timeout(retry.timeout):
+                        reply = await ep.connections[replica].post_json(url, body)
+                except TimeoutError:
+                    raise retry.deadline_exceeded(f"reply from {path}") from None
             if not isinstance(reply, dict):
                 raise MalformedReply(f"{path} answered {type(reply).__name__}, not an object")
             return reply
