@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, judge_graph, user_text, write_graph
-from test_replicas import PROMPTS, WAIT, attempt_replicas, node_requests, rows, until
+from test_replicas import (
+    PROMPTS,
+    WAIT,
+    attempt_replicas,
+    node_requests,
+    rows,
+    start_run,
+    until,
+)
 
 import orchestrator as orc
 from orchestrator.calls.limiter import Limiter
@@ -316,16 +324,7 @@ def test_requests_do_not_queue_behind_a_stalled_replica_while_another_has_free_s
         urls = [a.base_url, b.base_url]
 
         async def scenario() -> orc.RunResult:
-            run = asyncio.ensure_future(
-                orc.arun(
-                    str(graph),
-                    str(data),
-                    base_url=urls,
-                    out=tmp_path / "run",
-                    concurrency=2,
-                    server_wait=WAIT,
-                )
-            )
+            run = start_run(graph, data, tmp_path / "run", urls, 2)
             try:
                 await until(lambda: len(held | answered) == count, "every example sent")
             finally:
@@ -356,16 +355,7 @@ def test_a_replica_back_in_rotation_serves_the_requests_that_were_waiting(tmp_pa
         urls = [a.base_url, b.base_url]
 
         async def scenario() -> orc.RunResult:
-            run = asyncio.ensure_future(
-                orc.arun(
-                    str(graph),
-                    str(data),
-                    base_url=urls,
-                    out=tmp_path / "run",
-                    concurrency=2,
-                    server_wait=WAIT,
-                )
-            )
+            run = start_run(graph, data, tmp_path / "run", urls, 2)
             try:
                 await until(lambda: len(answered) >= 3, "B to serve")
                 await asyncio.to_thread(b.stop)

@@ -35,6 +35,23 @@ def rows(tmp_path: Path, count: int) -> Path:
     )
 
 
+def start_run(
+    graph: Path, data: Path, out: Path, urls: list[str], concurrency: int
+) -> asyncio.Future[orc.RunResult]:
+    """The run as a task on the running loop, so a scenario can stop and start servers
+    while it goes."""
+    return asyncio.ensure_future(
+        orc.arun(
+            str(graph),
+            str(data),
+            base_url=urls,
+            out=out,
+            concurrency=concurrency,
+            server_wait=WAIT,
+        )
+    )
+
+
 def node_requests(server: FakeServer) -> int:
     return sum(not is_canary(body) for body in server.requests)
 
@@ -93,16 +110,7 @@ def test_a_replica_that_dies_mid_run_fails_no_example_and_returns_when_it_answer
         urls = [a.base_url, b.base_url]
 
         async def scenario() -> orc.RunResult:
-            run = asyncio.ensure_future(
-                orc.arun(
-                    str(graph),
-                    str(data),
-                    base_url=urls,
-                    out=tmp_path / "run",
-                    concurrency=4,
-                    server_wait=WAIT,
-                )
-            )
+            run = start_run(graph, data, tmp_path / "run", urls, 4)
             await until(lambda: node_requests(b) >= 3, "B to serve")
             await asyncio.to_thread(b.stop)
             before = node_requests(b)
@@ -168,16 +176,7 @@ def test_a_replica_down_at_start_is_left_out_until_it_answers(tmp_path: Path):
         b.stop()
 
         async def scenario() -> orc.RunResult:
-            run = asyncio.ensure_future(
-                orc.arun(
-                    str(graph),
-                    str(data),
-                    base_url=urls,
-                    out=tmp_path / "run",
-                    concurrency=4,
-                    server_wait=WAIT,
-                )
-            )
+            run = start_run(graph, data, tmp_path / "run", urls, 4)
             await until(lambda: node_requests(a) >= 3, "A to serve")
             await asyncio.to_thread(b.start, port)
             await until(lambda: node_requests(b) >= 3, "B back in rotation")
