@@ -120,7 +120,14 @@ def _default_workers(executor: Executor) -> Workers:
     return "auto" if executor == "ray" else 1
 
 
-def _default_base_url() -> str:
+# The base URL of a run whose graph has no node that talks to a server (compute nodes only,
+# e.g. graphs/perq_distilled.yaml): never contacted, so none need be given or started.
+UNUSED_BASE_URL = "http://127.0.0.1:8000/v1"
+
+
+def _default_base_url(graph: CompiledGraph) -> str:
+    if not any(node.uses_server for node in graph.nodes.values()):
+        return UNUSED_BASE_URL
     url = os.environ.get("OPENAI_BASE_URL")
     if url:
         return url
@@ -163,8 +170,9 @@ async def arun(
     """Run `graph` over `data` (a path, list of dicts, pandas/polars DataFrame or Hugging
     Face Dataset). With `out`, results go to a resumable run folder; without, they stay
     in memory. `cache=True` uses the shared response cache, a path another one.
-    `base_url` may list several servers (replicas of one model): each request goes to the
-    least loaded. `concurrency` is the in-flight limit per server: N, or "auto" (tuned from
+    `base_url` may list several servers (replicas of one model): each request takes the
+    first free slot on any of them, the least loaded when several are free; a graph with no
+    node that talks to a server needs none. `concurrency` is the in-flight limit per server: N, or "auto" (tuned from
     vLLM's /metrics, else from latency); the default tunes against vLLM and holds 64
     elsewhere.
     `transport` (e.g. `orc.FakeTransport()`, no server needed) and `retry` replace the
@@ -178,7 +186,7 @@ async def arun(
     settings = RunSettings(
         base_url=(base_url if isinstance(base_url, str) else tuple(base_url))
         if base_url
-        else _default_base_url(),
+        else _default_base_url(compiled),
         model=model,
         api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
         concurrency=concurrency,

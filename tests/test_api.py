@@ -213,3 +213,33 @@ def test_results_of_a_resumed_folder_hold_each_example_once(tmp_path: Path):
     assert written[-1] == "e2" and len(written) == len(ROWS)
     assert [line.id for line in second.results] == [row["id"] for row in ROWS]
     assert second.failed == [] and second.manifest.counts.examples_resumed == len(ROWS) - 1
+
+
+def test_a_graph_of_compute_nodes_only_needs_no_server(
+    quiet_home: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Nothing in it talks to a model (as graphs/perq_distilled.yaml): no base_url or
+    OPENAI_BASE_URL is needed, and no embedded server is looked for. A graph with an LLM
+    node and none of those still says where to find one."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    from orchestrator import embedded
+
+    looked: list[int] = []
+    monkeypatch.setattr(embedded, "find_running", lambda port: looked.append(port))
+    scored = orc.Graph.from_dict(
+        {
+            "name": "spread",
+            "inputs": ["scores"],
+            "nodes": {
+                "top": {"kind": "compute", "function": "maximum", "args": {"values": "scores"}}
+            },
+            "outputs": {"top": "top"},
+        },
+        {},
+    )
+    result = orc.run(scored, [{"id": "a", "scores": [2, 7, 5]}])
+    assert [line.outputs["top"] for line in result.results] == [7]
+    assert result.manifest.counts.requests == 0 and looked == []
+    with pytest.raises(orc.ConfigurationError, match="no server to talk to"):
+        orc.run(orc.Graph.from_dict(spec(), PROMPTS), ROWS)
+    assert looked  # that one did look for the embedded server

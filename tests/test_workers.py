@@ -409,13 +409,12 @@ def test_workers_see_the_environment_as_it_is_when_their_run_starts(
     graph = tmp_path / "graph.yaml"
     graph.write_text(ENV_GRAPH.format(module=module))
     rows = [{"id": f"r{i}", "text": "t"} for i in range(6)]
-    with FakeServer() as server:
-        monkeypatch.setenv("ORCHESTRATOR_TEST_MARK", "first")
-        first = orc.run(graph, rows, base_url=server.base_url, workers=2)
-        monkeypatch.setenv("ORCHESTRATOR_TEST_MARK", "second")
-        second = orc.run(graph, rows, base_url=server.base_url, workers=2)
-        monkeypatch.delenv("ORCHESTRATOR_TEST_MARK")
-        third = orc.run(graph, rows, base_url=server.base_url, workers=2)
+    monkeypatch.setenv("ORCHESTRATOR_TEST_MARK", "first")
+    first = orc.run(graph, rows, workers=2)
+    monkeypatch.setenv("ORCHESTRATOR_TEST_MARK", "second")
+    second = orc.run(graph, rows, workers=2)
+    monkeypatch.delenv("ORCHESTRATOR_TEST_MARK")
+    third = orc.run(graph, rows, workers=2)
     assert {line.outputs["mark"] for line in first.results} == {"first"}
     assert {line.outputs["mark"] for line in second.results} == {"second"}
     assert {line.outputs["mark"] for line in third.results} == {"unset"}

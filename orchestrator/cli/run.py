@@ -159,6 +159,8 @@ def run(
     except (ValueError, OrchestratorError) as exc:
         fail(str(exc))
         raise
+    from ..api import UNUSED_BASE_URL
+
     graph = _graph_path(graph)
     compiled = _compile_or_exit(graph)
     server = None
@@ -171,7 +173,7 @@ def run(
             graph=compiled,
             data=data,
             out=out or Path("runs") / graph.stem,
-            base_url=urls or "http://127.0.0.1:8000/v1",
+            base_url=urls or UNUSED_BASE_URL,
             model=model,
             api_key=api_key,
             concurrency=in_flight,
