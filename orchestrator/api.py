@@ -172,9 +172,9 @@ async def arun(
     in memory. `cache=True` uses the shared response cache, a path another one.
     `base_url` may list several servers (replicas of one model): each request takes the
     first free slot on any of them, the least loaded when several are free; a graph with no
-    node that talks to a server needs none. `concurrency` is the in-flight limit per server: N, or "auto" (tuned from
-    vLLM's /metrics, else from latency); the default tunes against vLLM and holds 64
-    elsewhere.
+    node that talks to a server needs none. `concurrency` is the in-flight limit per
+    server: N, or "auto" (tuned from vLLM's /metrics, else from latency); the default tunes
+    against vLLM and holds 64 elsewhere.
     `transport` (e.g. `orc.FakeTransport()`, no server needed) and `retry` replace the
     OpenAI SDK and the default retry policy. `workers=N` (or "auto", one per core) runs
     the graph in N processes into the same folder and cache; `executor="ray"` runs it on

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.stats
+from helpers import orchestrator_command
 from typer.testing import CliRunner
 
 import orchestrator as orc
@@ -411,6 +412,22 @@ def test_cli_table_and_json(shifted: tuple[Path, Path], monkeypatch: pytest.Monk
     as_json = runner.invoke(app, ["compare", str(a), str(b), "--format", "json", "--seed", "3"])
     assert as_json.exit_code == 0, as_json.output
     assert json.loads(as_json.output) == orc.compare(a, b, seed=3).model_dump(mode="json")
+
+
+def test_json_output_stays_json_when_the_library_warns(
+    shifted: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """As a user pipes it (`orchestrator compare A B --format json | jq`): the warning that
+    the graphs differ goes to stderr, and stdout holds the JSON alone."""
+    edited = orc.Graph.from_dict({**SPEC, "defaults": {"temperature": 0.5}}, prompts=PROMPTS)
+    fake = orc.FakeTransport(scorer(lambda i: int(BASE[i])), models=["judge-a"])
+    orc.run(edited, rows("a"), out=tmp_path / "edited", transport=fake, model="judge-a")
+    shown = orchestrator_command(
+        "compare", str(shifted[0]), str(tmp_path / "edited"), "--format", "json"
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["notes"]
+    assert "warning:" in shown.stderr and "share a name but not a hash" in shown.stderr
 
 
 def test_cli_refuses_bad_input_in_one_line(shifted: tuple[Path, Path], tmp_path: Path) -> None:

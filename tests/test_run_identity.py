@@ -274,8 +274,9 @@ def test_lock_of_a_killed_run_is_taken_over(graph: Path, tmp_path: Path):
         proc.wait()
         again = run_cli(graph, data, out, server.base_url, tmp_path / "cache.sqlite")
     assert again.returncode == 0, again.stdout + again.stderr
+    # A diagnostic of the library: on stderr, with its other messages.
     assert f"took over the lock of a run that stopped without releasing it (pid {proc.pid}" in (
-        again.stdout
+        again.stderr
     )
     assert sorted(results(out)) == sorted(r["id"] for r in rows)
 

@@ -196,11 +196,14 @@ def test_validate_warns_of_samples_at_temperature_zero(tmp_path: Path) -> None:
     path = write_graph(tmp_path / "g", graph, PROMPTS)
     outcome = orchestrator_command("validate", str(path))
     assert outcome.returncode == 0, outcome.stderr
-    assert "warning:" in outcome.stdout and "is valid" in outcome.stdout
-    assert "n=5 samples at temperature 0" in outcome.stdout
-    assert "node 'judge'" in outcome.stdout
+    # The verdict on stdout, the library's warning on stderr with the other diagnostics.
+    assert "is valid" in outcome.stdout and "warning" not in outcome.stdout
+    assert "warning:" in outcome.stderr
+    assert "n=5 samples at temperature 0" in outcome.stderr
+    assert "node 'judge'" in outcome.stderr
     quiet = write_graph(tmp_path / "q", sampled_graph(n=5), PROMPTS)  # temperature 0.7
-    assert "warning" not in orchestrator_command("validate", str(quiet)).stdout
+    checked = orchestrator_command("validate", str(quiet))
+    assert "is valid" in checked.stdout and "warning" not in checked.stdout + checked.stderr
 
 
 def test_expression_samples_at_temperature_zero_warn_once_per_node(

@@ -31,15 +31,16 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 class _ConsoleHandler(logging.Handler):
-    """The library's messages (logger `orchestrator`) on the CLI's console, as plain text:
-    warnings marked, information as it is."""
+    """The library's messages (logger `orchestrator`) on stderr, as plain text: warnings
+    marked, information as it is. Not on stdout, which a command's `--format json` keeps
+    for its JSON alone."""
 
     def emit(self, record: logging.LogRecord) -> None:
         text = self.format(record)
         if record.levelno >= logging.WARNING:
-            console.print(f"[bold yellow]warning:[/] {escape(text)}", soft_wrap=True)
+            err.print(f"[bold yellow]warning:[/] {escape(text)}", soft_wrap=True)
         else:
-            console.print(text, markup=False, highlight=False, soft_wrap=True)
+            err.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _log_to_console() -> None:
