@@ -30,6 +30,12 @@ class EngineOptions:
     window: int = 128  # examples in flight at once; bounded so memory does not grow
 
 
+def engine_window(in_flight: int) -> int:
+    """Examples an engine keeps started: twice the requests its servers may hold together,
+    so each server has requests ready when a slot opens (16 at least)."""
+    return max(2 * in_flight, 16)
+
+
 def _first_error(group: BaseExceptionGroup) -> Exception:
     """The error to report for a failed example: a node's own error if there is one."""
     leaves: list[BaseException] = []

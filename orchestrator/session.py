@@ -30,7 +30,7 @@ from .calls.tuner import Concurrency
 from .client import LLMClient
 from .dataset import Row, check_fields
 from .driver import Flusher, drive, fewer_gc_passes
-from .engine import Engine, EngineOptions
+from .engine import Engine, EngineOptions, engine_window
 from .graph import CompiledGraph
 from .outage import DEFAULT_SERVER_WAIT, ServerGone
 from .params import effective_params
@@ -198,9 +198,8 @@ async def _run_locked(
                 trace,
                 endpoints,
                 stats,
-                # Twice what the servers may hold, so each has requests ready when a slot opens.
                 EngineOptions(
-                    params=settings.params, window=max(2 * client.servers.max_in_flight(), 16)
+                    params=settings.params, window=engine_window(client.servers.max_in_flight())
                 ),
             )
             work = engine.run(rows, store.write_result, store.done)
@@ -211,6 +210,7 @@ async def _run_locked(
                 choice=choice,
                 params=settings.params,
                 concurrency=settings.concurrency,
+                in_flight=client.servers.max_in_flight(),
                 timeout=settings.timeout,
                 server_wait=settings.server_wait,
                 refresh=settings.refresh,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakeserver import FakeServer, schema_responder
+from fakeserver import FakeServer, latency_responder, schema_responder
 from helpers import requests_per_call
 from test_kill_resume import (
     NODES,
@@ -376,6 +376,28 @@ def test_workers_spread_over_replicas_and_record_which_served(tmp_path: Path) ->
     with sqlite3.connect(tmp_path / "run" / "traces.sqlite") as db:
         replicas = [r for (r,) in db.execute("SELECT replica FROM attempts WHERE kind = 'ok'")]
     assert len(replicas) == len(rows) and set(replicas) == set(urls)
+
+
+def test_each_worker_keeps_every_replica_full(tmp_path: Path) -> None:
+    """Six replicas at a fixed 16 each, two workers: each worker holds 8 per replica, 48 in
+    all, so it must be handed at least that many examples. Its share used to be sized from
+    one server's limit (32 examples per worker), which left every replica about a third
+    idle (peaks of 10-12 of its 16 slots)."""
+    graph = dict_graph()
+    rows: list[dict[str, Any]] = [{"id": f"r{i}", "text": f"text {i}"} for i in range(400)]
+    servers = [FakeServer(latency_responder(0.3)) for _ in range(6)]
+    for server in servers:
+        server.start()
+    try:
+        result = orc.run(
+            graph, rows, base_url=[s.base_url for s in servers], concurrency=16, workers=2
+        )
+        peaks = [server.peak_running for server in servers]
+    finally:
+        for server in servers:
+            server.stop()
+    assert result.manifest.counts.examples_ok == len(rows)
+    assert min(peaks) >= 14, peaks  # 16 each when full
 
 
 ENV_MODULE = """

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ..calls.autolimit import Tuning
 from ..calls.registry import Endpoint
 from ..calls.tuner import Concurrency
 from ..dataset import Row
+from ..engine import engine_window
 from ..errors import ConfigurationError
 from ..graph import CompiledGraph
 from ..servers import ServerChoice, node_api_key
@@ -83,6 +83,7 @@ class JobParts:
     choice: ServerChoice
     params: dict[str, Any]
     concurrency: Concurrency
+    in_flight: int  # requests every server of the run together may hold (the owner's limits)
     timeout: float
     server_wait: float
     refresh: bool
@@ -108,10 +109,10 @@ def worker_job(parts: JobParts, count: int) -> WorkerJob:
     `--concurrency N` stays what each server sees in total; a tuned limit is each worker's
     own, and they all read the same server load), the graph as compiled."""
     concurrency: Concurrency = parts.concurrency
+    held = parts.in_flight  # a tuned limit: each worker's may grow to the ceiling
     if isinstance(concurrency, int):
         concurrency = max(1, math.ceil(concurrency / count))
-    # As in one process: twice what the servers may hold (a tuned limit up to its ceiling).
-    held = concurrency if isinstance(concurrency, int) else Tuning().ceiling
+        held = math.ceil(held / count)  # every server's fixed limit split the same way
     plans = [
         EndpointPlan(
             node=node,
@@ -127,7 +128,7 @@ def worker_job(parts: JobParts, count: int) -> WorkerJob:
         endpoints=plans,
         params=parts.params,
         concurrency=concurrency,
-        window=max(2 * held, 16),
+        window=engine_window(held),
         timeout=parts.timeout,
         server_wait=parts.server_wait,
         refresh=parts.refresh,
