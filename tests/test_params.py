@@ -80,3 +80,32 @@ def test_a_node_model_may_come_from_a_param(tmp_path: Path) -> None:
     broken["nodes"]["judge"]["model"] = "params.nobody"
     with pytest.raises(orc.GraphError, match="declares no param 'nobody'"):
         orc.load_graph(write_graph(tmp_path / "b", broken, {"judge.jinja": "Rate {{ text }}"}))
+
+
+def test_a_param_that_does_not_fit_its_function_is_refused_before_any_request(
+    tmp_path: Path,
+) -> None:
+    """ExPerT's `failed_judgment` goes straight to `expert_scores`, which takes "reference"
+    or "keep_other". A typo used to fail every example at its last node, after all its calls were
+    paid for; now the run is refused before the first, naming param, node and argument."""
+    root = Path(__file__).resolve().parent.parent
+    fake = orc.FakeTransport()
+    with pytest.raises(orc.ConfigurationError) as refused:
+        orc.run(
+            root / "graphs" / "expert.yaml",
+            root / "examples" / "expert.jsonl",
+            transport=fake,
+            params={"failed_judgment": "refrence"},
+        )
+    said = str(refused.value)
+    assert "param 'failed_judgment' for node 'expert' args.failed_judgment" in said
+    assert "'refrence' does not fit 'failed_judgment'" in said
+    assert fake.requests == []
+    ok = orc.run(
+        root / "graphs" / "expert.yaml",
+        root / "examples" / "expert.jsonl",
+        transport=orc.FakeTransport(),
+        params={"failed_judgment": "keep_other"},
+        limit=1,
+    )
+    assert ok.manifest.status == "complete" and ok.manifest.counts.examples_ok == 1

@@ -75,16 +75,24 @@ class ComputeFunction:
         for name, param in params.items():
             if param.default is param.empty and param.kind not in _VARIADIC and name not in given:
                 problems[name] = f"'{self.name}' needs argument '{name}' (no default)"
-        hints = _type_hints(self.fn)
         for name, value in literals.items():
-            if name in hints and name not in problems:
-                try:
-                    TypeAdapter(hints[name]).validate_python(value)
-                except ValidationError as exc:
-                    problems[name] = f"{value!r} does not fit '{name}': {exc.errors()[0]['msg']}"
-                except Exception:  # an annotation pydantic cannot check: trust the value
-                    continue
+            if name not in problems and (problem := self.value_problem(name, value)):
+                problems[name] = problem
         return problems
+
+    def value_problem(self, argument: str, value: Any) -> str | None:
+        """Why `value` does not fit the argument's declared type, or None (it fits, or the
+        argument has no annotation pydantic can check)."""
+        hint = _type_hints(self.fn).get(argument)
+        if hint is None:
+            return None
+        try:
+            TypeAdapter(hint).validate_python(value)
+        except ValidationError as exc:
+            return f"{value!r} does not fit '{argument}': {exc.errors()[0]['msg']}"
+        except Exception:  # an annotation pydantic cannot check: trust the value
+            return None
+        return None
 
     def missing(self) -> list[str]:
         """Required modules that are not importable here."""
