@@ -15,14 +15,13 @@ best fixed setting (target: within 5% of its tokens/s, no more preemptions).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from vllm_saturation import delta, reset_prefix_cache, scrape
-from workload import execute_timed
+from workload import execute_timed, variant_rows
 
 from orchestrator import RunConfig
 
@@ -34,14 +33,8 @@ TIMEOUT = 900.0  # seconds per request: at 128 in flight on 2 CPU cores replies 
 
 
 def make_rows(path: Path, count: int) -> Path:
-    examples = [json.loads(line) for line in (ROOT / "examples/expert.jsonl").open()]
-    with path.open("w") as handle:
-        for i in range(count):
-            row = dict(examples[i % len(examples)])
-            row["id"] = f"{row['id']}-{i}"
-            row["output"] = f"{row['output']} (variant {i})"
-            handle.write(json.dumps(row) + "\n")
-    return path
+    """ExPerT rows, `count` of them (examples/expert.jsonl varied)."""
+    return variant_rows("expert.jsonl", path, count)
 
 
 def one_run(base_url: str, data: Path, out: Path, concurrency: int | str) -> dict[str, Any]:

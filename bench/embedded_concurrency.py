@@ -11,25 +11,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import tempfile
 import time
 from pathlib import Path
 
+from workload import variant_rows
+
 from orchestrator import RunConfig, execute
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def make_rows(path: Path, count: int) -> None:
-    examples = [json.loads(line) for line in (ROOT / "examples/pointwise.jsonl").open()]
-    with path.open("w") as handle:
-        for i in range(count):
-            row = dict(examples[i % len(examples)])
-            # A distinct id and a distinct tail keep every request a real, uncached one.
-            row["id"] = f"{row['id']}-{i}"
-            row["output"] = f"{row['output']} (variant {i})"
-            handle.write(json.dumps(row) + "\n")
 
 
 async def timed_run(data: Path, out: Path, base_url: str, concurrency: int) -> tuple[float, int]:
@@ -67,7 +57,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             data = Path(tmp) / "rows.jsonl"
-            make_rows(data, args.requests)
+            variant_rows("pointwise.jsonl", data, args.requests)
             serial, n1 = asyncio.run(timed_run(data, Path(tmp) / "c1", base_url, 1))
             parallel, n2 = asyncio.run(
                 timed_run(data, Path(tmp) / "cN", base_url, args.concurrency)

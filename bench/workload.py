@@ -54,6 +54,19 @@ def write_rows(path: Path, n: int, seed: int = 7) -> Path:
     return path
 
 
+def variant_rows(example_file: str, path: Path, count: int) -> Path:
+    """`count` rows cycling through `examples/<example_file>`, each with its own id and a
+    distinct tail on its output, so every request is a real, uncached one."""
+    examples = [orjson.loads(line) for line in (ROOT / "examples" / example_file).open("rb")]
+    with path.open("wb") as handle:
+        for i in range(count):
+            row = dict(examples[i % len(examples)])
+            row["id"] = f"{row['id']}-{i}"
+            row["output"] = f"{row['output']} (variant {i})"
+            handle.write(orjson.dumps(row) + b"\n")
+    return path
+
+
 def write_judge_graph(folder: Path) -> Path:
     """graphs/pointwise.yaml cut down to its one LLM node (same prompts, schema, sampling)."""
     spec = yaml.safe_load((ROOT / "graphs" / "pointwise.yaml").read_text())

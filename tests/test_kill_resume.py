@@ -158,8 +158,10 @@ def start_cli(
     cache: Path,
     concurrency: int = CONCURRENCY,
     log: Path | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Cli:
-    """Start `python -m orchestrator run …` exactly as a user would type it."""
+    """Start `python -m orchestrator run …` exactly as a user would type it, with `extra`
+    flags (e.g. `--workers 2`)."""
     command = [
         sys.executable,
         "-m",
@@ -176,6 +178,7 @@ def start_cli(
         str(concurrency),
         "--cache",
         str(cache),
+        *extra,
     ]
     log = log or out.parent / f"{out.name}.{time.monotonic_ns()}.log"
     with log.open("wb") as sink:

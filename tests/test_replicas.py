@@ -35,6 +35,18 @@ def rows(tmp_path: Path, count: int) -> Path:
     )
 
 
+def slow_until(event: threading.Event) -> Callable[[dict], Reply]:
+    """A responder that takes 0.2 s a call until `event` is set (B back), then answers at
+    once, so the run cannot end on A alone before B has served again."""
+
+    def respond(body: dict) -> Reply:
+        if not is_canary(body):
+            event.wait(0.2)
+        return schema_responder(body)
+
+    return respond
+
+
 def start_run(
     graph: Path, data: Path, out: Path, urls: list[str], concurrency: int
 ) -> asyncio.Future[orc.RunResult]:
@@ -98,12 +110,7 @@ def test_a_replica_that_dies_mid_run_fails_no_example_and_returns_when_it_answer
     slot then go to B when it is back.)"""
     graph = write_graph(tmp_path, judge_graph(), PROMPTS)
     b_back = threading.Event()
-
-    def held(body: dict) -> Reply:
-        if not is_canary(body):
-            b_back.wait(0.2)
-        return schema_responder(body)
-
+    held = slow_until(b_back)
     data = rows(tmp_path, 80)
     with FakeServer(held) as a, FakeServer() as b:
         port = b.port
@@ -163,12 +170,7 @@ def test_a_replica_down_at_start_is_left_out_until_it_answers(tmp_path: Path):
     B, started on its port while A still holds the run, joins and serves."""
     graph = write_graph(tmp_path, judge_graph(), PROMPTS)
     b_back = threading.Event()
-
-    def held(body: dict) -> Reply:
-        if not is_canary(body):
-            b_back.wait(0.2)
-        return schema_responder(body)
-
+    held = slow_until(b_back)
     data = rows(tmp_path, 60)
     with FakeServer(held) as a, FakeServer() as b:
         port = b.port

@@ -37,6 +37,7 @@ from test_kill_resume import (
     traced,
     wait_until,
 )
+from test_kill_resume import start_cli as start_run_cli
 
 import orchestrator as orc
 from orchestrator.errors import ConfigurationError, RunFolderError
@@ -48,34 +49,8 @@ EXAMPLES = 60
 
 
 def start_cli(work: Workload, out: Path, base_url: str, cache: Path, *extra: str) -> Cli:
-    """`python -m orchestrator run …` with `extra` flags, as a user would type it."""
-    command = [
-        sys.executable,
-        "-m",
-        "orchestrator",
-        "run",
-        str(work.graph),
-        "--data",
-        str(work.data),
-        "--out",
-        str(out),
-        "--base-url",
-        base_url,
-        "--concurrency",
-        "8",
-        "--cache",
-        str(cache),
-        *extra,
-    ]
-    log = out.parent / f"{out.name}.{time.monotonic_ns()}.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            command,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-    return Cli(proc, log, time.monotonic())
+    """`python -m orchestrator run …` at concurrency 8 with `extra` flags, as typed."""
+    return start_run_cli(work, out, base_url, cache, concurrency=8, extra=extra)
 
 
 def run_api(work: Workload, out: Path, base_url: str, cache: Path, **options: Any) -> Any:
