@@ -4,11 +4,10 @@ loop, talking to the run's owner over a `MessagePipe` — rows in, reports out.
 Workers are forked from multiprocessing's fork server, never from the owner: a fork of the
 owner would copy its threads' locks (the SQLite connections, the logging module) in
 whatever state they were. The fork server is a clean process that imports orchestrator once
-(`PRELOAD`), so the first run with workers in a Python session pays that import (about
-0.7 s of CPU here) and every later run's workers start at once instead of each importing it
-again. Like a Ray worker, a worker imports the user's modules afresh, so a graph's functions
-must be importable, not defined in a notebook cell; and it takes the owner's environment as
-it is when the run starts (see `worker_main`).
+(`PRELOAD`), so the first run with workers in a Python session pays that import and every
+later run's workers start without it. Like a Ray worker, a worker imports the user's
+modules afresh, so a graph's functions must be importable, not defined in a notebook cell;
+and it takes the owner's environment as it is when the run starts (see `worker_main`).
 """
 
 from __future__ import annotations
