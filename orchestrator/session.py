@@ -8,6 +8,7 @@ owns the order of their start and end. Messages go to the `orchestrator` logger.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import platform
 import sqlite3
@@ -246,17 +247,17 @@ async def _run_locked(
         raise
     except Exception as exc:
         manifest["status"] = "error"
-        manifest["error"] = str(exc)
+        manifest["error"] = _error_text(exc, store)
         raise
     finally:
         # Each step on its own: a full disk that fails the last flush must still leave the
         # manifest saying "error" (not "running") and close every file.
-        try:
-            flush()
-            store.close()
-        except (OSError, sqlite3.Error) as exc:
-            manifest["status"] = "error"
-            manifest["error"] = manifest.get("error") or f"could not write the run folder: {exc}"
+        for step in (flush, store.close):
+            try:
+                step()
+            except (OSError, sqlite3.Error) as exc:
+                manifest["status"] = "error"
+                manifest["error"] = manifest.get("error") or _error_text(exc, store, True)
         cache_errors = [flush.cache_error, *(pool.cache_errors if pool else [])]
         if any(cache_errors):
             first = next(error for error in cache_errors if error)
@@ -291,6 +292,20 @@ async def _run_locked(
     }
     store.write_summary(summary)
     return SessionOutcome(manifest, summary, store)
+
+
+def _error_text(exc: BaseException, store: RunStore, writing: bool = False) -> str:
+    """What the manifest says ended the run (`writing`: while the run folder was written);
+    a full disk is named as such, whichever file of the folder found it."""
+    full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or (
+        isinstance(exc, sqlite3.OperationalError) and "full" in str(exc)
+    )
+    if full:
+        return (
+            f"the disk is full: could not write the run folder {store.describe()} ({exc}); "
+            "free some space, then run the same command again to resume"
+        )
+    return f"could not write the run folder {store.describe()}: {exc}" if writing else str(exc)
 
 
 def _rows(

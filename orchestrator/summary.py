@@ -122,16 +122,20 @@ def _same_examples(run_graph: CompiledGraph, new_graph: CompiledGraph) -> list[s
     return changed
 
 
-def summarize(folder: Path | str, graph: Path | str | None = None) -> dict[str, Any]:
+def summarize(
+    folder: Path | str, graph: Path | str | None = None, out: Path | str | None = None
+) -> dict[str, Any]:
     """Recompute a finished run's aggregates from its result lines, with no request.
 
     `graph` is the run's graph with its aggregates fixed (default: the snapshot the run
     kept); anything else in it must be as the run had it, or the results would not be its.
+    The summary replaces the folder's summary.json, or is written to `out` (then nothing
+    in the folder is written, so a read-only folder can be summarized).
     """
     from .compile import compile_graph
     from .errors import RunFolderError
     from .reader import RunReader
-    from .runfolder import RunFolder
+    from .runfolder import RunFolder, read_only, write_json
     from .runlock import RunLock
 
     reader = RunReader(folder)
@@ -148,7 +152,14 @@ def summarize(folder: Path | str, graph: Path | str | None = None) -> dict[str, 
         )
     manifest = reader.manifest
     lock = RunLock(reader.path)
-    lock.acquire()  # a run still writing the folder must not race this summary
+    if out is None:
+        try:
+            lock.acquire()  # a run still writing the folder must not race this summary
+        except OSError as exc:
+            refused = read_only(reader.path, exc, "write the summary elsewhere with --out FILE")
+            if refused is None:
+                raise
+            raise refused from None
     try:
         results = [line.model_dump(exclude_unset=True) for line in reader.results()]
         summary = (reader.summary.model_dump() if reader.summary else {}) | {
@@ -165,7 +176,10 @@ def summarize(folder: Path | str, graph: Path | str | None = None) -> dict[str, 
             "hash": new.content_hash,
             "computed": time.time(),
         }
-        RunFolder(reader.path).write_summary(summary)
+        if out is None:
+            RunFolder(reader.path).write_summary(summary)
+        else:
+            write_json(Path(out), summary)
     finally:
         lock.release()
     return summary
