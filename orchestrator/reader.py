@@ -29,6 +29,7 @@ from .runfolder import (
     TRACES,
     check_layout,
     iter_lines,
+    manifest_problem,
     read_json,
     snapshot_graph,
     snapshot_prompts,
@@ -290,6 +291,9 @@ class RunReader:
         if data is None:
             return Manifest()
         check_layout(data, self.path)
+        problem = manifest_problem(data)
+        if problem is not None:
+            self.notes.append(f"{MANIFEST} {problem}: it is not a run manifest")
         try:
             return Manifest.model_validate(data)
         except ValidationError as exc:

@@ -133,9 +133,9 @@ def summarize(
     in the folder is written, so a read-only folder can be summarized).
     """
     from .compile import compile_graph
-    from .errors import RunFolderError
+    from .errors import DamagedRunFile, RunFolderError
     from .reader import RunReader
-    from .runfolder import RunFolder, read_only, write_json
+    from .runfolder import MANIFEST, RunFolder, not_a_run_folder, read_only, write_json
     from .runlock import RunLock
 
     reader = RunReader(folder)
@@ -149,6 +149,15 @@ def summarize(
         raise RunFolderError(
             f"{graph} is not the graph of the run in {reader.path}: its {', '.join(changed)} "
             "changed, so the run's results are not its results; run it into a new --out."
+        )
+    problem = not_a_run_folder(reader.path)
+    if problem is not None:
+        # The summary's counts come from the manifest: a manifest that is not a run's would
+        # make them zeros that look measured.
+        raise DamagedRunFile(
+            f"{problem}: summarize takes the run's counts from it; restore it from a backup, "
+            "or run the graph into a new --out.",
+            str(reader.path / MANIFEST),
         )
     manifest = reader.manifest
     lock = RunLock(reader.path)

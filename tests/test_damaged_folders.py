@@ -223,6 +223,13 @@ def test_a_manifest_that_is_not_a_runs_is_one_line(folder: Path, manifest: Any) 
     with FakeServer() as server:
         done = run_again(folder, server)
     assert_one_line_error(done, str(folder / "manifest.json"))
+    # summarize would write the manifest's counts as the run's: it refuses too.
+    assert_one_line_error(invoke("summarize", str(folder)), str(folder / "manifest.json"))
+    # The readers show what the folder holds, and say the manifest could not be used.
+    for args in (["trace", str(folder)], ["report", str(folder)]):
+        done = invoke(*args)
+        assert done.exit_code == 0, done.output
+    assert "manifest.json" in (folder / "report.html").read_text()
 
 
 # -- item 8: a damaged traces.sqlite ------------------------------------------------------
