@@ -263,8 +263,15 @@ class RunFolder:
                 f"{self.path} is not empty and is not a run folder ({problem}); choose "
                 "another --out."
             )
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.lock.acquire()
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+        except OSError as exc:
+            advice = "a run writes its folder; choose a writable --out (copy it there to resume)"
+            refused = read_only(self.path, exc, advice)
+            if refused is None:
+                raise
+            raise refused from None
         try:
             if overwrite:
                 self._clear()

@@ -171,7 +171,16 @@ async def _run_locked(
                 }
             )
         raise
-    resuming = store.begin()
+    try:
+        resuming = store.begin()
+    except BaseException:
+        # Nothing has run yet; asyncio would report a client left open.
+        await client.close()
+        with suppress(sqlite3.Error):
+            trace.close()
+        if cache is not None:
+            cache.close()
+        raise
     if resuming:
         log.info("Resuming %s: %d examples already done.", store.describe(), len(store.done))
     store.write_snapshot(graph)

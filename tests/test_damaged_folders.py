@@ -67,8 +67,9 @@ def assert_one_line_error(result: Result, *names: str) -> str:
     return line
 
 
-def run_again(folder: Path, server: FakeServer, *extra: str) -> Result:
-    root = folder.parent
+def run_again(folder: Path, server: FakeServer, *extra: str, root: Path | None = None) -> Result:
+    """`run` into `folder` of the graph and data beside it (or in `root`)."""
+    root = root or folder.parent
     return invoke(
         "run",
         str(root / "g" / "graph.yaml"),
@@ -285,7 +286,8 @@ def read_only_commands(folder: Path, elsewhere: Path) -> dict[str, list[str]]:
     }
 
 
-def check_read_only(folder: Path, elsewhere: Path) -> None:
+def check_read_only(folder: Path, elsewhere: Path, root: Path) -> None:
+    """`root` holds the run's graph and data."""
     before = sorted(p.name for p in folder.iterdir())
     for name, args in read_only_commands(folder, elsewhere).items():
         done = invoke(*args)
@@ -300,6 +302,9 @@ def check_read_only(folder: Path, elsewhere: Path) -> None:
     }.items():
         line = assert_one_line_error(invoke(*args), str(folder), "read-only")
         assert "--out" in line, (name, line)
+    with FakeServer() as server:
+        refused = run_again(folder, server, root=root)
+    assert_one_line_error(refused, str(folder), "read-only", "--out")
     assert sorted(p.name for p in folder.iterdir()) == before
 
 
@@ -356,7 +361,7 @@ def test_a_read_only_folder_is_read_through_the_seam(
 ) -> None:
     shutil.copytree(folder, tmp_path / "elsewhere" / "other")
     install_read_only_seam(monkeypatch)
-    check_read_only(folder, tmp_path / "elsewhere")
+    check_read_only(folder, tmp_path / "elsewhere", folder.parent)
 
 
 @pytest.fixture
@@ -383,7 +388,7 @@ def test_a_read_only_folder_is_read_on_a_read_only_mount(
     shutil.copytree(folder, elsewhere / "other")
     shutil.copytree(folder, read_only_mount / "run")
     subprocess.run(["mount", "-o", "remount,ro", str(read_only_mount)], check=True)
-    check_read_only(read_only_mount / "run", elsewhere)
+    check_read_only(read_only_mount / "run", elsewhere, folder.parent)
 
 
 # -- full disk -------------------------------------------------------------------------------
