@@ -150,7 +150,7 @@ def summarize(
             f"{graph} is not the graph of the run in {reader.path}: its {', '.join(changed)} "
             "changed, so the run's results are not its results; run it into a new --out."
         )
-    problem = not_a_run_folder(reader.path)
+    problem = not_a_run_folder(reader.path) if reader.has_manifest else None
     if problem is not None:
         # The summary's counts come from the manifest: a manifest that is not a run's would
         # make them zeros that look measured.
