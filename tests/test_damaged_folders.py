@@ -394,23 +394,38 @@ def test_a_read_only_folder_is_read_on_a_read_only_mount(
 # -- full disk -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("writer", ["results", "trace"])
 def test_a_full_disk_leaves_the_manifest_saying_so(
-    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
 ) -> None:
-    from orchestrator import runfolder
+    """The second write of results.jsonl (or of the trace) finds the disk full, and so does
+    the manifest's tmp file from then on."""
+    import sqlite3
+
+    from orchestrator import runfolder, trace
 
     root = folder.parent
     out = tmp_path / "new"
-    real_flush = runfolder.RunFolder.flush
     calls = {"n": 0}
 
-    def flush(self: runfolder.RunFolder) -> None:
-        if self._pending:
-            calls["n"] += 1
-            if calls["n"] > 1:
-                raise OSError(errno.ENOSPC, "No space left on device")
-        real_flush(self)
+    def failing(real: Any, pending: str, error: Exception) -> Any:
+        def flush(self: Any) -> None:
+            if getattr(self, pending):
+                calls["n"] += 1
+                if calls["n"] > 1:
+                    raise error
+            real(self)
 
+        return flush
+
+    if writer == "results":
+        full: Exception = OSError(errno.ENOSPC, "No space left on device")
+        patched = failing(runfolder.RunFolder.flush, "_pending", full)
+        monkeypatch.setattr(runfolder.RunFolder, "flush", patched)
+    else:
+        full = sqlite3.OperationalError("database or disk is full")
+        patched = failing(trace.TraceStore.flush, "_pending_runs", full)
+        monkeypatch.setattr(trace.TraceStore, "flush", patched)
     real_write_bytes = Path.write_bytes
 
     def write_bytes(path: Path, data: bytes) -> int:
@@ -419,9 +434,8 @@ def test_a_full_disk_leaves_the_manifest_saying_so(
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real_write_bytes(path, data)
 
-    monkeypatch.setattr(runfolder.RunFolder, "flush", flush)
     monkeypatch.setattr(Path, "write_bytes", write_bytes)
-    with FakeServer() as server, pytest.raises((OSError, OrchestratorError)) as caught:
+    with FakeServer() as server, pytest.raises((OSError, sqlite3.Error)) as caught:
         orc.run(
             root / "g" / "graph.yaml",
             root / "rows.jsonl",
@@ -430,7 +444,7 @@ def test_a_full_disk_leaves_the_manifest_saying_so(
             cache=False,
             concurrency=1,
         )
-    assert "No space left on device" in str(caught.value)
+    assert caught.value is full
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "error"
     assert "disk is full" in manifest["error"] and str(out) in manifest["error"]
