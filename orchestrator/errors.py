@@ -91,3 +91,17 @@ class RunKeyMismatch(RunFolderError):
 
 class ServerUnavailable(OrchestratorError):
     """The server cannot be used at all (unreachable, refuses the model…); nothing ran."""
+
+
+class DamagedRunFile(RunFolderError):
+    """A file of a run folder that does not hold what a run writes there (damaged, or edited
+    by hand): `path` names it. Nothing is resumed or reported from it."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ReadOnlyRunFolder(RunFolderError):
+    """A command had to write inside a run folder that cannot be written (a read-only mount,
+    no rights); the message says how to write elsewhere."""

@@ -7,6 +7,8 @@ so a field is parsed in one place; a run may still be writing the folder while i
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
 from collections.abc import Iterator
 from functools import cached_property
@@ -27,6 +29,7 @@ from .runfolder import (
     TRACES,
     check_layout,
     iter_lines,
+    manifest_problem,
     read_json,
     snapshot_graph,
     snapshot_prompts,
@@ -38,6 +41,53 @@ _ATTEMPT_COLUMNS = (
     "number, kind, error, raw, finish_reason, latency, prompt_tokens, completion_tokens, cached"
 )
 _ADDED_ATTEMPT_COLUMNS = ("sample", "replica")  # absent from traces written before they existed
+
+
+log = logging.getLogger("orchestrator")
+
+
+def folder_writable(folder: Path) -> bool:
+    """Whether files can be made in `folder` (False on a read-only mount, even for root)."""
+    return os.access(folder, os.W_OK)
+
+
+def open_read_only(path: Path) -> sqlite3.Connection:
+    """A SQLite file of a run folder opened to read only, whether or not its folder can be
+    written; DatabaseError when it cannot be read.
+
+    A WAL-mode file (the trace) needs its -shm index, which SQLite makes next to it even
+    for a read-only connection. On a read-only folder a run that finished has left none, so
+    the file is opened `immutable`: SQLite then takes no lock and ignores any -wal file,
+    which is safe only because nothing can write there. Where the folder can be written,
+    `mode=ro` is kept: a run may be writing the file, and its -wal holds what it wrote last.
+    """
+    uri = path.resolve().as_uri()
+    try:
+        db = _connect(f"{uri}?mode=ro")
+        try:
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+    except sqlite3.OperationalError:
+        if folder_writable(path.parent):
+            raise
+    wal = path.with_name(path.name + "-wal")
+    if wal.is_file() and wal.stat().st_size:
+        log.warning(
+            "%s holds writes a run did not merge into %s; the folder is read-only, so they "
+            "are not read.",
+            wal,
+            path.name,
+        )
+    db = _connect(f"{uri}?mode=ro&immutable=1")
+    db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone()
+    return db
+
+
+def _connect(uri: str) -> sqlite3.Connection:
+    return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
 
 
 def _batched(cursor: sqlite3.Cursor, size: int = 500) -> Iterator[Any]:
@@ -62,15 +112,13 @@ class TraceReader:
         if not path.is_file():
             raise damaged(path, FileNotFoundError("no such file"))
         try:
-            db = sqlite3.connect(
-                f"{path.resolve().as_uri()}?mode=ro",
-                uri=True,
-                timeout=30,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            db.execute("SELECT COUNT(*) FROM node_runs").fetchone()
+            db = open_read_only(path)
         except sqlite3.DatabaseError as exc:
+            raise damaged(path, exc) from None
+        try:
+            db.execute("SELECT 1 FROM node_runs LIMIT 1").fetchone()
+        except sqlite3.DatabaseError as exc:
+            db.close()
             raise damaged(path, exc) from None
         return cls(db, path, owned=True)
 
@@ -89,6 +137,13 @@ class TraceReader:
         self, example_id: str | None = None, node: str | None = None
     ) -> Iterator[NodeRun]:
         """Node executions, oldest first (an earlier run's before a resumed one's)."""
+        try:
+            yield from self._node_runs(example_id, node)
+        except sqlite3.DatabaseError as exc:
+            # Damaged pages open fine and fail only when a query reaches them.
+            raise damaged(self.path, exc) from None
+
+    def _node_runs(self, example_id: str | None, node: str | None) -> Iterator[NodeRun]:
         sql = "SELECT * FROM node_runs WHERE 1=1"
         args: list[Any] = []
         if example_id is not None:
@@ -151,7 +206,11 @@ class TraceReader:
 
     def first_example(self) -> str | None:
         """The id of the first example with a recorded node execution, if any."""
-        row = self._db.execute("SELECT example_id FROM node_runs ORDER BY id LIMIT 1").fetchone()
+        sql = "SELECT example_id FROM node_runs ORDER BY id LIMIT 1"
+        try:
+            row = self._db.execute(sql).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise damaged(self.path, exc) from None
         return None if row is None else str(row[0])
 
     def schema(self, digest: str | None) -> dict[str, Any] | None:
@@ -163,10 +222,14 @@ class TraceReader:
 
     def runs(self) -> list[TraceRun]:
         """Every run that wrote this trace, oldest first."""
-        cursor = self._db.execute("SELECT * FROM runs ORDER BY started")
+        try:
+            cursor = self._db.execute("SELECT * FROM runs ORDER BY started")
+            rows = cursor.fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise damaged(self.path, exc) from None
         columns = [c[0] for c in cursor.description]
         out = []
-        for row in cursor.fetchall():
+        for row in rows:
             fields = {k: v for k, v in zip(columns, row, strict=True) if v is not None}
             if "settings" in fields:
                 fields["settings"] = loads(fields["settings"])
@@ -228,6 +291,9 @@ class RunReader:
         if data is None:
             return Manifest()
         check_layout(data, self.path)
+        problem = manifest_problem(data)
+        if problem is not None:
+            self.notes.append(f"{MANIFEST} {problem}: it is not a run manifest")
         try:
             return Manifest.model_validate(data)
         except ValidationError as exc:
@@ -270,9 +336,9 @@ class RunReader:
         return list(by_id.values())
 
     def inputs(self) -> Iterator[InputLine]:
-        """Each example's inputs as the run read them (layout 2); an example tried again may
-        appear twice, the later line winning."""
-        for _, line in iter_lines(self.path / INPUTS):
+        """Each example's inputs as the run read them (layout 2), once per id (a folder
+        written before that was so may repeat an id: the later line wins)."""
+        for _, line in iter_lines(self.path / INPUTS, torn_inside=True):
             yield InputLine.model_validate(line)
 
     @property

@@ -5,6 +5,7 @@ example's inputs, so report, trace, meta-eval and resume need nothing outside it
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import time
@@ -14,11 +15,12 @@ from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
+from pydantic import ValidationError
 
-from .errors import RunFolderError, RunKeyMismatch
+from .errors import DamagedRunFile, ReadOnlyRunFolder, RunFolderError, RunKeyMismatch
 from .runkey import RunKey
 from .runlock import LOCK, RunLock
-from .trace import TraceStore
+from .trace import TraceStore, check_intact
 
 if TYPE_CHECKING:
     from .dataset import Row
@@ -61,10 +63,45 @@ OWN_NAMES = frozenset(
 )
 
 
-def _write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Any) -> None:
+    """Replace `path` atomically (a tmp file renamed over it); when the tmp file cannot be
+    written (a full disk), `path` is rewritten in place rather than left saying something
+    untrue, and no empty tmp file stays behind."""
+    blob = orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str))
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with suppress(OSError):
+            tmp.unlink()
+        if not path.is_file():
+            raise
+        try:
+            # Opened without truncating: overwriting blocks the file already holds needs no
+            # free space on most filesystems, where a new file would.
+            with path.open("r+b") as handle:
+                handle.write(blob)
+                handle.truncate(len(blob))
+        except OSError:
+            raise exc from None
+
+
+def read_only(folder: Path, exc: OSError, advice: str) -> ReadOnlyRunFolder | None:
+    """The error for a write refused because `folder` is read-only (None for another
+    OSError): says so and how to write elsewhere."""
+    if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return None
+    return ReadOnlyRunFolder(f"{folder} is read-only ({exc.strerror}): {advice}")
+
+
+def damaged_line(path: Path, number: int, what: str) -> DamagedRunFile:
+    """The error for a line a run never writes (damaged, or edited by hand)."""
+    return DamagedRunFile(
+        f"{path}:{number} is not {what}: the run folder {path.parent} is damaged or was "
+        "edited by hand; fix or delete that line (in a copy), or run into a new --out.",
+        str(path),
+    )
 
 
 def encode_result(row: dict[str, Any]) -> bytes:
@@ -76,20 +113,28 @@ def read_json(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed JSON) one at a time, skipping a torn last line of a killed run."""
+def iter_lines(path: Path, torn_inside: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, JSON object) one at a time, skipping a torn last line of a killed run
+    (it lacks its newline). Any other line that is not a JSON object is damage
+    (DamagedRunFile); `torn_inside` also skips undecodable lines inside the file, which an
+    inputs.jsonl written before torn tails were cut can hold."""
     if not path.is_file():
         return
     with path.open("rb") as handle:
         for number, line in enumerate(handle, start=1):
             try:
-                yield number, orjson.loads(line)
+                value = orjson.loads(line)
             except orjson.JSONDecodeError:
-                continue
+                if torn_inside or not line.endswith(b"\n"):
+                    continue
+                raise damaged_line(path, number, "JSON") from None
+            if not isinstance(value, dict):
+                raise damaged_line(path, number, "a JSON object")
+            yield number, value
 
 
-def _iter_lines(path: Path) -> Iterator[dict[str, Any]]:
-    return (line for _, line in iter_lines(path))
+def _iter_lines(path: Path, torn_inside: bool = False) -> Iterator[dict[str, Any]]:
+    return (line for _, line in iter_lines(path, torn_inside))
 
 
 def iter_results(folder: Path) -> Iterator[dict[str, Any]]:
@@ -103,9 +148,9 @@ def read_results(folder: Path) -> list[dict[str, Any]]:
 
 
 def iter_inputs(folder: Path) -> Iterator[dict[str, Any]]:
-    """Each example's inputs as the run read them: {"id", "number", "data"}; an example
-    tried again after a failure may appear twice (the later line wins)."""
-    return _iter_lines(folder / INPUTS)
+    """Each example's inputs as the run read them: {"id", "number", "data"}, once per id
+    (a folder written before resume kept them once may repeat an id: the later line wins)."""
+    return _iter_lines(folder / INPUTS, torn_inside=True)
 
 
 def snapshot_graph(folder: Path) -> Path | None:
@@ -129,12 +174,50 @@ def check_layout(manifest: dict[str, Any], folder: Path) -> int:
     return version
 
 
+def manifest_problem(manifest: Any) -> str | None:
+    """Why a parsed manifest.json is not one an orchestrator run wrote (None when it is):
+    layout 2 on has `layout_version` and a run key; layout 1 (before run keys) a run id
+    and the graph's hash."""
+    if not isinstance(manifest, dict):
+        return "is not a JSON object"
+    if "layout_version" not in manifest:
+        graph = manifest.get("graph")
+        if isinstance(manifest.get("run_id"), str) and isinstance(graph, dict) and "hash" in graph:
+            return None
+        return "has neither a layout_version nor a run id and graph hash"
+    if not isinstance(manifest["layout_version"], int):
+        return "has a layout_version that is not a number"
+    if manifest["layout_version"] > LAYOUT_VERSION:
+        return None  # a newer orchestrator's: `check_layout` says so
+    try:
+        RunKey.model_validate(manifest.get("run_key"))
+    except ValidationError:
+        return "has no run key"
+    return None
+
+
+def not_a_run_folder(path: Path) -> str | None:
+    """Why the folder `path` is not a run folder, naming the file (None when it is one, or
+    is empty): its manifest must be a run's, or, with none (a run killed while starting),
+    it must hold only files a run writes."""
+    manifest = path / MANIFEST
+    if manifest.is_file():
+        try:
+            problem = manifest_problem(read_json(manifest))
+        except orjson.JSONDecodeError as exc:
+            problem = f"is not JSON ({exc})"
+        except OSError as exc:
+            problem = f"cannot be read ({exc.strerror})"
+        return None if problem is None else f"{manifest} {problem}, so it is not a run manifest"
+    for entry in path.iterdir():
+        if entry.name not in OWN_NAMES:
+            return f"{entry} is not a file a run writes, and there is no {MANIFEST}"
+    return None
+
+
 def is_run_folder(path: Path) -> bool:
-    """A folder with a manifest, or holding only files a run writes (a run killed while
-    starting leaves those without a manifest)."""
-    if (path / MANIFEST).is_file():
-        return True
-    return all(entry.name in OWN_NAMES for entry in path.iterdir())
+    """A folder whose manifest is a run's, or holding only files a run writes."""
+    return not_a_run_folder(path) is None
 
 
 class RunFolder:
@@ -154,6 +237,7 @@ class RunFolder:
         self._inputs: IO[bytes] | None = None
         self._pending: list[bytes] = []
         self._pending_inputs: list[bytes] = []
+        self._stored_inputs: set[str] = set()  # ids inputs.jsonl holds or will
 
     # -- opening ------------------------------------------------------------------------
 
@@ -168,18 +252,26 @@ class RunFolder:
             raise RunFolderError(
                 f"--out {self.path} is a file, not a folder; choose a folder path for the run."
             )
-        if self.path.is_dir() and not is_run_folder(self.path):
-            if overwrite and any(self.path.iterdir()):
+        problem = not_a_run_folder(self.path) if self.path.is_dir() else None
+        if problem is not None:
+            if overwrite:
                 raise RunFolderError(
-                    f"--overwrite replaces only a run folder (one with {MANIFEST}) or an empty "
-                    f"folder; {self.path} is neither, so nothing was deleted. Choose another --out."
+                    f"--overwrite replaces only a run folder or an empty folder: {problem}, so "
+                    "nothing was deleted. Choose another --out."
                 )
-            if any(self.path.iterdir()):
-                raise RunFolderError(
-                    f"{self.path} is not empty and is not a run folder; choose another --out."
-                )
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.lock.acquire()
+            raise RunFolderError(
+                f"{self.path} is not empty and is not a run folder ({problem}); choose "
+                "another --out."
+            )
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+        except OSError as exc:
+            advice = "a run writes its folder; choose a writable --out (copy it there to resume)"
+            refused = read_only(self.path, exc, advice)
+            if refused is None:
+                raise
+            raise refused from None
         try:
             if overwrite:
                 self._clear()
@@ -195,6 +287,9 @@ class RunFolder:
                     )
                 if "run_key" in manifest:
                     self.previous = RunKey.model_validate(manifest["run_key"])
+                # Before any server is asked or "Resuming" said: a folder that cannot be
+                # resumed is named now, not after the run has started.
+                self._check_intact()
         except BaseException:
             self.lock.release()
             raise
@@ -229,6 +324,15 @@ class RunFolder:
         if not isinstance(manifest, dict):
             raise RunFolderError(f"{self.manifest_path} is not a run manifest.")
         return manifest
+
+    def _check_intact(self) -> None:
+        """DamagedRunFile for a result line a run never writes or a trace SQLite finds
+        damaged (a full check of its pages: it costs a read of the file, once a resume)."""
+        for number, row in iter_lines(self.results_path):
+            if not isinstance(row.get("id"), str | int) or "status" not in row:
+                raise damaged_line(self.results_path, number, "a result line (no id or status)")
+        if self.traces_path.is_file():
+            check_intact(self.traces_path)
 
     def _clear(self) -> None:
         """Delete what a run wrote here; anything else (a user's notes) stays."""
@@ -272,8 +376,27 @@ class RunFolder:
                     kept.write(orjson.dumps(row) + b"\n")
         os.replace(tmp, self.results_path)
         self._results = self.results_path.open("ab")
-        self._inputs = self.inputs_path.open("ab")
+        self._inputs = self._open_inputs()
         return resuming
+
+    def _open_inputs(self) -> IO[bytes]:
+        """inputs.jsonl to append to, each id kept once: the ids it holds are remembered
+        (an example retried or cut short by a kill is not written again), and a torn last
+        line is cut so the next line does not glue onto it."""
+        if self.inputs_path.is_file():
+            self._stored_inputs.update(
+                str(line["id"]) for line in _iter_lines(self.inputs_path, torn_inside=True)
+            )
+        handle = self.inputs_path.open("a+b")
+        size = handle.seek(0, os.SEEK_END)
+        if size:
+            start = max(0, size - 65536)
+            handle.seek(start)
+            tail = handle.read()
+            end = tail.rfind(b"\n")
+            if not tail.endswith(b"\n") and (end >= 0 or start == 0):
+                handle.truncate(start + end + 1)
+        return handle
 
     def write_snapshot(self, graph: CompiledGraph) -> None:
         """The graph file and every template it can render, as this run read them."""
@@ -291,7 +414,11 @@ class RunFolder:
     # -- writing ------------------------------------------------------------------------
 
     def write_input(self, row: Row) -> None:
-        """Queue an example's inputs; written before any result line that needs them."""
+        """Queue an example's inputs (once per id); written before any result line that
+        needs them."""
+        if row.id in self._stored_inputs:
+            return
+        self._stored_inputs.add(row.id)
         line: dict[str, Any] = {"id": row.id, "number": row.number, "data": row.data}
         try:
             blob = orjson.dumps(line, default=str)
@@ -324,10 +451,10 @@ class RunFolder:
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         manifest["updated"] = time.time()
-        _write_json(self.manifest_path, manifest)
+        write_json(self.manifest_path, manifest)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        _write_json(self.summary_path, summary)
+        write_json(self.summary_path, summary)
 
     def close(self) -> None:
         """Write what is queued and close the files; the lock is released by `release`."""

@@ -8,6 +8,7 @@ owns the order of their start and end. Messages go to the `orchestrator` logger.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import platform
 import sqlite3
@@ -170,7 +171,16 @@ async def _run_locked(
                 }
             )
         raise
-    resuming = store.begin()
+    try:
+        resuming = store.begin()
+    except BaseException:
+        # Nothing has run yet; asyncio would report a client left open.
+        await client.close()
+        with suppress(sqlite3.Error):
+            trace.close()
+        if cache is not None:
+            cache.close()
+        raise
     if resuming:
         log.info("Resuming %s: %d examples already done.", store.describe(), len(store.done))
     store.write_snapshot(graph)
@@ -246,17 +256,17 @@ async def _run_locked(
         raise
     except Exception as exc:
         manifest["status"] = "error"
-        manifest["error"] = str(exc)
+        manifest["error"] = _error_text(exc, store)
         raise
     finally:
         # Each step on its own: a full disk that fails the last flush must still leave the
         # manifest saying "error" (not "running") and close every file.
-        try:
-            flush()
-            store.close()
-        except (OSError, sqlite3.Error) as exc:
-            manifest["status"] = "error"
-            manifest["error"] = manifest.get("error") or f"could not write the run folder: {exc}"
+        for step in (flush, store.close):
+            try:
+                step()
+            except (OSError, sqlite3.Error) as exc:
+                manifest["status"] = "error"
+                manifest["error"] = manifest.get("error") or _error_text(exc, store, True)
         cache_errors = [flush.cache_error, *(pool.cache_errors if pool else [])]
         if any(cache_errors):
             first = next(error for error in cache_errors if error)
@@ -291,6 +301,20 @@ async def _run_locked(
     }
     store.write_summary(summary)
     return SessionOutcome(manifest, summary, store)
+
+
+def _error_text(exc: BaseException, store: RunStore, writing: bool = False) -> str:
+    """What the manifest says ended the run (`writing`: while the run folder was written);
+    a full disk is named as such, whichever file of the folder found it."""
+    full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or (
+        isinstance(exc, sqlite3.OperationalError) and "full" in str(exc)
+    )
+    if full:
+        return (
+            f"the disk is full: could not write the run folder {store.describe()} ({exc}); "
+            "free some space, then run the same command again to resume"
+        )
+    return f"could not write the run folder {store.describe()}: {exc}" if writing else str(exc)
 
 
 def _rows(

@@ -122,16 +122,20 @@ def _same_examples(run_graph: CompiledGraph, new_graph: CompiledGraph) -> list[s
     return changed
 
 
-def summarize(folder: Path | str, graph: Path | str | None = None) -> dict[str, Any]:
+def summarize(
+    folder: Path | str, graph: Path | str | None = None, out: Path | str | None = None
+) -> dict[str, Any]:
     """Recompute a finished run's aggregates from its result lines, with no request.
 
     `graph` is the run's graph with its aggregates fixed (default: the snapshot the run
     kept); anything else in it must be as the run had it, or the results would not be its.
+    The summary replaces the folder's summary.json, or is written to `out` (then nothing
+    in the folder is written, so a read-only folder can be summarized).
     """
     from .compile import compile_graph
-    from .errors import RunFolderError
+    from .errors import DamagedRunFile, RunFolderError
     from .reader import RunReader
-    from .runfolder import RunFolder
+    from .runfolder import MANIFEST, RunFolder, not_a_run_folder, read_only, write_json
     from .runlock import RunLock
 
     reader = RunReader(folder)
@@ -146,9 +150,25 @@ def summarize(folder: Path | str, graph: Path | str | None = None) -> dict[str, 
             f"{graph} is not the graph of the run in {reader.path}: its {', '.join(changed)} "
             "changed, so the run's results are not its results; run it into a new --out."
         )
+    problem = not_a_run_folder(reader.path) if reader.has_manifest else None
+    if problem is not None:
+        # The summary's counts come from the manifest: a manifest that is not a run's would
+        # make them zeros that look measured.
+        raise DamagedRunFile(
+            f"{problem}: summarize takes the run's counts from it; restore it from a backup, "
+            "or run the graph into a new --out.",
+            str(reader.path / MANIFEST),
+        )
     manifest = reader.manifest
     lock = RunLock(reader.path)
-    lock.acquire()  # a run still writing the folder must not race this summary
+    if out is None:
+        try:
+            lock.acquire()  # a run still writing the folder must not race this summary
+        except OSError as exc:
+            refused = read_only(reader.path, exc, "write the summary elsewhere with --out FILE")
+            if refused is None:
+                raise
+            raise refused from None
     try:
         results = [line.model_dump(exclude_unset=True) for line in reader.results()]
         summary = (reader.summary.model_dump() if reader.summary else {}) | {
@@ -165,7 +185,10 @@ def summarize(folder: Path | str, graph: Path | str | None = None) -> dict[str, 
             "hash": new.content_hash,
             "computed": time.time(),
         }
-        RunFolder(reader.path).write_summary(summary)
+        if out is None:
+            RunFolder(reader.path).write_summary(summary)
+        else:
+            write_json(Path(out), summary)
     finally:
         lock.release()
     return summary

@@ -11,13 +11,14 @@ import hashlib
 import sqlite3
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .errors import RunFolderError
+from .errors import DamagedRunFile
 from .records import WHOLE, Attempt, NodeRun
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ __all__ = [
     "TraceBatch",
     "TraceRecorder",
     "TraceStore",
+    "check_intact",
     "damaged",
 ]
 
@@ -359,9 +361,23 @@ class TraceStore(TraceRecorder):
         self._db.close()
 
 
-def damaged(path: Path, exc: BaseException) -> RunFolderError:
-    """The error for a trace that cannot be opened: the folder, not the command, is at fault."""
-    return RunFolderError(
+def damaged(path: Path, exc: BaseException | str) -> DamagedRunFile:
+    """The error for a trace that cannot be read: the folder, not the command, is at fault."""
+    return DamagedRunFile(
         f"{path} cannot be read ({exc}): the run folder {path.parent} is damaged and cannot "
-        "be resumed or reported; keep it aside and start a new --out (or --overwrite it)."
+        "be resumed or reported; keep it aside and start a new --out (or --overwrite it).",
+        str(path),
     )
+
+
+def check_intact(path: Path) -> None:
+    """DamagedRunFile unless SQLite's check of every page of the trace passes: pages
+    overwritten in the middle of the file open fine and fail only when a query reaches
+    them, which for a resume would be after it has started."""
+    try:
+        with closing(sqlite3.connect(path, timeout=30)) as db:
+            found = db.execute("PRAGMA quick_check(1)").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        raise damaged(path, exc) from None
+    if found != "ok":
+        raise damaged(path, f"integrity check: {found}")

@@ -422,3 +422,26 @@ def test_deferred_examples_are_not_reported_as_lost_tasks(tmp_path: Path) -> Non
 
     assert len(asyncio.run(main()).state.frontier) == 2 * len(many)
     assert reported == []
+
+
+def test_the_next_round_runs_from_another_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """batch.json keeps the graph and data as absolute paths, not relative to where the
+    first export ran."""
+    folder, job = setup(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    relative = job.model_copy(
+        update={"graph": job.graph.relative_to(tmp_path), "data": job.data.relative_to(tmp_path)}
+    )
+    first = export(folder, relative)
+    saved = json.loads((folder.path / "batch.json").read_text())
+    assert Path(saved["graph"]) == job.graph and Path(saved["data"]) == job.data
+    (requests,) = first.files
+    answer_file(requests, first.outputs[0])
+    do_import(folder, first.outputs[0])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    again = export(folder)
+    assert again.round == 2

@@ -114,3 +114,44 @@ def test_shipped_protocol_by_name(tmp_path: Path, monkeypatch) -> None:
     assert "graph 'expert' is valid" in result.output
     missing = CliRunner().invoke(app, ["validate", "no_such_protocol"])
     assert missing.exit_code == 1
+
+
+def test_trace_shows_data_and_prompts_as_sent(tmp_path: Path) -> None:
+    """No Rich emoji codes, markup or highlighting: an audit view shows the bytes sent."""
+    text = ":thumbs_up: root:x:0:0 [bold]x[/bold]"
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"id": "e1", "text": text}) + "\n")
+    graph = tmp_path / "graph.yaml"
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "judge.jinja").write_text("Rate [i]this[/i] :smile: {{ text }}")
+    graph.write_text(
+        json.dumps(
+            {
+                "name": "judge",
+                "prompts": "prompts",
+                "inputs": ["text"],
+                "nodes": {
+                    "judge": {
+                        "kind": "llm",
+                        "prompt": "judge.jinja",
+                        "output": {"score": {"type": "integer", "min": 1, "max": 10}},
+                    }
+                },
+                "outputs": {"score": "judge.score", "echo": "text"},
+            }
+        )
+    )
+    runner = CliRunner()
+    out = tmp_path / "run"
+    with FakeServer(schema_responder) as server:
+        args = ["run", str(graph), "--data", str(data), "--out", str(out)]
+        args += ["--base-url", server.base_url, "--cache", str(tmp_path / "c.sqlite")]
+        done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.output
+    shown = runner.invoke(app, ["trace", str(out), "--example", "e1"])
+    assert shown.exit_code == 0, shown.output
+    assert f"Rate [i]this[/i] :smile: {text}" in shown.output
+    assert "👍" not in shown.output and "😄" not in shown.output
+    jsonl = runner.invoke(app, ["trace", str(out), "--format", "jsonl"])
+    (record,) = [json.loads(line) for line in jsonl.output.splitlines()]
+    assert record["messages"][-1]["content"] == f"Rate [i]this[/i] :smile: {text}"

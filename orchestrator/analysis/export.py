@@ -8,6 +8,7 @@ import os
 import sqlite3
 from array import array
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -15,9 +16,10 @@ from typing import Any, Literal
 import orjson
 
 from ..errors import ConfigurationError, RunFolderError
-from ..reader import RunReader
+from ..reader import RunReader, open_read_only
 from ..records import WHOLE, NodeRun, ResultLine
-from ..runfolder import RESULTS, TRACES
+from ..runfolder import RESULTS, TRACES, damaged_line, read_only
+from ..trace import damaged
 
 Format = Literal["parquet", "csv", "jsonl"]
 What = Literal["results", "node_runs", "both"]
@@ -114,11 +116,13 @@ def _result_lines(path: Path) -> Iterator[tuple[int, ResultLine]]:
             try:
                 data = orjson.loads(raw)
             except orjson.JSONDecodeError:
-                continue
+                if not raw.endswith(b"\n"):
+                    continue  # the torn last line of a killed run
+                raise damaged_line(path, number, "JSON") from None
             try:
                 yield start, ResultLine.model_validate(data)
-            except ValueError as exc:
-                raise RunFolderError(f"{path}:{number} is not a result line ({exc})") from None
+            except ValueError:
+                raise damaged_line(path, number, "a result line") from None
 
 
 def results_table(folder: Path | str) -> Table:
@@ -219,14 +223,12 @@ def node_run_row(rec: NodeRun) -> dict[str, Any]:
 
 def _example_ids(path: Path) -> list[str]:
     """The trace's example ids, by first node execution."""
-    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
     try:
-        sql = "SELECT example_id FROM node_runs GROUP BY example_id ORDER BY MIN(id)"
-        return [str(row[0]) for row in db.execute(sql)]
+        with closing(open_read_only(path)) as db:
+            sql = "SELECT example_id FROM node_runs GROUP BY example_id ORDER BY MIN(id)"
+            return [str(row[0]) for row in db.execute(sql)]
     except sqlite3.DatabaseError as exc:
-        raise RunFolderError(f"{path} cannot be read ({exc})") from None
-    finally:
-        db.close()
+        raise damaged(path, exc) from None
 
 
 def node_runs_table(folder: Path | str) -> Table:
@@ -391,13 +393,22 @@ def export(
     for table, (name, path) in zip(
         tables, _targets(folder, to, format, names).items(), strict=True
     ):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Written aside and moved in place, so an interrupted export leaves no torn file.
-        partial = path.with_name(path.name + ".partial")
         try:
-            WRITERS[format](table, partial, batch_size)
-            os.replace(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Written aside and moved in place, so an interrupted export leaves no torn file.
+            partial = path.with_name(path.name + ".partial")
+            try:
+                WRITERS[format](table, partial, batch_size)
+                os.replace(partial, path)
+            finally:
+                partial.unlink(missing_ok=True)
+        except OSError as exc:
+            refused = None
+            if to is None:
+                advice = "export elsewhere with --out FOLDER (`to=` from Python)"
+                refused = read_only(folder, exc, advice)
+            if refused is None:
+                raise
+            raise refused from None
         written[name] = path
     return written

@@ -57,6 +57,14 @@ class BatchFolder:
         self.path = Path(path)
 
     def save_job(self, job: BatchJob) -> None:
+        # Paths as absolute: the next round may run from another directory.
+        job = job.model_copy(
+            update={
+                "graph": job.graph.resolve(),
+                "data": job.data.resolve(),
+                "cache": job.cache.resolve() if job.cache is not None else None,
+            }
+        )
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / JOB).write_text(job.model_dump_json(indent=2) + "\n", encoding="utf-8")
 

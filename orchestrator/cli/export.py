@@ -38,6 +38,8 @@ def export_cmd(
         written = export(folder, out, format=format, what=what)  # type: ignore[arg-type]
     except OrchestratorError as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(f"could not write the export: {exc}")
     for name, path in written.items():
         console.print(f"{name} written to {path}", soft_wrap=True, markup=False)
 

@@ -10,13 +10,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 
-from ..errors import RunFolderError
+from ..errors import OrchestratorError, RunFolderError
 from .app import app, console, fail
 
 if TYPE_CHECKING:
     from ..records import NodeRun
+
+# `trace` is an audit view: data, prompts and replies are shown as the bytes that were
+# sent. Rich would turn `:thumbs_up:` into an emoji and colour numbers and paths; markup
+# stays on for our own labels, data is escaped where it meets markup.
+literal = Console(emoji=False, highlight=False)
 
 
 def _describe_request(rec: NodeRun) -> str:
@@ -91,14 +97,14 @@ def trace(
     result = next((r for r in results if r.id == example), None)
     assert example is not None  # chosen above, or the command has already failed
     # Ids, errors and node labels come from data and servers: shown as text, never markup.
-    console.rule(f"example {escape(example)}")
+    literal.rule(f"example {escape(example)}")
     if result:
-        console.print(
+        literal.print(
             f"status: [bold]{escape(result.status)}[/]"
             + (f" — {escape(result.error)}" if result.error else "")
         )
     if not records:
-        console.print("no node executions recorded for this example")
+        literal.print("no node executions recorded for this example")
     for rec in records:
         _print_record(rec, prompt_chars)
 
@@ -118,35 +124,35 @@ def _print_record(rec: NodeRun, prompt_chars: int) -> None:
         )
         if f
     )
-    console.print(f"\n[bold cyan]{escape(label)}[/] ({flags})")
+    literal.print(f"\n[bold cyan]{escape(label)}[/] ({flags})")
     if rec.request:
-        console.print(f"  [dim]sent:[/] {_describe_request(rec)}", highlight=False, soft_wrap=True)
+        literal.print(f"  [dim]sent:[/] {_describe_request(rec)}", highlight=False, soft_wrap=True)
     for message in rec.messages or []:
-        console.print(f"  [dim]{message['role']}:[/]")
+        literal.print(f"  [dim]{escape(str(message['role']))}:[/]")
         body = _abridge(message["content"], prompt_chars).replace("\n", "\n    ")
-        console.print("    " + body, markup=False, highlight=False)
+        literal.print("    " + body, markup=False, soft_wrap=True)
     if rec.value is not None:
         value = (
             {k: v for k, v in rec.value.items() if k != "_logprobs"}
             if isinstance(rec.value, dict)
             else rec.value
         )
-        console.print(
-            "  → " + json.dumps(value, ensure_ascii=False)[:2000], markup=False, highlight=False
+        literal.print(
+            "  → " + json.dumps(value, ensure_ascii=False)[:2000], markup=False, soft_wrap=True
         )
     # All samples valid at the first reply: the tally says it all. Otherwise every try.
     if any(att.kind not in ("ok", "cache") for att in rec.attempts):
         for att in rec.attempts:
             sample = "" if att.sample is None else f" (sample {att.sample})"
             where = "" if att.replica is None else f" at {att.replica}"
-            console.print(
+            literal.print(
                 f"  attempt {att.number}{sample}: {att.kind}{where}"
                 + (f" — {att.error}" if att.error else ""),
                 markup=False,
                 highlight=False,
             )
     if rec.error:
-        console.print(f"  [red]error:[/] {escape(rec.error)}")
+        literal.print(f"  [red]error:[/] {escape(rec.error)}")
 
 
 @app.command()
@@ -185,6 +191,13 @@ def report(
     full_prompts: Annotated[bool, typer.Option(help="Embed prompts unabridged.")] = False,
     serve: Annotated[bool, typer.Option(help="Serve on localhost instead of one file.")] = False,
     port: Annotated[int, typer.Option(help="Port for --serve.")] = 8770,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="The page's file (default RUN_DIR/report.html), e.g. to report a "
+            "read-only run folder."
+        ),
+    ] = None,
 ) -> None:
     """Write RUN_DIR/report.html, a self-contained page to audit every decision of a run."""
     from ..reader import RunReader
@@ -192,11 +205,16 @@ def report(
 
     if not RunReader(folder).has_results:
         fail(f"{folder} has no results.jsonl; is it a run folder?")
-    if serve:
-        serve_report(folder, port=port, full_prompts=full_prompts)
-        return
-    path = build_report(folder, full_prompts=full_prompts)
-    console.print(f"Report written to {path} — open it in a browser.")
+    try:
+        if serve:
+            serve_report(folder, port=port, full_prompts=full_prompts)
+            return
+        path = build_report(folder, full_prompts=full_prompts, out=out)
+    except OrchestratorError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"could not write the report: {exc}")
+    console.print(f"Report written to {path} — open it in a browser.", markup=False)
 
 
 @app.command()

@@ -448,6 +448,10 @@ def summarize(
         Path | None,
         typer.Option(help="The run's graph with its aggregates fixed (default: its snapshot)."),
     ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write the summary to this file, not RUN_DIR/summary.json."),
+    ] = None,
 ) -> None:
     """Recompute a run's aggregates (summary.json) from its results, with no LLM request."""
     from ..summary import SUMMARY_FIELDS, summarize
@@ -455,10 +459,13 @@ def summarize(
     if graph is not None:
         _compile_or_exit(graph)  # every problem listed, as `validate` does
     try:
-        summary = summarize(run_dir, graph)
+        summary = summarize(run_dir, graph, out)
     except RunFolderError as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(f"could not write the summary: {exc}")
     names = [name for name in summary if name not in SUMMARY_FIELDS]
-    console.print(f"summary.json rewritten in {run_dir}: aggregates {', '.join(names) or 'none'}")
+    where = f"written to {out}" if out else f"rewritten in {run_dir}"
+    console.print(f"summary.json {where}: aggregates {', '.join(names) or 'none'}", markup=False)
     if _print_aggregate_errors(summary):
         raise typer.Exit(EXIT_AGGREGATES_FAILED)

@@ -15,6 +15,7 @@ import orjson
 
 from .. import __version__
 from ..records import NodeRun
+from ..runfolder import read_only
 from .collect import (
     DetailOptions,
     RunData,
@@ -183,16 +184,27 @@ def embedded_details(
 
 
 def build_report(
-    run_dir: Path, full_prompts: bool = False, max_embed_bytes: int = MAX_EMBED_BYTES
+    run_dir: Path,
+    full_prompts: bool = False,
+    max_embed_bytes: int = MAX_EMBED_BYTES,
+    out: Path | None = None,
 ) -> Path:
-    """Write RUN_DIR/report.html: overview, graph, examples table and every trace."""
+    """Write the report page (RUN_DIR/report.html unless `out` names another file):
+    overview, graph, examples table and every trace."""
     run_dir = Path(run_dir)
     run = load_run(run_dir, full_prompts)
     order = example_order(run)
     details, shared, embedded = embedded_details(run, order, full_prompts, max_embed_bytes)
     html = render_page(run, order, Page("file", full_prompts, shared, details, embedded))
-    out = run_dir / REPORT
-    tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    os.replace(tmp, out)
-    return out
+    target = run_dir / REPORT if out is None else Path(out)
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        tmp.write_text(html, encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as exc:
+        advice = "write the report elsewhere with --out FILE, or view it with --serve"
+        refused = read_only(run_dir, exc, advice) if out is None else None
+        if refused is None:
+            raise
+        raise refused from None
+    return target
