@@ -280,6 +280,13 @@ def read_only_commands(folder: Path, elsewhere: Path) -> dict[str, list[str]]:
         "export": ["export", str(folder), "--what", "both", "--out", str(elsewhere / "x")],
         "summarize": ["summarize", str(folder), "--out", str(elsewhere / "summary.json")],
         "compare": ["compare", str(folder), str(elsewhere / "other")],
+        "compare-page": [
+            "compare",
+            str(folder),
+            str(elsewhere / "other"),
+            "--html",
+            str(elsewhere / "c.html"),
+        ],
     }
 
 
@@ -292,6 +299,8 @@ def check_read_only(folder: Path, elsewhere: Path, root: Path) -> None:
         assert "damaged" not in done.output
     assert (elsewhere / "report.html").is_file()
     assert (elsewhere / "summary.json").is_file()
+    # The comparison page still lists the read-only run's examples, only without links.
+    assert (elsewhere / "c.html").is_file()
     for name, args in {
         "report": ["report", str(folder)],
         "export": ["export", str(folder)],

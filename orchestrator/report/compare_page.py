@@ -16,6 +16,7 @@ from .. import __version__
 from ..analysis.comparison import Comparison, OutputComparison
 from ..analysis.comparison import format_number as number
 from ..analysis.examples import ExampleShift, PairExamples, paired_examples
+from ..errors import ReadOnlyRunFolder
 from .build import REPORT, asset, build_report
 from .compare_tables import agreement_tables, differences_table, runs_table
 from .render import html_table
@@ -36,7 +37,16 @@ def _reports(result: Comparison, out_dir: Path, build: bool) -> dict[str, str]:
         report = Path(run.path) / REPORT
         if not report.is_file() and build:
             log.debug("building %s for the comparison page's links", report)
-            build_report(Path(run.path))
+            try:
+                build_report(Path(run.path))
+            except ReadOnlyRunFolder:
+                # A read-only run is still compared; its examples are listed unlinked.
+                log.warning(
+                    "%s is read-only, so the page does not link to its report (build one "
+                    "elsewhere with: orchestrator report %s --out FILE)",
+                    run.path,
+                    run.path,
+                )
         if report.is_file():
             links[run.label] = Path(os.path.relpath(report.resolve(), out_dir.resolve())).as_posix()
     return links
