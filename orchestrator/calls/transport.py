@@ -17,7 +17,7 @@ import orjson
 
 from .autolimit import METRICS_MAX_BYTES
 from .errors import DeadlineExceeded, MalformedReply, RetryAfterTooLong
-from .reply import Reply, parse_reply
+from .reply import Reply, body_cap, parse_reply, too_large
 
 PROBE_TIMEOUT = 5.0  # seconds a liveness probe (GET /models) may take
 
@@ -138,6 +138,10 @@ class OpenAIConnection:
             answer = await self.client.post("/chat/completions", cast_to=bytes, **encoded)
         else:
             answer = await self.client.post("/chat/completions", body=body, cast_to=bytes)
+        cap = body_cap(body)
+        if cap is not None and len(answer) > cap:
+            # Refused before it is parsed: orjson would build every string of it.
+            raise too_large("the reply body", len(answer), cap, body["max_tokens"])
         return parse_reply(answer)
 
     def post_json(self, url: str, body: dict[str, Any]) -> Awaitable[object]:
