@@ -296,6 +296,12 @@ def check_port_free(port: int) -> None:
                 f" with --base-url {running}, or stop it, or pass --port"
             )
         raise PortTaken(f"{_holder_hint(port)}; pass --port, or wait for it to stop")
+    _refuse_if_listened_on(port)
+
+
+def _refuse_if_listened_on(port: int) -> None:
+    """PortTaken when something listens on ``port``: while we hold its claim, any embedded
+    server would hold it instead, so this is another program."""
     if not port_is_free(port):
         raise PortTaken(
             f"port {port} is in use by another program (not an orchestrator embedded "
@@ -543,14 +549,10 @@ def _start_claimed(
     startup_timeout: float,
     shared: bool,
 ) -> EmbeddedServer:
-    if not port_is_free(port):
-        # Any embedded server would hold the claim we now have: this is someone else's.
-        raise PortTaken(
-            f"port {port} is in use by another program (not an orchestrator embedded "
-            "server) — pass --port or stop the other process"
-        )
+    _refuse_if_listened_on(port)
     require_modules(["vllm"], "The embedded server")
     folder = prepare_model(model_dir, log)
+    _refuse_if_listened_on(port)  # preparing can take a while; look again
     logs = logs_dir()
     logs.mkdir(parents=True, exist_ok=True)
     # One log per server: named by port and, once started, by the server's pid.
@@ -566,12 +568,11 @@ def _start_claimed(
             start_new_session=True,  # own process group: stop() reaches every worker
             pass_fds=(claim.fileno(),),  # the server holds the claim for as long as it runs
         )
-    log_path = logs / f"vllm-{port}-{process.pid}.log"
-    starting.rename(log_path)
-    server = EmbeddedServer(process, port, DEFAULT_MODEL_NAME, log_path, claim)
+    server = EmbeddedServer(process, port, DEFAULT_MODEL_NAME, starting, claim)
     atexit.register(server.stop)  # never leave an orphan server if the caller crashes
-    log(f"vLLM log: {log_path}")
     try:
+        log_path = server.log_path = starting.rename(logs / f"vllm-{port}-{process.pid}.log")
+        log(f"vLLM log: {log_path}")
         _write_state(
             port,
             {
