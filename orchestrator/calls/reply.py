@@ -72,9 +72,9 @@ def body_cap(body: dict[str, Any]) -> int | None:
 
 def too_large(what: str, size: int, cap: int, max_tokens: int) -> ReplyTooLarge:
     return ReplyTooLarge(
-        f"{what} is {size:,} bytes, over the {cap:,} that max_tokens {max_tokens} allows"
-        f" ({BYTES_PER_TOKEN} bytes a token): the server does not keep to max_tokens (its"
-        " usage may say otherwise), so the reply is not used"
+        f"{what} is {size:,} bytes, over the {cap:,} that max_tokens {max_tokens} allows:"
+        " the server does not keep to max_tokens (whatever its usage says), so the reply"
+        " is not used"
     )
 
 
