@@ -1,8 +1,9 @@
 """A stand-in for vLLM's API server, for tests of how the embedded server is started: the
 command `embedded.start_server(command=...)` runs instead of vLLM. It serves the fake
 OpenAI server (tests/fakeserver.py) on --port under --model's name, or with --never-listen
-only prints and sleeps, as a vLLM that hangs while loading does. Each start appends its
-pid to --pids, so a test can count the servers started."""
+only prints and sleeps, as a vLLM that hangs while loading does; --exit-after ends it
+after that many seconds. Each start appends its pid to --pids, so a test can count the
+servers started."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--never-listen", action="store_true")
     parser.add_argument("--pids", type=Path)
+    parser.add_argument("--exit-after", type=float, default=3600.0 * 24)
     args = parser.parse_args()
     if args.pids is not None:
         with args.pids.open("a") as handle:
@@ -31,8 +33,7 @@ def main() -> None:
     if not args.never_listen:
         FakeServer(model=args.model).start(port=args.port)
         print(f"fake vLLM {os.getpid()} listening", flush=True)
-    while True:
-        time.sleep(3600)
+    time.sleep(args.exit_after)
 
 
 if __name__ == "__main__":

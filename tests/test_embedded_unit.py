@@ -324,6 +324,31 @@ def test_our_server_never_listening_while_another_answers_is_an_error_not_ready(
     assert not _alive(pid)  # stopped, not left behind
 
 
+@pytest.mark.reliability
+def test_serve_never_says_serving_when_another_program_answers_for_its_vllm(
+    fake_vllm: FakeVLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    foreign = FakeServer(model=embedded.DEFAULT_MODEL_NAME)
+    never = [sys.executable, str(FAKE_VLLM), "--never-listen", "--exit-after", "5"]
+
+    def command(model_dir: Path, port: int) -> list[str]:
+        foreign.start(port=port)  # taken while our vLLM loads
+        return [*never, "--port", str(port), "--model", embedded.DEFAULT_MODEL_NAME]
+
+    monkeypatch.setattr(embedded, "server_command", command)
+    try:
+        outcome = CliRunner().invoke(app, ["serve", "--port", str(_closed_port())])
+    finally:
+        foreign.stop()
+    assert outcome.exit_code == 1, outcome.output
+    assert "Serving" not in outcome.output and "vLLM ready" not in outcome.output
+    assert "not from the vLLM started here" in " ".join(outcome.output.split())
+
+
 def test_each_server_has_its_own_log(fake_vllm: FakeVLLM) -> None:
     port = _closed_port()
     logs = []
