@@ -7,6 +7,7 @@ Every try is kept as an `Attempt` so the trace shows exactly how a value was obt
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -146,8 +147,20 @@ class LLMClient:
         await self.servers.close()
 
     async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[str]:
-        """Model ids the server serves; ServerError with a next step if it is unreachable."""
-        return await self.servers.list_models(base_url, api_key)
+        """Model ids the server serves; ServerError with a next step if it is unreachable
+        or does not answer within the run's --timeout."""
+        # The SDK's own list call takes up to three tries of 15 s: against a server that
+        # accepts connections and never answers, a start with --timeout 3 took 47 s to fail.
+        timeout = self.retry.timeout
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.servers.list_models(base_url, api_key)
+        except TimeoutError:
+            raise ServerError(
+                f"cannot list models at {base_url}: no answer within {timeout:g} s (--timeout)."
+                " Is the server running and not overloaded? Start the embedded one with "
+                "`orchestrator serve`, or pass --base-url."
+            ) from None
 
     async def canary(self, ep: Endpoint, tries: int = 3) -> bool:
         """Prove the server enforces a JSON schema, with a value no model would guess."""

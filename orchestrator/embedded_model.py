@@ -76,6 +76,11 @@ class EmbeddedServerError(RuntimeError):
     """The embedded server could not be prepared or started; the message says what to do."""
 
 
+class PortTaken(EmbeddedServerError):
+    """The port is held by another program or by another process's embedded server; another
+    port would do."""
+
+
 def default_model_dir() -> Path:
     """Where the converted Hugging Face folder of the default model lives."""
     return cache_root() / "models" / DEFAULT_MODEL_NAME

@@ -99,6 +99,18 @@ class ServerWatch:
         outage.recovered = True
         self.say(f"{self.url} answers again after {outage.seconds:.1f} s; {what}.")
 
+    async def _probe_within(self, left: float) -> bool:
+        """One probe, given up as failed once the patience is spent: a probe of a server
+        that takes connections and never answers would otherwise overrun it by its own
+        timeout."""
+        if left <= 0:
+            return False
+        try:
+            async with asyncio.timeout(left):
+                return await self.probe()
+        except TimeoutError:
+            return False
+
     async def _wait_until_back(self) -> Outage:
         outage = Outage(time.monotonic())
         self.outages.append(outage)
@@ -118,7 +130,7 @@ class ServerWatch:
                 raise self._gone
             await asyncio.sleep(min(delay, left))
             delay = min(delay * 2, MAX_WAIT)
-            if await self.probe():
+            if await self._probe_within(self.patience - outage.seconds):
                 break
         outage.ended = self._last_ok = time.monotonic()
         outage.recovered = True

@@ -34,7 +34,7 @@ from .runfolder import (
     snapshot_graph,
     snapshot_prompts,
 )
-from .trace import damaged, loads
+from .trace import damaged, loads, restore_raw
 
 _JSON_COLUMNS = ("value", "messages", "raw", "request")
 _ATTEMPT_COLUMNS = (
@@ -172,6 +172,7 @@ class TraceReader:
                 {k: v for k, v in zip(names, a, strict=True) if v is not None}
                 for a in att.fetchall()
             ]
+            restore_raw(fields)
             yield self._validated(fields)
 
     def _attempts_query(self) -> str:

@@ -62,11 +62,14 @@ def node_api_key(want: EndpointWant, choice: ServerChoice) -> str:
     return key or "EMPTY"
 
 
-async def server_version(base_url: str) -> str | None:
+VERSION_TIMEOUT = 5.0  # seconds /version may take, at most the run's --timeout
+
+
+async def server_version(base_url: str, timeout: float = VERSION_TIMEOUT) -> str | None:
     """vLLM answers /version at its root; other servers may not, which is fine."""
     root = base_url.rstrip("/").removesuffix("/v1")
     try:
-        async with httpx.AsyncClient(timeout=5) as http:
+        async with httpx.AsyncClient(timeout=min(timeout, VERSION_TIMEOUT)) as http:
             reply = await http.get(f"{root}/version")
             if reply.status_code == 200:
                 return str(reply.json().get("version"))
@@ -157,7 +160,9 @@ async def prepare_endpoints(
             "model": ep.model,
             "models_served": served_by[first_answering(ep.urls, served_by)],
             "structured_output": ep.structured,
-            "version": await server_version(first_answering(ep.urls, served_by)),
+            "version": await server_version(
+                first_answering(ep.urls, served_by), client.retry.timeout
+            ),
             **ep.server_info,
         }
     await client.servers.start_tuning()

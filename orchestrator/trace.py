@@ -65,6 +65,29 @@ FLUSH_EVERY = 1000  # queued records that force a write even between the runner'
 NodeRecord = NodeRun
 
 
+# Attempts whose reply a node run keeps: its raw replies are theirs, in sample order.
+_ACCEPTED = ("ok", "cache")
+
+
+def _accepted_raw(attempts: list[Attempt]) -> list[str | None] | None:
+    """The accepted replies of these attempts in sample order; None when there are none or
+    one does not say its sample (a trace written before samples were recorded)."""
+    kept = [a for a in attempts if a.kind in _ACCEPTED]
+    if not kept or any(a.sample is None for a in kept):
+        return None
+    return [a.raw for a in sorted(kept, key=lambda a: a.sample or 0)]
+
+
+def restore_raw(fields: dict[str, Any]) -> None:
+    """Give a node run read back (its columns, attempts as dicts) the raw replies `record`
+    left to its accepted attempts."""
+    if "raw" in fields or fields.get("status") != "ok":
+        return
+    kept = [a for a in fields.get("attempts", ()) if a.get("kind") in _ACCEPTED]
+    if kept and all(a.get("sample") is not None for a in kept):
+        fields["raw"] = [a.get("raw") for a in sorted(kept, key=lambda a: a["sample"])]
+
+
 def _dumps(value: Any) -> bytes | None:
     return None if value is None else orjson.dumps(value, default=str)
 
@@ -112,6 +135,12 @@ class TraceRecorder:
     def record(self, rec: NodeRun) -> None:
         """Queue a finished node execution with its attempts; written by the next `flush`."""
         rec.finished = rec.finished or time.time()
+        raw = rec.raw
+        if raw is not None and rec.status == "ok" and raw == _accepted_raw(rec.attempts):
+            # Each reply is kept once, in its attempt's row; `restore_raw` gives the node run
+            # its list back when read. Kept here too, a reply was stored three times over
+            # with its value (five 10 MB replies made a 144 MB trace).
+            raw = None
         row_id = self._next_id
         self._next_id += 1
         self._pending_runs.append(
@@ -125,7 +154,7 @@ class TraceRecorder:
                 _dumps(rec.value),
                 rec.error,
                 _dumps(rec.messages),
-                _dumps(rec.raw),
+                _dumps(raw),
                 rec.model,
                 rec.endpoint,
                 int(rec.cached),

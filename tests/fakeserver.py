@@ -330,8 +330,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self._hung() or self._proxy_failing():
             return
         if self.path.rstrip("/") == "/metrics" and fake.metrics is not None:
-            text = fake.metrics(fake)
-            self._send(200, text.encode(), content_type="text/plain; version=0.0.4")
+            self._send_metrics(fake.metrics(fake).encode())
             return
         if self._refused():
             return
@@ -458,6 +457,33 @@ class _Handler(BaseHTTPRequestHandler):
         if cut_at is not None:
             self._reset()
 
+    def _send_metrics(self, data: bytes) -> None:
+        """Send a /metrics page in 64 KB pieces, counting the bytes the socket took in
+        `metrics_bytes_sent` (a client that stops reading stops the count); chunked, without
+        a Content-Length, when `metrics_chunked` is set."""
+        fake = self.server.fake
+        chunked = fake.metrics_chunked
+        piece = 1 << 16
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            if chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            for start in range(0, len(data), piece):
+                part = data[start : start + piece]
+                framed = b"%x\r\n%b\r\n" % (len(part), part) if chunked else part
+                self.wfile.write(framed)
+                with fake._lock:
+                    fake.metrics_bytes_sent += len(part)
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
     def _reset(self) -> None:
         """Drop the connection at once with a TCP reset (SO_LINGER 0), as a crashing peer does."""
         self.close_connection = True
@@ -527,6 +553,8 @@ class FakeServer:
         self._capacity: threading.Semaphore | None = None
         # GET /metrics answers what this returns (e.g. `vllm_metrics`); None: 404.
         self.metrics: Callable[[FakeServer], str] | None = None
+        self.metrics_chunked = False  # send /metrics without a Content-Length
+        self.metrics_bytes_sent = 0  # bytes of /metrics pages the clients took in
         self._connections: set[socket.socket] = set()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None

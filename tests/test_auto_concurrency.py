@@ -267,6 +267,30 @@ async def test_metrics_that_turn_to_garbage_hold_the_limit_then_fall_back_to_lat
             await registry.close()
 
 
+def _huge_page(fake: FakeServer) -> str:
+    """A 20 MB /metrics page that starts like vLLM's: only its size gives it away."""
+    return vllm_metrics(fake) + "# filler\n" * (20 * (1 << 20) // 9)
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+async def test_a_20_mb_metrics_page_is_not_read_whole_and_counts_as_no_metrics(chunked):
+    with FakeServer() as fake:
+        fake.metrics = _huge_page
+        fake.metrics_chunked = chunked  # no Content-Length to refuse it by: read until the cap
+        registry = await started("auto", fake)
+        try:
+            (report,) = registry.replica_reports()
+            assert report.limit_mode == "latency"  # as for garbage: the latency controller
+        finally:
+            await registry.close()
+        # The socket took in the cap and what the kernel buffers hold, not the 20 MB.
+        deadline = asyncio.get_running_loop().time() + 2
+        while asyncio.get_running_loop().time() < deadline and fake.metrics_bytes_sent == 0:
+            await asyncio.sleep(0.05)
+        assert 0 < fake.metrics_bytes_sent < 10 * (1 << 20)
+
+
 def test_a_run_on_auto_records_its_limits_in_the_manifest(tmp_path: Path):
     graph = write_graph(tmp_path, judge_graph(), PROMPTS)
     data = write_rows(tmp_path / "rows.jsonl", [{"id": f"e{i}", "text": "t"} for i in range(6)])

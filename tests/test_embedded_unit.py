@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import socket
 import subprocess
 import sys
+import threading
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fakeserver import FakeServer
 
 from orchestrator import embedded
 from orchestrator.embedded import EmbeddedServerError
@@ -170,3 +176,215 @@ def test_a_server_that_never_answers_times_out_and_stop_ends_it(tmp_path: Path) 
     finally:
         server.stop(timeout=4)
     assert server.process.returncode is not None
+
+
+# -- the port is the server's own: claimed, checked, one log per server ----------------------
+#
+# vLLM is replaced by tests/fake_vllm.py (the fake OpenAI server under the default model's
+# name), put in `server_command`; a folder with the ready marker stands for the model.
+
+FAKE_VLLM = Path(__file__).with_name("fake_vllm.py")
+
+
+@dataclass
+class FakeVLLM:
+    """What the stand-in for vLLM left: the pid of every server process started."""
+
+    pids: Path
+    folder: Path
+
+    def started(self) -> list[int]:
+        return [int(p) for p in self.pids.read_text().split()] if self.pids.exists() else []
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeVLLM:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(embedded, "require_modules", lambda names, purpose: None)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    # Never the real model, even for a caller that names no folder (the CLI's).
+    monkeypatch.setattr(embedded, "prepare_model", lambda model_dir, log: folder)
+    fake = FakeVLLM(tmp_path / "pids", folder)
+
+    def command(model_dir: Path, port: int) -> list[str]:
+        return [
+            sys.executable, str(FAKE_VLLM), "--port", str(port),
+            "--model", embedded.DEFAULT_MODEL_NAME, "--pids", str(fake.pids),
+        ]  # fmt: skip
+
+    monkeypatch.setattr(embedded, "server_command", command)
+    return fake
+
+
+def _start(fake: FakeVLLM, port: int, **kwargs: Any) -> embedded.EmbeddedServer:
+    return embedded.start_server(
+        port=port, model_dir=fake.folder, log=lambda _m: None, startup_timeout=30, **kwargs
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.reliability
+def test_two_starts_at_once_end_with_one_server_and_a_clear_refusal(fake_vllm: FakeVLLM) -> None:
+    port = _closed_port()
+    gate = threading.Barrier(2)
+    outcomes: list[embedded.EmbeddedServer | Exception] = []
+
+    def start() -> None:
+        gate.wait()
+        try:
+            outcomes.append(_start(fake_vllm, port))
+        except EmbeddedServerError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    servers = [o for o in outcomes if isinstance(o, embedded.EmbeddedServer)]
+    refusals = [o for o in outcomes if isinstance(o, Exception)]
+    try:
+        assert len(servers) == 1 and len(refusals) == 1, outcomes
+        (server,) = servers
+        assert fake_vllm.started() == [server.process.pid]  # the refused start ran nothing
+        assert isinstance(refusals[0], embedded.PortTaken)
+        assert f"port {port}" in str(refusals[0]) and "--port" in str(refusals[0])
+        # One log, the server's own, named by its pid.
+        assert [p.name for p in embedded.logs_dir().iterdir()] == [
+            f"vllm-{port}-{server.process.pid}.log"
+        ]
+    finally:
+        for server in servers:
+            server.stop(timeout=4)
+
+
+def test_a_shared_server_is_used_by_a_second_command_not_started_twice(
+    fake_vllm: FakeVLLM,
+) -> None:
+    port = _closed_port()
+    server = _start(fake_vllm, port, shared=True)  # as `orchestrator serve` starts it
+    try:
+        assert embedded.find_running(port) == server.base_url
+        with pytest.raises(embedded.PortTaken, match=rf"use it with --base-url {server.base_url}"):
+            _start(fake_vllm, port)
+        assert fake_vllm.started() == [server.process.pid]
+    finally:
+        server.stop(timeout=4)
+    assert embedded.find_running(port) is None
+
+
+def test_a_server_a_command_started_for_itself_is_not_lent_out(fake_vllm: FakeVLLM) -> None:
+    port = _closed_port()
+    server = _start(fake_vllm, port)  # as `orchestrator run` starts it: stopped when done
+    try:
+        assert embedded.find_running(port) is None
+        with pytest.raises(embedded.PortTaken, match=r"for its own use"):
+            _start(fake_vllm, port)
+    finally:
+        server.stop(timeout=4)
+
+
+@pytest.mark.reliability
+def test_a_foreign_server_answering_like_ours_is_not_taken_for_ours(fake_vllm: FakeVLLM) -> None:
+    with FakeServer(model=embedded.DEFAULT_MODEL_NAME) as foreign:
+        assert embedded.find_running(foreign.port) is None
+        with pytest.raises(embedded.PortTaken, match="another program"):
+            _start(fake_vllm, foreign.port)
+    assert fake_vllm.started() == []
+
+
+@pytest.mark.reliability
+def test_our_server_never_listening_while_another_answers_is_an_error_not_ready(
+    fake_vllm: FakeVLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port is free when checked; then another program takes it while our vLLM loads
+    (and never listens): whatever answers there is not ours, and start says so."""
+    foreign = FakeServer(model=embedded.DEFAULT_MODEL_NAME)
+    never = [sys.executable, str(FAKE_VLLM), "--never-listen", "--pids", str(fake_vllm.pids)]
+
+    def command(model_dir: Path, port: int) -> list[str]:
+        foreign.start(port=port)  # taken between the check and the start
+        return [*never, "--port", str(port), "--model", embedded.DEFAULT_MODEL_NAME]
+
+    monkeypatch.setattr(embedded, "server_command", command)
+    try:
+        with pytest.raises(EmbeddedServerError, match="not from the vLLM started here") as info:
+            _start(fake_vllm, _closed_port())
+    finally:
+        foreign.stop()
+    pid = int(re.search(r"\(pid (\d+)\)", str(info.value)).group(1))  # type: ignore[union-attr]
+    assert not _alive(pid)  # stopped, not left behind
+
+
+@pytest.mark.reliability
+def test_serve_never_says_serving_when_another_program_answers_for_its_vllm(
+    fake_vllm: FakeVLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    foreign = FakeServer(model=embedded.DEFAULT_MODEL_NAME)
+    never = [sys.executable, str(FAKE_VLLM), "--never-listen", "--exit-after", "5"]
+
+    def command(model_dir: Path, port: int) -> list[str]:
+        foreign.start(port=port)  # taken while our vLLM loads
+        return [*never, "--port", str(port), "--model", embedded.DEFAULT_MODEL_NAME]
+
+    monkeypatch.setattr(embedded, "server_command", command)
+    try:
+        outcome = CliRunner().invoke(app, ["serve", "--port", str(_closed_port())])
+    finally:
+        foreign.stop()
+    assert outcome.exit_code == 1, outcome.output
+    assert "Serving" not in outcome.output and "vLLM ready" not in outcome.output
+    assert "not from the vLLM started here" in " ".join(outcome.output.split())
+
+
+def test_each_server_has_its_own_log(fake_vllm: FakeVLLM) -> None:
+    port = _closed_port()
+    logs = []
+    for _ in range(2):  # the same port twice: the second log does not overwrite the first
+        server = _start(fake_vllm, port)
+        server.stop(timeout=4)
+        logs.append(server.log_path)
+    other = _start(fake_vllm, _closed_port())
+    other.stop(timeout=4)
+    logs.append(other.log_path)
+    assert len(set(logs)) == 3
+    for path, pid in zip(logs, fake_vllm.started(), strict=True):
+        assert f"fake vLLM {pid} listening" in path.read_text()
+
+
+def test_run_starts_its_own_server_elsewhere_when_the_default_port_is_taken(
+    fake_vllm: FakeVLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`orchestrator run` without --port: another program on the default port is neither
+    used nor fatal; with --port it is a clear error."""
+    import signal
+
+    import typer
+
+    from orchestrator.cli.run import _embedded_server
+
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        with FakeServer(model=embedded.DEFAULT_MODEL_NAME) as foreign:
+            monkeypatch.setattr(embedded, "DEFAULT_PORT", foreign.port)
+            url, server = _embedded_server(None)
+            assert server is not None
+            server.stop(timeout=4)
+            assert url == server.base_url and server.port != foreign.port
+            with pytest.raises(typer.Exit):
+                _embedded_server(foreign.port)
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    assert fake_vllm.started() == [server.process.pid]

@@ -224,6 +224,24 @@ async def test_watch_waits_once_for_many_callers_then_lets_them_all_retry():
     assert len(said) == 2 and "back after" in said[1]
 
 
+async def test_a_probe_that_hangs_does_not_stretch_the_patience():
+    """A server that takes connections and never answers keeps each probe waiting for its
+    own timeout: the wait gives up when its patience is spent, not a probe timeout later."""
+    calls = {"n": 0}
+
+    async def probe() -> bool:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            await asyncio.sleep(10)  # the probe's own timeout, far past the patience
+        return False
+
+    watch = ServerWatch("http://s/v1", probe, patience=1, say=lambda _: None)
+    started = time.monotonic()
+    with pytest.raises(ServerGone):
+        await watch.after_failure(started)
+    assert time.monotonic() - started < 3
+
+
 async def test_watch_gives_up_after_its_patience_for_every_caller():
     probe, _ = scripted_probe([False])
     watch = ServerWatch("http://s/v1", probe, patience=0.6, say=lambda _: None)

@@ -221,3 +221,21 @@ def test_timeout_is_a_deadline_for_the_whole_reply(graph: Path, tmp_path: Path, 
         recover_s=took,
         note="each try stopped at the 2 s deadline; the example failed naming it",
     )
+
+
+def test_a_server_that_stalls_at_start_is_refused_within_timeout_and_server_wait(
+    graph: Path, tmp_path: Path
+):
+    """A server that accepts connections and never answers, on any route, is refused at
+    start within --timeout + --server-wait and a few seconds: before, the model list alone
+    took three tries of a fixed 15 s (47 s here), whatever the flags said."""
+    from orchestrator.client import ServerError
+
+    data = rows(tmp_path, 1)
+    with FakeServer() as server:
+        server.hanging.set()
+        started = time.monotonic()
+        with pytest.raises(ServerError, match=rf"{server.base_url}.*within 3 s \(--timeout\)"):
+            run_graph(graph, data, tmp_path / "run", server.base_url, timeout=3, server_wait=8)
+        took = time.monotonic() - started
+    assert took < 3 + 8 + 6, f"refused after {took:.1f} s"

@@ -22,6 +22,11 @@ class MalformedReply(Exception):
     """HTTP 200 whose body is not a usable completion (e.g. no choices); retried like a 5xx."""
 
 
+class ReplyTooLarge(Exception):
+    """A reply larger than the request's max_tokens allows: the server does not keep to it
+    (its `usage` may say anything). Not retried: the same server would answer the same."""
+
+
 class DeadlineExceeded(Exception):
     """No complete reply within the request's deadline (`--timeout`): connect, wait and the
     whole body together, so a server that drips its reply cannot hold a call forever."""

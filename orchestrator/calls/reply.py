@@ -14,7 +14,20 @@ from typing import Any
 
 import orjson
 
-from .errors import MalformedReply
+from .errors import MalformedReply, ReplyTooLarge
+
+# A reply's content may hold at most this many bytes per requested token, plus CONTENT_SLACK.
+# Generous on purpose: a token is 1-4 bytes in most scripts, but one token of a byte-level
+# vocabulary can stand for a long run of spaces or a whole word of a script that takes 3-4
+# bytes a character, and a reply must never fail for being dense. Past this the server is
+# not keeping to max_tokens: a 10 MB content for max_tokens 300 was accepted, and kept
+# three times in the trace.
+BYTES_PER_TOKEN = 16
+CONTENT_SLACK = 1024
+# Per token with logprobs: the token and its logprob, and each of its top alternatives, as
+# JSON (about 60 bytes each with the keys; a token's text may be long, hence the margin).
+LOGPROB_BYTES = 256
+BODY_SLACK = 64 * 1024  # the envelope: ids, usage, finish reasons, a fingerprint
 
 
 @dataclass(slots=True)
@@ -36,6 +49,45 @@ class Reply:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     fingerprint: str | None = None
+
+
+def content_cap(max_tokens: int) -> int:
+    """The most bytes one sample's content may have for `max_tokens`."""
+    return BYTES_PER_TOKEN * max_tokens + CONTENT_SLACK
+
+
+def body_cap(body: dict[str, Any]) -> int | None:
+    """The most bytes a reply to this chat-completion body may have, before it is parsed;
+    None when the body sets no max_tokens (nothing to hold the server to)."""
+    max_tokens = body.get("max_tokens")
+    if not isinstance(max_tokens, int):
+        return None
+    per_token = BYTES_PER_TOKEN
+    if body.get("logprobs"):
+        per_token += LOGPROB_BYTES * (1 + int(body.get("top_logprobs") or 0))
+    # A JSON string escapes some characters (a control character becomes six bytes).
+    per_sample = 6 * (per_token * max_tokens + CONTENT_SLACK)
+    return int(body.get("n") or 1) * per_sample + BODY_SLACK
+
+
+def too_large(what: str, size: int, cap: int, max_tokens: int) -> ReplyTooLarge:
+    return ReplyTooLarge(
+        f"{what} is {size:,} bytes, over the {cap:,} that max_tokens {max_tokens} allows:"
+        " the server does not keep to max_tokens (whatever its usage says), so the reply"
+        " is not used"
+    )
+
+
+def check_reply_size(reply: Reply, max_tokens: int | None) -> None:
+    """ReplyTooLarge when a sample's content is larger than `max_tokens` allows."""
+    if max_tokens is None:
+        return
+    cap = content_cap(max_tokens)
+    for index, choice in enumerate(reply.choices):
+        text = choice.content
+        # Characters are 1-4 bytes in UTF-8: only a content near the cap is encoded.
+        if 4 * len(text) > cap and (size := len(text.encode())) > cap:
+            raise too_large(f"the reply's content (sample {index})", size, cap, max_tokens)
 
 
 def _object(value: Any, where: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from ..stats import RunStats
 from ..trace import Attempt
 from .errors import MalformedReply
 from .replicas import Replica, ReplicaSet
-from .reply import Choice, Reply
+from .reply import Choice, Reply, check_reply_size
 from .request import request_body
 from .retry import RetryPolicy
 from .transport import Transport
@@ -130,6 +130,8 @@ class Sender:
                 raise MalformedReply(
                     f"asked for {n} sample(s), the reply has {len(response.choices)}"
                 )
+            # Here, not in the transport: every transport's replies are held to it.
+            check_reply_size(response, body.get("max_tokens"))
             return response
 
         response = await retry.run(post_once, route, attempts, self)

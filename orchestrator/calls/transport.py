@@ -15,8 +15,9 @@ import httpx
 import openai
 import orjson
 
+from .autolimit import METRICS_MAX_BYTES
 from .errors import DeadlineExceeded, MalformedReply, RetryAfterTooLong
-from .reply import Reply, parse_reply
+from .reply import Reply, body_cap, parse_reply, too_large
 
 PROBE_TIMEOUT = 5.0  # seconds a liveness probe (GET /models) may take
 
@@ -28,6 +29,16 @@ PROXY_ERRORS = frozenset({502, 503, 504})
 # about a tenth of the time the SDK's json.dumps takes, some 4% of a run's CPU at 1,700
 # requests/s. Older releases (down to the floor) are handed the dict.
 _ENCODED_BODY = "content" in inspect.signature(openai.AsyncOpenAI.post).parameters
+
+# What a /metrics read may raise: the SDK's HTTP client sits on httpx2 from openai 3.0 on,
+# on httpx before.
+_SCRAPE_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, OSError, UnicodeDecodeError)
+try:
+    import httpx2
+
+    _SCRAPE_ERRORS += (httpx2.HTTPError,)
+except ImportError:  # pragma: no cover - an openai release older than 3.0
+    pass
 
 
 class Connection(Protocol):
@@ -107,12 +118,13 @@ class OpenAIConnection:
     not the SDK's."""
 
     def __init__(self, base_url: str, api_key: str, *, connections: int, timeout: float) -> None:
+        self._http = make_http_client(connections, timeout)
         self.client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key,
             timeout=timeout,
             max_retries=0,
-            http_client=make_http_client(connections, timeout),
+            http_client=self._http,
         )
         self._quick = self.client.with_options(timeout=PROBE_TIMEOUT)
 
@@ -126,6 +138,10 @@ class OpenAIConnection:
             answer = await self.client.post("/chat/completions", cast_to=bytes, **encoded)
         else:
             answer = await self.client.post("/chat/completions", body=body, cast_to=bytes)
+        cap = body_cap(body)
+        if cap is not None and len(answer) > cap:
+            # Refused before it is parsed: orjson would build every string of it.
+            raise too_large("the reply body", len(answer), cap, body["max_tokens"])
         return parse_reply(answer)
 
     def post_json(self, url: str, body: dict[str, Any]) -> Awaitable[object]:
@@ -141,9 +157,28 @@ class OpenAIConnection:
     async def metrics(self) -> str | None:
         # /metrics sits at the server root, beside /v1, not under it.
         root = str(self.client.base_url).rstrip("/").removesuffix("/v1")
+        url = f"{root}/metrics"
+        asked = self._http.stream(
+            "GET", url, headers=self.client.auth_headers, timeout=PROBE_TIMEOUT
+        )
+        # Streamed so a page past METRICS_MAX_BYTES is left unread (the SDK reads a body
+        # whole); closing the response mid-body drops the connection.
         try:
-            return await self._quick.get(f"{root}/metrics", cast_to=str)
-        except (openai.APIError, httpx.HTTPError, OSError, UnicodeDecodeError):
+            async with asked as page:
+                if page.status_code != 200:
+                    return None
+                announced = page.headers.get("content-length", "")
+                if announced.isdigit() and int(announced) > METRICS_MAX_BYTES:
+                    return None
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in page.aiter_bytes():
+                    size += len(chunk)
+                    if size > METRICS_MAX_BYTES:
+                        return None
+                    chunks.append(chunk)
+            return b"".join(chunks).decode()
+        except _SCRAPE_ERRORS:
             return None
 
     async def close(self) -> None:

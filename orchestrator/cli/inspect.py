@@ -167,8 +167,13 @@ def serve(
     from .. import embedded
 
     try:
+        # Shared: `run`, `demo` and the API use it (embedded.find_running); it is never
+        # taken for another program answering on the port (start_server checks who listens).
         server = embedded.start_server(
-            port=port or embedded.DEFAULT_PORT, model_dir=model_dir, log=console.print
+            port=port or embedded.DEFAULT_PORT,
+            model_dir=model_dir,
+            log=console.print,
+            shared=True,
         )
     except embedded.EmbeddedServerError as exc:
         fail(str(exc))

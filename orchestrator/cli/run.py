@@ -250,7 +250,15 @@ def _embedded_server(port: int | None) -> tuple[str, EmbeddedServer | None]:
     # A kill (SIGTERM) must still stop the server we started, like Ctrl-C does.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        server = embedded.start_server(port=embedded_port, log=console.print)
+        try:
+            server = embedded.start_server(port=embedded_port, log=console.print)
+        except embedded.PortTaken as exc:
+            if port is not None:
+                raise
+            # The default port is someone else's; this command's own server can be anywhere.
+            other = embedded.free_port()
+            console.print(f"{exc}\nStarting it on port {other} instead.")
+            server = embedded.start_server(port=other, log=console.print)
     except embedded.EmbeddedServerError as exc:
         fail(str(exc))
         raise

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,8 +13,9 @@ import pytest
 from orchestrator.embedded import (
     DEFAULT_MODEL_NAME,
     DEFAULT_PORT,
+    PortTaken,
     find_running,
-    port_is_free,
+    free_port,
     start_server,
 )
 
@@ -33,15 +33,11 @@ def _progress(message: str) -> None:
     print(f"[embedded server] {message}", file=sys.__stderr__, flush=True)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def embedded_server() -> Iterator[ServerInfo]:
-    """Reuse an embedded server already on the default port, or start one for the session."""
+    """Reuse the shared embedded server (`orchestrator serve`) on the default port, or
+    start one for the session (on another port if the default one is taken: a server that
+    another command started for itself is never borrowed, it stops under us)."""
     running = find_running(DEFAULT_PORT)
     if running is not None:
         yield ServerInfo(base_url=running, model=DEFAULT_MODEL_NAME)
@@ -52,8 +48,11 @@ def embedded_server() -> Iterator[ServerInfo]:
             pytest.fail(f"CI must run the integration tests: {message}", pytrace=False)
         pytest.skip(message)
     # Something else may hold the default port; the tests do not care which port they use.
-    port = DEFAULT_PORT if port_is_free(DEFAULT_PORT) else _free_port()
-    server = start_server(port=port, log=_progress)
+    try:
+        server = start_server(port=DEFAULT_PORT, log=_progress)
+    except PortTaken as exc:
+        _progress(f"{exc}; starting the session's server on another port")
+        server = start_server(port=free_port(), log=_progress)
     try:
         yield ServerInfo(base_url=server.base_url, model=server.model)
     finally:

@@ -1,0 +1,40 @@
+"""A stand-in for vLLM's API server, for tests of how the embedded server is started: the
+command `embedded.start_server(command=...)` runs instead of vLLM. It serves the fake
+OpenAI server (tests/fakeserver.py) on --port under --model's name, or with --never-listen
+only prints and sleeps, as a vLLM that hangs while loading does; --exit-after ends it
+after that many seconds. Each start appends its pid to --pids, so a test can count the
+servers started."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fakeserver import FakeServer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--never-listen", action="store_true")
+    parser.add_argument("--pids", type=Path)
+    parser.add_argument("--exit-after", type=float, default=3600.0 * 24)
+    args = parser.parse_args()
+    if args.pids is not None:
+        with args.pids.open("a") as handle:
+            handle.write(f"{os.getpid()}\n")
+    print(f"fake vLLM {os.getpid()} starting on port {args.port}", flush=True)
+    if not args.never_listen:
+        FakeServer(model=args.model).start(port=args.port)
+        print(f"fake vLLM {os.getpid()} listening", flush=True)
+    time.sleep(args.exit_after)
+
+
+if __name__ == "__main__":
+    main()
