@@ -41,6 +41,7 @@ from .calls.transport import (
     PROBE_TIMEOUT,
     PROXY_ERRORS,
     OpenAITransport,
+    ServedModel,
     Transport,
     make_http_client,
     retry_after_seconds,
@@ -67,6 +68,7 @@ __all__ = [
     "MalformedReply",
     "RetryAfterTooLong",
     "RetryPolicy",
+    "ServedModel",
     "ServerError",
     "StructuredMode",
     "Transport",
@@ -128,11 +130,21 @@ class LLMClient:
         )
 
     def endpoint(
-        self, base_url: str | Sequence[str], model: str, api_key: str = "EMPTY"
+        self,
+        base_url: str | Sequence[str],
+        model: str,
+        api_key: str = "EMPTY",
+        *,
+        identity: str | None = None,
+        check_joins: bool = False,
     ) -> Endpoint:
         """The Endpoint for (servers, model, key): one URL, or several replicas of the model;
-        the in-flight limit is per server URL."""
-        return self.servers.endpoint(base_url, model, api_key)
+        the in-flight limit is per server URL. `identity`: what serves the model (part of
+        the cache key; default the address); `check_joins`: a replica coming back must
+        report it too."""
+        return self.servers.endpoint(
+            base_url, model, api_key, identity=identity, check_joins=check_joins
+        )
 
     def redact(self, text: str) -> str:
         """`text` with every API key of this client replaced by a placeholder."""
@@ -145,8 +157,8 @@ class LLMClient:
     async def close(self) -> None:
         await self.servers.close()
 
-    async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[str]:
-        """Model ids the server serves; ServerError with a next step if it is unreachable."""
+    async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[ServedModel]:
+        """The models the server serves; ServerError with a next step if it is unreachable."""
         return await self.servers.list_models(base_url, api_key)
 
     async def canary(self, ep: Endpoint, tries: int = 3) -> bool:

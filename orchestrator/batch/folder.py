@@ -20,6 +20,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from ..cache import ResponseCache
+from ..calls.registry import served_identity
 from ..errors import ConfigurationError
 from .lines import BatchRequestLine
 
@@ -31,7 +32,10 @@ _ROUND = re.compile(r"^round-(\d+)(?:\.[^.]+)?" + re.escape(REQUESTS_SUFFIX) + "
 
 
 class BatchJob(BaseModel):
-    """What each round of a batch folder runs: a graph file over a data file."""
+    """What each round of a batch folder runs: a graph file over a data file, and what
+    answers it: the weights the batch runner serves (`server_root`, the --model given to
+    `vllm run-batch`, with its `max_model_len`), or a `server_id` for them. A live server
+    reporting the same is answered from the batch's replies in the response cache."""
 
     graph: Path
     data: Path
@@ -40,6 +44,22 @@ class BatchJob(BaseModel):
     structured: Literal["server", "prompt"] = "server"
     cache: Path | None = None  # None: the default response cache, as for `orchestrator run`
     limit: int | None = None
+    server_root: str | None = None
+    max_model_len: int | None = None
+    server_id: str | None = None
+
+    def identity(self) -> str:
+        """What serves the batch's model, as a live run would know it (the cache key's)."""
+        if self.server_id:
+            return self.server_id
+        if self.server_root:
+            return served_identity(self.server_root, self.max_model_len)
+        raise ConfigurationError(
+            "the batch job does not say which weights answer it, so its replies could be "
+            "taken for another model's: export it with --server-root PATH (the --model "
+            "given to vllm run-batch, and --max-model-len N if given there) or --server-id ID "
+            "(the same ID a live run then takes)"
+        )
 
 
 class ExportFile(BaseModel):
