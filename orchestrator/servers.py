@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from .calls.registry import identity_at, server_urls
+from .calls.registry import identity_at, server_urls, weights_text
 from .client import Endpoint, LLMClient, ServedModel, ServerError
 from .errors import ConfigurationError
 
@@ -109,16 +109,11 @@ def node_identity(
         if other != identity:
             raise ServerError(
                 f"node '{node}': the replicas given serve '{model}' from different weights: "
-                f"{first} from {_weights(first, identity)}, {url} from {_weights(url, other)}. "
+                f"{first} from {weights_text(first, identity)}, {url} from "
+                f"{weights_text(url, other)}. "
                 "Replies of one would be taken for the other's; give only replicas of one "
                 "weights, or, if they are the same weights, say so with --server-id ID"
             )
-    return identity
-
-
-def _weights(url: str, identity: str) -> str:
-    if identity == url:
-        return "weights it does not name (no `root` in its /v1/models)"
     return identity
 
 

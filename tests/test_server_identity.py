@@ -223,3 +223,20 @@ def test_a_replica_of_other_weights_that_joins_late_is_kept_out(
     assert scores(tmp_path / "run") == [3] * 40
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any(urls[1] in e and "/models/b" in e and "/models/a" in e for e in errors), errors
+
+
+def test_workers_cache_under_the_identity_the_run_found(graph: Path, data: Path, tmp_path: Path):
+    """A worker rebuilds the endpoints: its cache keys must be the owner's, so a run in one
+    process is answered from the workers' replies (and a server of other weights is not)."""
+    cache = tmp_path / "cache.sqlite"
+    with (
+        FakeServer(scoring(3), root="/models/a") as a,
+        FakeServer(scoring(8), root="/models/b") as b,
+    ):
+        orc.run(graph, data, base_url=a.base_url, cache=cache, out=tmp_path / "w", workers=2)
+        again = run_graph(graph, data, tmp_path / "one", a.base_url, cache=cache)
+        other = orc.run(graph, data, base_url=b.base_url, cache=cache, workers=2)
+        asked_b = node_requests(b)
+    assert again.manifest["counts"]["cache_hits"] == ROWS
+    assert other.manifest.counts.cache_hits == 0 and asked_b == ROWS
+    assert {line.outputs["score"] for line in other.results} == {8}

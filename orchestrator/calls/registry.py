@@ -67,6 +67,13 @@ def identity_at(url: str, served: Sequence[ServedModel], model: str) -> str:
     return url
 
 
+def weights_text(url: str, identity: str) -> str:
+    """An identity as a message shows it: an address stands for weights nobody named."""
+    if identity == url:
+        return "weights it does not name (no `root` in its /v1/models)"
+    return identity
+
+
 class ServerRegistry:
     """Endpoints, pools, replicas, limits and secrets, shared by every node of a run."""
 
@@ -133,8 +140,10 @@ class ServerRegistry:
             if found == ep.identity:
                 return None
             return (
-                f"the replica {url} answers again but serves {ep.model} from {found}, not "
-                f"{ep.identity} as the others do; it stays out of rotation for this run"
+                f"the replica {url} answers again but serves {ep.model} from "
+                f"{weights_text(url, found)}, not from {ep.identity} as the others do; it "
+                "stays out of rotation for the rest of this run (if they are the same "
+                "weights, name them as one with --server-id)"
             )
 
         return check
