@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
-from helpers import is_canary, judge_graph, orchestrator_command, run_graph, write_graph, write_rows
+from helpers import (
+    is_canary,
+    judge_graph,
+    orchestrator_command,
+    run_graph,
+    start_cli_run,
+    write_graph,
+    write_rows,
+)
 
 import orchestrator as orc
 from orchestrator import RunFolderError
@@ -240,3 +248,32 @@ def test_workers_cache_under_the_identity_the_run_found(graph: Path, data: Path,
     assert again.manifest["counts"]["cache_hits"] == ROWS
     assert other.manifest.counts.cache_hits == 0 and asked_b == ROWS
     assert {line.outputs["score"] for line in other.results} == {8}
+
+
+@pytest.mark.reliability
+def test_runs_at_once_on_one_cache_against_other_weights_keep_their_own_answers(
+    graph: Path, tmp_path: Path
+):
+    """As seen: two runs started together on the default cache, A slow and B fast, and
+    B's replies landed in A's folder. A is held to one slow request at a time, so B has
+    finished (and written its cache) long before A asks its last questions."""
+    rows = [{"id": f"e{i}", "text": f"t{i}"} for i in range(30)]
+    data = write_rows(tmp_path / "many.jsonl", rows)
+    cache = str(tmp_path / "cache.sqlite")
+    slow = threading.Event()  # never set: every A reply takes 0.2 s
+    with (
+        FakeServer(scoring(3, slow), root="/models/a") as a,
+        FakeServer(scoring(8), root="/models/b") as b,
+    ):
+        run_a = start_cli_run(
+            graph, data, tmp_path / "a", a.base_url, "--cache", cache, "--concurrency", "1"
+        )
+        run_b = start_cli_run(graph, data, tmp_path / "b", b.base_url, "--cache", cache)
+        out_b, _ = run_b.communicate(timeout=WAIT * 4)
+        out_a, _ = run_a.communicate(timeout=WAIT * 4)
+        assert run_b.returncode == 0, out_b
+        assert run_a.returncode == 0, out_a
+        asked = node_requests(a), node_requests(b)
+    assert scores(tmp_path / "a") == [3] * 30, "B's answers in A's run folder"
+    assert scores(tmp_path / "b") == [8] * 30
+    assert asked == (30, 30)
