@@ -86,9 +86,9 @@ def cache_key(
     server: str,
 ) -> str:
     """sha256 over everything that determines a reply. `server` is what serves the model
-    (`calls.registry.identity_at`), not its URL: replicas of one weights share replies, and
-    other weights under the same model name never do. (Keys written before it was part of
-    the key are simply never found again.)"""
+    (`calls.registry.identity_at`), not its URL: replicas of the same weights share
+    replies, and other weights under the same model name never do. (Keys written before it
+    was part of the key are simply never found again.)"""
     payload = orjson.dumps(
         {
             "model": model,

@@ -111,8 +111,8 @@ def node_identity(
                 f"node '{node}': the replicas given serve '{model}' from different weights: "
                 f"{first} from {weights_text(first, identity)}, {url} from "
                 f"{weights_text(url, other)}. "
-                "Replies of one would be taken for the other's; give only replicas of one "
-                "weights, or, if they are the same weights, say so with --server-id ID"
+                "Replies of one would be taken for the other's; give only replicas of the "
+                "same weights, or, if they are the same weights, say so with --server-id ID"
             )
     return identity
 

@@ -92,7 +92,7 @@ def test_other_weights_under_one_name_are_not_answered_from_the_cache(
     assert server["identity"] == "/models/b (max_model_len 4096)"
 
 
-def test_replicas_of_one_weights_share_the_cache(graph: Path, data: Path, tmp_path: Path):
+def test_replicas_of_the_same_weights_share_the_cache(graph: Path, data: Path, tmp_path: Path):
     cache = tmp_path / "cache.sqlite"
     with (
         FakeServer(scoring(3), root="/models/a") as a,
@@ -157,7 +157,7 @@ def test_a_single_server_at_another_address_is_another_server_even_with_the_same
             run_graph(graph, data, out, other.base_url)
 
 
-def test_replicas_of_one_weights_resume_a_folder_other_weights_do_not(
+def test_replicas_of_the_same_weights_resume_a_folder_other_weights_do_not(
     graph: Path, data: Path, tmp_path: Path
 ):
     out = tmp_path / "run"
