@@ -284,6 +284,31 @@ def test_a_batch_job_that_names_no_weights_is_refused(tmp_path: Path) -> None:
     assert not (folder.path / "batch.json").exists()
 
 
+def test_a_folder_exported_before_jobs_named_weights_takes_them_on_import(
+    tmp_path: Path,
+) -> None:
+    folder, job = setup(tmp_path)
+    done = export(folder, job)
+    saved = json.loads((folder.path / "batch.json").read_text())
+    for key in ("server_root", "max_model_len", "server_id"):
+        del saved[key]  # as batch.json was written before jobs named their weights
+    (folder.path / "batch.json").write_text(json.dumps(saved))
+    output = done.outputs[0]
+    answer_file(done.files[0], output)
+    runner = CliRunner()
+    refused = runner.invoke(app, ["batch", "import", str(output)])
+    assert refused.exit_code == 1 and "--server-root" in refused.output
+    replies = folder.replies()
+    assert len(replies) == 0  # nothing kept from a job that names no weights
+    replies.close()
+    named = runner.invoke(app, ["batch", "import", str(output), "--server-root", MODEL])
+    assert named.exit_code == 0, named.output
+    assert json.loads((folder.path / "batch.json").read_text())["server_root"] == MODEL
+    other = runner.invoke(app, ["batch", "import", str(output), "--server-root", "/models/x"])
+    assert other.exit_code == 1 and "/models/x" in other.output
+    assert json.loads((folder.path / "batch.json").read_text())["server_root"] == MODEL
+
+
 def malformed_style(request: FakeRequest) -> str:
     """Out of range the first time a style is asked; valid for its re-ask (which carries
     the rejected reply and the error), as a model that corrects itself."""

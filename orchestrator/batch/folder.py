@@ -56,9 +56,10 @@ class BatchJob(BaseModel):
             return served_identity(self.server_root, self.max_model_len)
         raise ConfigurationError(
             "the batch job does not say which weights answer it, so its replies could be "
-            "taken for another model's: export it with --server-root PATH (the --model "
+            "taken for another model's: name them with --server-root PATH (the --model "
             "given to vllm run-batch, and --max-model-len N if given there) or --server-id ID "
-            "(the same ID a live run then takes)"
+            "(the same ID a live run then takes), on `batch export` or, for a folder "
+            "exported before jobs named them, on `batch import`"
         )
 
 
@@ -92,6 +93,34 @@ class BatchFolder:
             ) from None
         except ValidationError as exc:
             raise ConfigurationError(f"{where} cannot be read: {exc}") from None
+
+    def name_weights(
+        self,
+        server_root: str | None = None,
+        max_model_len: int | None = None,
+        server_id: str | None = None,
+    ) -> BatchJob:
+        """Record which weights answer the saved job (a folder exported before jobs named
+        them); the same weights again change nothing, other weights are refused: replies
+        already imported came from the weights recorded."""
+        job = self.job()
+        named = job.model_copy(
+            update={
+                "server_root": server_root,
+                "max_model_len": max_model_len,
+                "server_id": server_id,
+            }
+        )
+        if job.server_root is None and job.server_id is None:
+            named.identity()
+            self.save_job(named)
+            return named
+        if named.identity() != job.identity():
+            raise ConfigurationError(
+                f"{self.path / JOB} says its batch is answered by {job.identity()}, not "
+                f"{named.identity()}; export a new batch folder for other weights"
+            )
+        return job
 
     def replies(self) -> ResponseCache:
         """The imported replies (first reply kept for an id, as in the response cache)."""

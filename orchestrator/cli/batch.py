@@ -136,12 +136,34 @@ def import_cmd(
         bool,
         typer.Option(help="Keep the usable lines even if some are error lines or missing."),
     ] = False,
+    server_root: Annotated[
+        str | None,
+        typer.Option(
+            help="For a folder whose job names no weights: the --model given to vllm "
+            "run-batch (a job that names them must name the same).",
+            show_default=False,
+        ),
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(
+            help="With --server-root: the --max-model-len given to vllm run-batch.", min=1
+        ),
+    ] = None,
+    server_id: Annotated[
+        str | None,
+        typer.Option(
+            help="For a folder whose job names no weights: their name.", show_default=False
+        ),
+    ] = None,
 ) -> None:
     """Load a batch runner's replies; the graph then runs on to the next frontier."""
     from ..batch import BatchFolder, import_output
 
     where = BatchFolder(folder or output.parent)
     try:
+        if server_root is not None or server_id is not None:
+            where.name_weights(server_root, max_model_len, server_id)
         done = asyncio.run(import_output(where, output, partial))
     except OrchestratorError as exc:
         fail(str(exc))
