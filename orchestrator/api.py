@@ -148,6 +148,7 @@ async def arun(
     *,
     base_url: str | list[str] | None = None,
     model: str | None = None,
+    server_id: str | None = None,
     api_key: str | None = None,
     params: dict[str, Any] | None = None,
     out: str | Path | None = None,
@@ -174,7 +175,9 @@ async def arun(
     first free slot on any of them, the least loaded when several are free; a graph with no
     node that talks to a server needs none. `concurrency` is the in-flight limit per
     server: N, or "auto" (tuned from vLLM's /metrics, else from latency); the default tunes
-    against vLLM and holds 64 elsewhere.
+    against vLLM and holds 64 elsewhere. `server_id` names the weights the server serves
+    (in place of the `root` vLLM reports): replies are cached, and a folder resumed, per
+    what serves the model, not per model name (docs/servers.md).
     `transport` (e.g. `orc.FakeTransport()`, no server needed) and `retry` replace the
     OpenAI SDK and the default retry policy. `workers=N` (or "auto", one per core) runs
     the graph in N processes into the same folder and cache; `executor="ray"` runs it on
@@ -188,6 +191,7 @@ async def arun(
         if base_url
         else _default_base_url(compiled),
         model=model,
+        server_id=server_id,
         api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
         concurrency=concurrency,
         limit=limit,

@@ -82,12 +82,17 @@ def cache_key(
     params: dict[str, Any],
     schema: dict[str, Any] | None,
     sample_index: int,
+    *,
+    server: str,
 ) -> str:
-    """sha256 over everything that determines a reply (the endpoint URL is not: same model,
-    same answer)."""
+    """sha256 over everything that determines a reply. `server` is what serves the model
+    (`calls.registry.identity_at`), not its URL: replicas of the same weights share
+    replies, and other weights under the same model name never do. (Keys written before it
+    was part of the key are simply never found again.)"""
     payload = orjson.dumps(
         {
             "model": model,
+            "server": server,
             "messages": messages,
             "params": params,
             # In its own key order: the server makes the model write the properties in that

@@ -42,6 +42,7 @@ from .calls.transport import (
     PROBE_TIMEOUT,
     PROXY_ERRORS,
     OpenAITransport,
+    ServedModel,
     Transport,
     make_http_client,
     retry_after_seconds,
@@ -68,6 +69,7 @@ __all__ = [
     "MalformedReply",
     "RetryAfterTooLong",
     "RetryPolicy",
+    "ServedModel",
     "ServerError",
     "StructuredMode",
     "Transport",
@@ -129,11 +131,21 @@ class LLMClient:
         )
 
     def endpoint(
-        self, base_url: str | Sequence[str], model: str, api_key: str = "EMPTY"
+        self,
+        base_url: str | Sequence[str],
+        model: str,
+        api_key: str = "EMPTY",
+        *,
+        identity: str | None = None,
+        check_joins: bool = False,
     ) -> Endpoint:
         """The Endpoint for (servers, model, key): one URL, or several replicas of the model;
-        the in-flight limit is per server URL."""
-        return self.servers.endpoint(base_url, model, api_key)
+        the in-flight limit is per server URL. `identity`: what serves the model (part of
+        the cache key; default the address); `check_joins`: a replica coming back must
+        report it too."""
+        return self.servers.endpoint(
+            base_url, model, api_key, identity=identity, check_joins=check_joins
+        )
 
     def redact(self, text: str) -> str:
         """`text` with every API key of this client replaced by a placeholder."""
@@ -146,8 +158,8 @@ class LLMClient:
     async def close(self) -> None:
         await self.servers.close()
 
-    async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[str]:
-        """Model ids the server serves; ServerError with a next step if it is unreachable
+    async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[ServedModel]:
+        """The models the server serves; ServerError with a next step if it is unreachable
         or does not answer within the run's --timeout."""
         # The SDK's own list call takes up to three tries of 15 s: against a server that
         # accepts connections and never answers, a start with --timeout 3 took 47 s to fail.

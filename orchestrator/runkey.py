@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .graph import CompiledGraph
 
 # Components that depend on the server (known only once endpoints are resolved).
-SERVER_PARTS = ("model ", "endpoint ", "structured ")
+SERVER_PARTS = ("model ", "endpoint ", "server ", "structured ")
 
 
 def _digest(data: bytes) -> str:
@@ -74,7 +74,7 @@ def _merge_same_change(lines: list[str]) -> list[str]:
     for line in lines:
         head, sep, change = line.partition(": ")
         kind, _, node = head.partition(" ")
-        if sep and kind in ("model", "endpoint", "structured") and node:
+        if sep and kind in ("model", "endpoint", "server", "structured") and node:
             key = (kind, change)
             if key not in groups:
                 groups[key] = []
@@ -137,12 +137,15 @@ def logical_server(urls: Sequence[str]) -> str:
 
 
 def server_components(
-    endpoints: Iterable[tuple[str, str, Sequence[str], str]],
+    endpoints: Iterable[tuple[str, str, Sequence[str], str, str]],
 ) -> dict[str, str]:
-    """(node, model, server URLs, structured mode) of every LLM node."""
+    """(node, model, server URLs, structured mode, what serves the model) of every LLM
+    node. The last (`calls.registry.identity_at`, or a --server-id) is what lets replicas
+    move while other weights under the same model name are refused."""
     parts: dict[str, str] = {}
-    for node, model, urls, structured in endpoints:
+    for node, model, urls, structured, identity in endpoints:
         parts[f"model {node}"] = model
         parts[f"endpoint {node}"] = logical_server(urls)
+        parts[f"server {node}"] = identity
         parts[f"structured {node}"] = structured
     return parts

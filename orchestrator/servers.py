@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from .calls.registry import server_urls
-from .client import Endpoint, LLMClient, ServerError
+from .calls.registry import identity_at, server_urls, weights_text
+from .client import Endpoint, LLMClient, ServedModel, ServerError
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -35,6 +35,9 @@ class ServerChoice:
     api_key: str
     structured: StructuredChoice
     params: dict[str, Any] = field(default_factory=dict)  # the run's, for `model: params.X`
+    # What serves the run's model, as the user names it (--server-id): in place of the root
+    # the servers report, for the nodes on the run's own servers.
+    server_id: str | None = None
 
 
 PARAM_PREFIX = "params."
@@ -87,9 +90,34 @@ def node_urls(want: str | Sequence[str] | None, choice: ServerChoice, node: str)
     return server_urls([from_params(w, choice.params, node, "base_url") or "" for w in written])
 
 
-def first_answering(urls: Sequence[str], served_by: dict[str, list[str]]) -> str:
+def first_answering(urls: Sequence[str], served_by: dict[str, list[ServedModel]]) -> str:
     """The first of a server's URLs that listed its models at start."""
     return next(url for url in urls if url in served_by)
+
+
+def node_identity(
+    node: str,
+    model: str,
+    urls: Sequence[str],
+    served_by: dict[str, list[ServedModel]],
+    server_id: str | None,
+) -> str:
+    """What serves a node's model: `server_id` when the user named it, else what every
+    replica that answered reports; replicas that report different weights are refused."""
+    if server_id:
+        return server_id
+    found = {url: identity_at(url, served_by[url], model) for url in urls if url in served_by}
+    (first, identity), *others = found.items()
+    for url, other in others:
+        if other != identity:
+            raise ServerError(
+                f"node '{node}': the replicas given serve '{model}' from different weights: "
+                f"{first} from {weights_text(first, identity)}, {url} from "
+                f"{weights_text(url, other)}. "
+                "Replies of one would be taken for the other's; give only replicas of the "
+                "same weights, or, if they are the same weights, say so with --server-id ID"
+            )
+    return identity
 
 
 async def prepare_endpoints(
@@ -98,7 +126,7 @@ async def prepare_endpoints(
     """The endpoint of every node that talks to a server (its kind says which, and what it
     asks for), and what the manifest records of each server."""
     endpoints: dict[str, Endpoint] = {}
-    served_by: dict[str, list[str]] = {}
+    served_by: dict[str, list[ServedModel]] = {}
     down: dict[str, ServerError] = {}  # replicas that did not answer at start
     started_without: set[str] = set()
     run_urls = server_urls(choice.base_url)
@@ -119,20 +147,30 @@ async def prepare_endpoints(
         answering = [url for url in urls if url in served_by]
         if not answering:
             raise down[urls[0]]
-        served = served_by[answering[0]]
+        served = [m.id for m in served_by[answering[0]]]
         model = from_params(want.model, choice.params, name, "model")
         model = model or (choice.model if urls == run_urls else None)
         model = model or (served[0] if served else None)
         if model is None:
             raise ServerError(f"{urls[0]} serves no model; pass --model")
         for url in answering:
-            if served_by[url] and model not in served_by[url]:
+            names = [m.id for m in served_by[url]]
+            if names and model not in names:
                 raise ServerError(
                     f"node '{name}': model '{model}' is not served by {url} "
-                    f"(it serves: {', '.join(served_by[url])})"
+                    f"(it serves: {', '.join(names)})"
                     + ("; every replica given must serve it" if len(urls) > 1 else "")
                 )
-        endpoints[name] = client.endpoint(urls, model, api_key)
+        given = choice.server_id if urls == run_urls else None
+        endpoints[name] = client.endpoint(
+            urls,
+            model,
+            api_key,
+            identity=node_identity(name, model, urls, served_by, given),
+            # A replica that joins later is checked against the root the others report;
+            # a --server-id is the user's word for the whole set.
+            check_joins=not given,
+        )
         for url in urls:
             if url in down and url not in started_without:
                 # One replica down at start is one that died a moment before: the run
@@ -158,7 +196,8 @@ async def prepare_endpoints(
         servers[f"{ep.base_url} {ep.model}"] = {
             "base_url": ep.urls[0] if len(ep.urls) == 1 else ep.urls,
             "model": ep.model,
-            "models_served": served_by[first_answering(ep.urls, served_by)],
+            "models_served": [m.id for m in served_by[first_answering(ep.urls, served_by)]],
+            "identity": ep.identity,
             "structured_output": ep.structured,
             "version": await server_version(
                 first_answering(ep.urls, served_by), client.retry.timeout

@@ -50,10 +50,13 @@ log = logging.getLogger("orchestrator")
 @dataclass(kw_only=True)
 class RunSettings:
     """How to run: the server, and settings that do not change replies (except `params`,
-    `model`, `base_url` and `structured`, which are part of the run key)."""
+    `model`, `base_url`, `server_id` and `structured`, which are part of the run key)."""
 
     base_url: str | tuple[str, ...]  # several: replicas serving one model
     model: str | None = None
+    # What serves the model when its root does not tell (two checkpoints at one path): in
+    # the cache key and the run key in place of the root the server reports.
+    server_id: str | None = None
     api_key: str = field(default="EMPTY", repr=False)  # never printed with the settings
     # Per server: N fixed, "auto" tuned from its load, None auto against vLLM else 64.
     concurrency: Concurrency = None
@@ -139,7 +142,12 @@ async def _run_locked(
     )
     run_id = uuid.uuid4().hex[:12]
     choice = ServerChoice(
-        settings.base_url, settings.model, settings.api_key, settings.structured, settings.params
+        settings.base_url,
+        settings.model,
+        settings.api_key,
+        settings.structured,
+        settings.params,
+        settings.server_id,
     )
     try:
         endpoints, servers = await prepare_endpoints(graph, client, choice)
@@ -147,7 +155,8 @@ async def _run_locked(
             {
                 **static_key.components,
                 **server_components(
-                    (node, ep.model, ep.urls, ep.structured) for node, ep in endpoints.items()
+                    (node, ep.model, ep.urls, ep.structured, ep.identity)
+                    for node, ep in endpoints.items()
                 ),
             }
         )

@@ -339,6 +339,9 @@ class _Handler(BaseHTTPRequestHandler):
                 {"id": name, "object": "model", "created": 0, "owned_by": "fake"}
                 for name in (fake.model, *fake.also_serves)
             ]
+            if fake.root is not None:
+                # What vLLM adds to its own entry: the weights it was started with.
+                data[0].update(root=fake.root, max_model_len=fake.max_model_len)
             self._send_json(200, {"object": "list", "data": data})
         else:
             self._send(404, _error_body(404, f"no route for GET {self.path}"))
@@ -521,11 +524,15 @@ class FakeServer:
         responder: Responder | None = None,
         model: str = "fake-model",
         also_serves: tuple[str, ...] = (),
+        root: str | None = "/models/fake",
     ) -> None:
         self.responder: Responder = responder or schema_responder
         self.model = model
         self.also_serves = also_serves  # more model names listed after `model`
         self.max_model_len = 4096
+        # The `root` its model list reports for `model`, as vLLM does (the path it was
+        # started with); None: leave `root` and `max_model_len` out, as other servers do.
+        self.root = root
         self.requests: list[dict] = []
         self.content_types: list[str] = []  # each POST's Content-Type header, in order
         self.errors: list[Exception] = []

@@ -115,7 +115,10 @@ def answer_file(requests: Path, output: Path, answer: Answer = respond) -> int:
 def setup(tmp_path: Path, **job: Any) -> tuple[BatchFolder, BatchJob]:
     graph = write_graph(tmp_path / "g", GRAPH, TEMPLATES)
     data = write_rows(tmp_path / "rows.jsonl", ROWS)
-    spec = BatchJob(graph=graph, data=data, model=MODEL, cache=tmp_path / "cache.sqlite")
+    # A live run's FakeTransport reports each model's own name as its root.
+    spec = BatchJob(
+        graph=graph, data=data, model=MODEL, cache=tmp_path / "cache.sqlite", server_root=MODEL
+    )
     return BatchFolder(tmp_path / "batch"), spec.model_copy(update=job)
 
 
@@ -236,6 +239,74 @@ def test_an_imported_reply_is_under_the_key_a_live_call_uses(tmp_path: Path) -> 
     live(tmp_path, job.model_copy(update={"graph": changed}), newer, cache=cache)
     asked = [r.messages[-1]["content"] for r in newer.node_requests]
     assert len(asked) == len(ROWS) and all(a.startswith("Rate the style, v2") for a in asked)
+
+
+def wrong(request: FakeRequest) -> str:
+    """Answers no batch gave: a result holding one was not taken from the cache."""
+    schema = request.schema or {}
+    return json.dumps({"topic": "WRONG"} if "topic" in schema["properties"] else {"score": 10})
+
+
+def test_imported_replies_answer_only_the_weights_the_batch_names(tmp_path: Path) -> None:
+    folder, job = setup(tmp_path, server_root="/models/judge", max_model_len=2048)
+    rounds_until_done(folder, job)
+    saved = json.loads((folder.path / "batch.json").read_text())
+    assert (saved["server_root"], saved["max_model_len"]) == ("/models/judge", 2048)
+    expected = outputs(live(tmp_path, job, FakeTransport(respond, models=[MODEL])))
+
+    # A live server reporting the batch's weights: every reply from the cache.
+    same = FakeTransport(wrong, models=[MODEL], root="/models/judge", max_model_len=2048)
+    assert outputs(live(tmp_path, job, same, cache=job.cache)) == expected
+    assert same.node_requests == []
+    # Other weights under the same model name (or another context length) ask again.
+    for root, length in (("/models/other", 2048), ("/models/judge", 4096)):
+        other = FakeTransport(wrong, models=[MODEL], root=root, max_model_len=length)
+        result = live(tmp_path, job, other, cache=job.cache)
+        assert len(other.node_requests) == 3 * len(ROWS)
+        assert {line.outputs["topic"] for line in result.results} == {"WRONG"}
+
+
+def test_a_batch_named_by_server_id_answers_a_live_run_with_that_id(tmp_path: Path) -> None:
+    folder, job = setup(tmp_path, server_root=None, server_id="judge-ckpt-7")
+    rounds_until_done(folder, job)
+    named = FakeTransport(wrong, models=[MODEL])
+    live(tmp_path, job, named, cache=job.cache, server_id="judge-ckpt-7")
+    assert named.node_requests == []
+    unnamed = FakeTransport(wrong, models=[MODEL])
+    live(tmp_path, job, unnamed, cache=job.cache)
+    assert len(unnamed.node_requests) == 3 * len(ROWS)
+
+
+def test_a_batch_job_that_names_no_weights_is_refused(tmp_path: Path) -> None:
+    folder, job = setup(tmp_path, server_root=None)
+    with pytest.raises(orc.OrchestratorError, match="--server-root PATH"):
+        export(folder, job)
+    assert not (folder.path / "batch.json").exists()
+
+
+def test_a_folder_exported_before_jobs_named_weights_takes_them_on_import(
+    tmp_path: Path,
+) -> None:
+    folder, job = setup(tmp_path)
+    done = export(folder, job)
+    saved = json.loads((folder.path / "batch.json").read_text())
+    for key in ("server_root", "max_model_len", "server_id"):
+        del saved[key]  # as batch.json was written before jobs named their weights
+    (folder.path / "batch.json").write_text(json.dumps(saved))
+    output = done.outputs[0]
+    answer_file(done.files[0], output)
+    runner = CliRunner()
+    refused = runner.invoke(app, ["batch", "import", str(output)])
+    assert refused.exit_code == 1 and "--server-root" in refused.output
+    replies = folder.replies()
+    assert len(replies) == 0  # nothing kept from a job that names no weights
+    replies.close()
+    named = runner.invoke(app, ["batch", "import", str(output), "--server-root", MODEL])
+    assert named.exit_code == 0, named.output
+    assert json.loads((folder.path / "batch.json").read_text())["server_root"] == MODEL
+    other = runner.invoke(app, ["batch", "import", str(output), "--server-root", "/models/x"])
+    assert other.exit_code == 1 and "/models/x" in other.output
+    assert json.loads((folder.path / "batch.json").read_text())["server_root"] == MODEL
 
 
 def malformed_style(request: FakeRequest) -> str:
@@ -386,10 +457,15 @@ def test_cli_export_then_import(tmp_path: Path) -> None:
     runner = CliRunner()
     args = ["batch", "export", str(job.graph), "--data", str(job.data), "--model", MODEL]
     args += ["--dir", str(folder.path), "--cache", str(job.cache)]
-    first = runner.invoke(app, args)
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 1 and "--server-root" in refused.output
+    first = runner.invoke(app, [*args, "--server-root", "/models/judge", "--max-model-len", "2048"])
     assert first.exit_code == 0, first.output
     requests = folder.path / "round-001.requests.jsonl"
     assert f"wrote {requests}" in first.output and "vllm run-batch -i" in first.output
+    assert f"--model /models/judge --served-model-name {MODEL} --max-model-len 2048" in (
+        first.output.replace("\n", "")
+    )
     answer_file(requests, folder.path / "round-001.output.jsonl")
     imported = runner.invoke(app, ["batch", "import", str(folder.path / "round-001.output.jsonl")])
     assert imported.exit_code == 0, imported.output

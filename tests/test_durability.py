@@ -126,6 +126,6 @@ def test_cache_key_tells_apart_schemas_that_differ_only_in_property_order():
     score_first = {"type": "object", "properties": {"score": {}, "reason": {}}}
     messages = [{"role": "user", "content": "rate"}]
     params = {"temperature": 0.0}
-    first = cache_key("m", messages, params, reason_first, 0)
-    assert first != cache_key("m", messages, params, score_first, 0)
-    assert first == cache_key("m", messages, dict(params), dict(reason_first), 0)
+    first = cache_key("m", messages, params, reason_first, 0, server="s")
+    assert first != cache_key("m", messages, params, score_first, 0, server="s")
+    assert first == cache_key("m", messages, dict(params), dict(reason_first), 0, server="s")

@@ -226,13 +226,15 @@ def test_replica_lists_of_one_model_resume_one_folder_another_model_does_not(tmp
 
 
 def test_the_run_key_names_one_url_but_not_a_set_of_replicas():
-    one = server_components([("judge", "m", ["http://a/v1"], "server")])
-    other = server_components([("judge", "m", ["http://b/v1"], "server")])
-    pair = server_components([("judge", "m", ["http://a/v1", "http://b/v1"], "server")])
-    trio = server_components([("judge", "m", ["http://c/v1", "http://d/v1", "e"], "server")])
+    one = server_components([("judge", "m", ["http://a/v1"], "server", "/w")])
+    other = server_components([("judge", "m", ["http://b/v1"], "server", "/w")])
+    pair = server_components([("judge", "m", ["http://a/v1", "http://b/v1"], "server", "/w")])
+    trio = server_components([("judge", "m", ["http://c/v1", "http://d/v1", "e"], "server", "/w")])
     assert one["endpoint judge"] == "http://a/v1" != other["endpoint judge"]
     assert pair == trio and pair["endpoint judge"] == REPLICAS
-    assert server_components([("judge", "n", ["x", "y"], "server")]) != pair
+    assert server_components([("judge", "n", ["x", "y"], "server", "/w")]) != pair
+    # Replicas are one server only while they serve the same weights.
+    assert server_components([("judge", "m", ["x", "y"], "server", "/v")]) != pair
 
 
 def test_every_replica_must_serve_the_model(tmp_path: Path):

@@ -20,6 +20,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from ..cache import ResponseCache
+from ..calls.registry import served_identity
 from ..errors import ConfigurationError
 from .lines import BatchRequestLine
 
@@ -31,7 +32,10 @@ _ROUND = re.compile(r"^round-(\d+)(?:\.[^.]+)?" + re.escape(REQUESTS_SUFFIX) + "
 
 
 class BatchJob(BaseModel):
-    """What each round of a batch folder runs: a graph file over a data file."""
+    """What each round of a batch folder runs: a graph file over a data file, and what
+    answers it: the weights the batch runner serves (`server_root`, the --model given to
+    `vllm run-batch`, with its `max_model_len`), or a `server_id` for them. A live server
+    reporting the same is answered from the batch's replies in the response cache."""
 
     graph: Path
     data: Path
@@ -40,6 +44,23 @@ class BatchJob(BaseModel):
     structured: Literal["server", "prompt"] = "server"
     cache: Path | None = None  # None: the default response cache, as for `orchestrator run`
     limit: int | None = None
+    server_root: str | None = None
+    max_model_len: int | None = None
+    server_id: str | None = None
+
+    def identity(self) -> str:
+        """What serves the batch's model, as a live run would know it (the cache key's)."""
+        if self.server_id:
+            return self.server_id
+        if self.server_root:
+            return served_identity(self.server_root, self.max_model_len)
+        raise ConfigurationError(
+            "the batch job does not say which weights answer it, so its replies could be "
+            "taken for another model's: name them with --server-root PATH (the --model "
+            "given to vllm run-batch, and --max-model-len N if given there) or --server-id ID "
+            "(the same ID a live run then takes), on `batch export` or, for a folder "
+            "exported before jobs named them, on `batch import`"
+        )
 
 
 class ExportFile(BaseModel):
@@ -80,6 +101,34 @@ class BatchFolder:
             ) from None
         except ValidationError as exc:
             raise ConfigurationError(f"{where} cannot be read: {exc}") from None
+
+    def name_weights(
+        self,
+        server_root: str | None = None,
+        max_model_len: int | None = None,
+        server_id: str | None = None,
+    ) -> BatchJob:
+        """Record which weights answer the saved job (a folder exported before jobs named
+        them); the same weights again change nothing, other weights are refused: replies
+        already imported came from the weights recorded."""
+        job = self.job()
+        named = job.model_copy(
+            update={
+                "server_root": server_root,
+                "max_model_len": max_model_len,
+                "server_id": server_id,
+            }
+        )
+        if job.server_root is None and job.server_id is None:
+            named.identity()
+            self.save_job(named)
+            return named
+        if named.identity() != job.identity():
+            raise ConfigurationError(
+                f"{self.path / JOB} says its batch is answered by {job.identity()}, not "
+                f"{named.identity()}; export a new batch folder for other weights"
+            )
+        return job
 
     def replies(self) -> ResponseCache:
         """The imported replies (first reply kept for an id, as in the response cache)."""

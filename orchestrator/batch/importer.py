@@ -156,6 +156,7 @@ async def import_output(folder: BatchFolder, output: Path, partial: bool = False
     """Check `output`, keep its replies, then run the folder's job once (see the module
     docstring). Raises BatchImportError, naming each line, before anything is kept."""
     job = folder.job()
+    job.identity()  # replies are kept only for a job that says which weights wrote them
     exports = folder.exports()
     if not exports:
         raise BatchImportError(

@@ -59,6 +59,8 @@ async def run_round(
 ) -> RoundOutcome:
     """Run `job` once over the batch transport (into `store`, scratch memory by default)."""
     graph = compile_graph(job.graph)
+    # The replies land in the response cache under what answered them, as a live call's.
+    identity = job.identity()
     replies = folder.replies()
 
     def lookup(key: str) -> dict[str, Any] | None:
@@ -69,6 +71,7 @@ async def run_round(
     settings = RunSettings(
         base_url=BATCH_BASE_URL,
         model=job.model,
+        server_id=identity,
         concurrency=ROUND_CONCURRENCY,
         limit=job.limit,
         cache=job.cache,
@@ -104,6 +107,7 @@ async def export_round(
     changes the folder's job (else the saved one runs); with `out`, once nothing waits, the
     finished run is written to that run folder."""
     if job is not None:
+        job.identity()  # a job that cannot say what answers it is not saved
         folder.save_job(job)
     job = folder.job()
     state = await run_round(job, folder)

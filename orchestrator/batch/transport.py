@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..calls.reply import Reply, parse_reply
+from ..calls.transport import ServedModel
 from .lines import BatchRequestLine, custom_id
 
 # What a batch round's endpoints are called (no one listens; nothing is sent).
@@ -87,9 +88,10 @@ class BatchTransport:
     ) -> BatchConnection:
         return BatchConnection(self)
 
-    async def list_models(self, base_url: str, api_key: str) -> list[str]:
+    async def list_models(self, base_url: str, api_key: str) -> list[ServedModel]:
         # No server to ask: every node's model is taken as named (--model, or the node's
-        # own `model:`); an empty list is how a server says it does not restrict them.
+        # own `model:`); an empty list is how a server says it does not restrict them. What
+        # serves them is the batch job's (`BatchJob.identity`), given as the run's server id.
         return []
 
     def is_transient(self, exc: BaseException) -> bool:

@@ -44,7 +44,10 @@ class CachedCaller:
         """n validated samples for one rendered prompt, each from the cache when it has it."""
         ask = self.inner.prepare(ep, messages, model, sampling)
         n = ask.n
-        keys = [cache_key(ep.model, ask.messages, ask.params, ask.schema, i) for i in range(n)]
+        keys = [
+            cache_key(ep.model, ask.messages, ask.params, ask.schema, i, server=ep.identity)
+            for i in range(n)
+        ]
         flight = tuple(keys)
         while (leader := self._inflight.get(flight)) is not None:
             # The same question is being asked: its replies land in the cache (or, if it

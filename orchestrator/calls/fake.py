@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from .errors import DeadlineExceeded, MalformedReply, RetryAfterTooLong
 from .reply import Choice, Reply
+from .transport import ServedModel
 
 Fault = Literal["transient", "malformed", "truncated"]
 FAKE_MODEL = "fake-model"
@@ -122,7 +123,9 @@ class FakeTransport:
     (or a FakeAnswer); `canary` answers the run's structured-output check (by default as a
     server that enforces the schema); `faults[i]` is applied to the i-th node request;
     `latency` is slept before each answer; `metrics` scripts a URL's /metrics text (none by
-    default). `requests` keeps every chat request."""
+    default); `root` and `max_model_len` are what its model list reports as serving the
+    models, as vLLM does (default: each model's own name, as `vllm serve NAME` reports).
+    `requests` keeps every chat request."""
 
     def __init__(
         self,
@@ -133,8 +136,12 @@ class FakeTransport:
         latency: float = 0.0,
         canary: Respond = schema_answer,
         metrics: Callable[[str], str | None] | None = None,
+        root: str | None = None,
+        max_model_len: int | None = None,
     ) -> None:
         self.respond: Respond = respond or schema_answer
+        self.root = root
+        self.max_model_len = max_model_len
         self.canary = canary
         self.models = list(models)
         self.faults = list(faults)
@@ -157,8 +164,8 @@ class FakeTransport:
     ) -> FakeConnection:
         return FakeConnection(self, base_url)
 
-    async def list_models(self, base_url: str, api_key: str) -> list[str]:
-        return list(self.models)
+    async def list_models(self, base_url: str, api_key: str) -> list[ServedModel]:
+        return [ServedModel(m, self.root or m, self.max_model_len) for m in self.models]
 
     def is_transient(self, exc: BaseException) -> bool:
         return isinstance(

@@ -13,9 +13,9 @@ from typing import Any, Literal
 from ..outage import DEFAULT_SERVER_WAIT, ServerWatch
 from .errors import ServerError
 from .limiter import Limiter
-from .replicas import Replica, ReplicaReport, ReplicaSet
+from .replicas import Admission, Replica, ReplicaReport, ReplicaSet
 from .sender import Sender
-from .transport import Connection, Transport
+from .transport import Connection, ServedModel, Transport
 from .tuner import Concurrency, LimitTuner
 
 StructuredMode = Literal["server", "prompt"]
@@ -32,6 +32,10 @@ class Endpoint:
     connections: dict[Replica, Connection]  # each replica's pool, opened with this key
     structured: StructuredMode = "server"
     server_info: dict[str, Any] = field(default_factory=dict)
+    # What serves the model (`served_identity`, a --server-id, else the address): part of
+    # every cache key, so replies of other weights under the same name are never reused.
+    identity: str = ""
+    check_joins: bool = False  # a replica back in rotation must report `identity` too
 
     @property
     def urls(self) -> list[str]:
@@ -46,6 +50,28 @@ def server_urls(base_url: str | Sequence[str]) -> tuple[str, ...]:
     if not unique:
         raise ServerError("no server URL given: pass --base-url (it may be repeated)")
     return unique
+
+
+def served_identity(root: str, max_model_len: int | None = None) -> str:
+    """A server known by what vLLM says serves the model: the path or name it was started
+    with, and the context length it was given."""
+    return root if max_model_len is None else f"{root} (max_model_len {max_model_len})"
+
+
+def identity_at(url: str, served: Sequence[ServedModel], model: str) -> str:
+    """What serves `model` at `url`: the `root` its model list reports, else (a server that
+    does not say) its address."""
+    for entry in served:
+        if entry.id == model and entry.root:
+            return served_identity(entry.root, entry.max_model_len)
+    return url
+
+
+def weights_text(url: str, identity: str) -> str:
+    """An identity as a message shows it: an address stands for weights nobody named."""
+    if identity == url:
+        return "weights it does not name (no `root` in its /v1/models)"
+    return identity
 
 
 class ServerRegistry:
@@ -76,22 +102,51 @@ class ServerRegistry:
         self._secrets: set[str] = set()
 
     def endpoint(
-        self, base_url: str | Sequence[str], model: str, api_key: str = "EMPTY"
+        self,
+        base_url: str | Sequence[str],
+        model: str,
+        api_key: str = "EMPTY",
+        *,
+        identity: str | None = None,
+        check_joins: bool = False,
     ) -> Endpoint:
-        """The Endpoint for (servers, model, key); each URL has its own in-flight limit."""
+        """The Endpoint for (servers, model, key); each URL has its own in-flight limit.
+        `identity` is what serves the model (default: the address). With `check_joins`, a
+        replica coming back into rotation must report that identity for the model too."""
         self.keep_secret(api_key)
         urls = server_urls(base_url)
         key = (urls, model, api_key)
         if key not in self._endpoints:
             pools = {url: self._pool(url, api_key) for url in urls}
             replicas = self._replica_set(urls, pools)
-            self._endpoints[key] = Endpoint(
+            ep = self._endpoints[key] = Endpoint(
                 replicas.name,
                 model,
                 replicas,
                 {r: pools[r.url] for r in replicas.replicas},
+                identity=identity or replicas.name,
+                check_joins=check_joins,
             )
+            if check_joins and len(urls) > 1:
+                replicas.admissions.append(self._same_weights(ep, api_key))
         return self._endpoints[key]
+
+    def _same_weights(self, ep: Endpoint, api_key: str) -> Admission:
+        """The check a replica of `ep` passes before it rejoins the rotation: the weights it
+        reports for the model are the endpoint's (None), or why it stays out."""
+
+        async def check(url: str) -> str | None:
+            found = identity_at(url, await self.list_models(url, api_key), ep.model)
+            if found == ep.identity:
+                return None
+            return (
+                f"the replica {url} answers again but serves {ep.model} from "
+                f"{weights_text(url, found)}, not from {ep.identity} as the others do; it "
+                "stays out of rotation for the rest of this run (if they are the same "
+                "weights, name them as one with --server-id)"
+            )
+
+        return check
 
     def _pool(self, url: str, api_key: str) -> Connection:
         pool = self._pools.get((url, api_key))
@@ -161,11 +216,13 @@ class ServerRegistry:
             for o in replica.watch.outages
         ]
 
-    async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[str]:
-        """Model ids the server serves; ServerError with a next step if it is unreachable."""
+    async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[ServedModel]:
+        """The models the server serves; ServerError with a next step if it is unreachable."""
         self.keep_secret(api_key)
         try:
-            return await self.transport.list_models(base_url, api_key)
+            listed = await self.transport.list_models(base_url, api_key)
+            # A transport written before the model list carried roots gives plain names.
+            return [ServedModel(m) if isinstance(m, str) else m for m in listed]
         except Exception as exc:
             described = self.redact(self.transport.describe(exc))
             raise ServerError(

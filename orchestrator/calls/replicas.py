@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,12 @@ from ..outage import FIRST_WAIT, MAX_WAIT, Outage, ServerGone, ServerWatch
 from .limiter import Limiter
 
 LimitMode = Literal["fixed", "vllm metrics", "latency"]
+
+# A check a replica passes before it rejoins the rotation (given its URL): None, or why it
+# stays out. It raises when the replica does not answer it (probed again later).
+Admission = Callable[[str], Awaitable[str | None]]
+
+log = logging.getLogger("orchestrator")
 
 
 class LimitChange(BaseModel):
@@ -145,6 +152,9 @@ class ReplicaSet:
         self._gone: ServerGone | None = None
         self._recovering: dict[Replica, asyncio.Task[None]] = {}
         self._waiters: deque[_Waiter] = deque()
+        # Checks of the endpoints on this set (one per model), run before a replica that
+        # left the rotation (or never joined it) comes back: it must serve the same weights.
+        self.admissions: list[Admission] = []
         if self.single is None:
             for replica in replicas:
                 replica.limit.listeners.append(self._dispatch)
@@ -298,8 +308,21 @@ class ReplicaSet:
         while True:
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_WAIT)
-            if await replica.watch.probe():
-                break
+            if not await replica.watch.probe():
+                continue
+            try:
+                refusals = [await admit(replica.url) for admit in self.admissions]
+            except Exception:  # it stopped answering again: probe on
+                continue
+            refused = [r for r in refusals if r is not None]
+            if refused:
+                # Other weights behind the same name: their replies must never mix with the
+                # others', so it stays out for the rest of the run, not probed again.
+                for reason in refused:
+                    log.error("%s", reason)
+                self._recovering.pop(replica, None)
+                return
+            break
         replica.up = True
         replica.watch.came_back(outage, "back in rotation")
         self._all_down_since = None

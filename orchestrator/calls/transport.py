@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
@@ -41,6 +42,17 @@ except ImportError:  # pragma: no cover - an openai release older than 3.0
     pass
 
 
+@dataclass(frozen=True)
+class ServedModel:
+    """One entry of a server's model list: the name requests carry and, from vLLM, what
+    serves it: `root`, the --model it was started with (a path or hub name, not a digest of
+    the weights), and its `max_model_len`. Other servers leave both None."""
+
+    id: str
+    root: str | None = None
+    max_model_len: int | None = None
+
+
 class Connection(Protocol):
     """One connection pool to one server, used with one API key."""
 
@@ -72,7 +84,7 @@ class Transport(Protocol):
         self, base_url: str, api_key: str, *, connections: int, timeout: float
     ) -> Connection: ...
 
-    async def list_models(self, base_url: str, api_key: str) -> list[str]: ...
+    async def list_models(self, base_url: str, api_key: str) -> list[ServedModel]: ...
 
     def is_transient(self, exc: BaseException) -> bool: ...
 
@@ -185,6 +197,14 @@ class OpenAIConnection:
         await self.client.close()
 
 
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _is_connection_failure(exc: BaseException) -> bool:
     """No HTTP answer at all: refused, reset, cut off mid-body or timed out."""
     return isinstance(exc, openai.APIConnectionError | httpx.TransportError | DeadlineExceeded)
@@ -198,11 +218,18 @@ class OpenAITransport:
     ) -> OpenAIConnection:
         return OpenAIConnection(base_url, api_key, connections=connections, timeout=timeout)
 
-    async def list_models(self, base_url: str, api_key: str) -> list[str]:
+    async def list_models(self, base_url: str, api_key: str) -> list[ServedModel]:
         client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=15, max_retries=2)
         try:
             page = await client.models.list()
-            return [m.id for m in page.data]
+            # `root` and `max_model_len` are vLLM's additions: fields the SDK's model keeps
+            # as extras.
+            return [
+                ServedModel(
+                    m.id, _text(getattr(m, "root", None)), _count(getattr(m, "max_model_len", None))
+                )
+                for m in page.data
+            ]
         finally:
             await client.close()
 

@@ -42,6 +42,26 @@ def export_cmd(
         str,
         typer.Option(help="server (the schema in response_format) | prompt (in the prompt)."),
     ] = "server",
+    server_root: Annotated[
+        str | None,
+        typer.Option(
+            help="The weights that answer the batch: the --model path or name given to "
+            "vllm run-batch (what a vLLM server started so reports as its root).",
+            show_default=False,
+        ),
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(help="The --max-model-len given to vllm run-batch, if any.", min=1),
+    ] = None,
+    server_id: Annotated[
+        str | None,
+        typer.Option(
+            help="Name the weights instead of --server-root (a live run then passes the "
+            "same --server-id to find the replies).",
+            show_default=False,
+        ),
+    ] = None,
     cache: Annotated[Path | None, typer.Option(help="Response cache file.")] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N rows.")] = None,
     out: Annotated[
@@ -55,6 +75,12 @@ def export_cmd(
     if graph is not None:
         if data is None or model is None:
             fail("a new batch job needs --data and --model (or omit GRAPH to reuse --dir's)")
+        if server_root is None and server_id is None:
+            fail(
+                "a new batch job needs --server-root PATH (the --model given to vllm "
+                "run-batch) or --server-id ID: the weights that answer it, so that its "
+                "replies are never taken for another model's"
+            )
         if structured not in ("server", "prompt"):
             fail("--structured must be server or prompt (a batch has no server to probe)")
         job = BatchJob(
@@ -65,6 +91,9 @@ def export_cmd(
             structured=structured,  # type: ignore[arg-type]
             cache=cache,
             limit=limit,
+            server_root=server_root,
+            max_model_len=max_model_len,
+            server_id=server_id,
         )
     try:
         done = asyncio.run(export_round(BatchFolder(folder), job, out))
@@ -83,11 +112,14 @@ def export_cmd(
         else:
             console.print("Write the results to a run folder with --out RUN_DIR.")
         return
+    saved = BatchFolder(folder).job()
+    weights = saved.server_root or "MODEL_PATH"
+    context = f" --max-model-len {saved.max_model_len}" if saved.max_model_len else ""
     for requests, output in zip(done.files, done.outputs, strict=True):
         console.print(f"Round {done.round}: wrote {requests}", markup=False, soft_wrap=True)
         console.print(
             f"  run it, e.g.: vllm run-batch -i {requests} -o {output} "
-            "--model MODEL_PATH --served-model-name MODEL",
+            f"--model {weights} --served-model-name {saved.model}{context}",
             markup=False,
             soft_wrap=True,
         )
@@ -104,12 +136,34 @@ def import_cmd(
         bool,
         typer.Option(help="Keep the usable lines even if some are error lines or missing."),
     ] = False,
+    server_root: Annotated[
+        str | None,
+        typer.Option(
+            help="For a folder whose job names no weights: the --model given to vllm "
+            "run-batch (a job that names them must name the same).",
+            show_default=False,
+        ),
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(
+            help="With --server-root: the --max-model-len given to vllm run-batch.", min=1
+        ),
+    ] = None,
+    server_id: Annotated[
+        str | None,
+        typer.Option(
+            help="For a folder whose job names no weights: their name.", show_default=False
+        ),
+    ] = None,
 ) -> None:
     """Load a batch runner's replies; the graph then runs on to the next frontier."""
     from ..batch import BatchFolder, import_output
 
     where = BatchFolder(folder or output.parent)
     try:
+        if server_root is not None or server_id is not None:
+            where.name_weights(server_root, max_model_len, server_id)
         done = asyncio.run(import_output(where, output, partial))
     except OrchestratorError as exc:
         fail(str(exc))

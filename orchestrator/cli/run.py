@@ -87,6 +87,15 @@ def run(
     model: Annotated[
         str | None, typer.Option(help="Model name (default: the server's first).")
     ] = None,
+    server_id: Annotated[
+        str | None,
+        typer.Option(
+            help="Name the weights the server serves (one name for all --base-url replicas), "
+            "in place of the root its /v1/models reports; replies are cached and runs "
+            "resumed per name (docs/servers.md).",
+            show_default=False,
+        ),
+    ] = None,
     api_key: Annotated[
         str,
         typer.Option(
@@ -175,6 +184,7 @@ def run(
             out=out or Path("runs") / graph.stem,
             base_url=urls or UNUSED_BASE_URL,
             model=model,
+            server_id=server_id,
             api_key=api_key,
             concurrency=in_flight,
             affinity=affinity,

@@ -73,6 +73,9 @@ class EndpointPlan(BaseModel):
     model: str
     api_key: str = Field(default="EMPTY", repr=False)  # never printed with the plan
     structured: StructuredMode
+    # What serves the model as the run found it: a worker's cache keys must be the run's.
+    identity: str
+    check_joins: bool
 
 
 class WorkerJob(BaseModel):

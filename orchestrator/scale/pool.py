@@ -120,6 +120,8 @@ def worker_job(parts: JobParts, count: int) -> WorkerJob:
             model=endpoint.model,
             api_key=_api_key(parts, node),
             structured=endpoint.structured,
+            identity=endpoint.identity,
+            check_joins=endpoint.check_joins,
         )
         for node, endpoint in parts.endpoints.items()
     ]

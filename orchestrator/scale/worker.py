@@ -50,7 +50,13 @@ def _endpoints(client: LLMClient, job: WorkerJob) -> dict[str, Endpoint]:
     chose (no model list or canary asked again)."""
     endpoints: dict[str, Endpoint] = {}
     for plan in job.endpoints:
-        endpoint = client.endpoint(plan.urls, plan.model, plan.api_key)
+        endpoint = client.endpoint(
+            plan.urls,
+            plan.model,
+            plan.api_key,
+            identity=plan.identity,
+            check_joins=plan.check_joins,
+        )
         endpoint.structured = plan.structured
         endpoints[plan.node] = endpoint
     return endpoints

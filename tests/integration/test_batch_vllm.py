@@ -20,6 +20,7 @@ from orchestrator.batch import BatchFolder, BatchJob, export_round, import_outpu
 from orchestrator.calls.fake import FakeTransport
 from orchestrator.embedded import (
     DEFAULT_MODEL_NAME,
+    MAX_MODEL_LEN,
     engine_env,
     prepare_model,
     run_batch_command,
@@ -31,9 +32,8 @@ ROWS = 2
 BATCH_TIMEOUT = 900.0  # seconds: the engine starts (about a minute here), then two replies
 
 
-def _run_batch(requests: Path, output: Path, log: Path) -> None:
+def _run_batch(model_dir: Path, requests: Path, output: Path, log: Path) -> None:
     """vLLM's run_batch as a child in its own process group (its engine forks workers)."""
-    model_dir = prepare_model(log=lambda message: print(message, file=sys.__stderr__))
     command = run_batch_command(model_dir, requests, output, DEFAULT_MODEL_NAME)
     with log.open("wb") as sink:
         process = subprocess.Popen(
@@ -55,13 +55,18 @@ def test_one_frontier_through_vllm_run_batch(tmp_path: Path) -> None:
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the integration tests: {message}", pytrace=False)
         pytest.skip(message)
+    model_dir = prepare_model(log=lambda message: print(message, file=sys.__stderr__))
     folder = BatchFolder(tmp_path / "batch")
+    # The weights as the embedded server reports them in /v1/models (root: the --model it
+    # was started with; run_batch gets the same engine flags).
     job = BatchJob(
         graph=ROOT / "graphs/pointwise.yaml",
         data=ROOT / "examples/pointwise.jsonl",
         model=DEFAULT_MODEL_NAME,
         cache=tmp_path / "cache.sqlite",
         limit=ROWS,
+        server_root=str(model_dir),
+        max_model_len=MAX_MODEL_LEN,
     )
     exported = asyncio.run(export_round(folder, job))
     assert exported.round == 1 and len(exported.state.frontier) == ROWS  # one judge call each
@@ -70,7 +75,7 @@ def test_one_frontier_through_vllm_run_batch(tmp_path: Path) -> None:
     assert body["response_format"]["type"] == "json_schema"
 
     output = exported.outputs[0]
-    _run_batch(requests, output, tmp_path / "run_batch.log")
+    _run_batch(model_dir, requests, output, tmp_path / "run_batch.log")
 
     lines = [json.loads(x) for x in output.read_text().splitlines()]
     assert len(lines) == ROWS and all(x["error"] is None for x in lines), lines
@@ -87,8 +92,11 @@ def test_one_frontier_through_vllm_run_batch(tmp_path: Path) -> None:
         content = line["response"]["body"]["choices"][0]["message"]["content"]
         assert json.loads(content)["content"] in {o["content"] for o in batch.values()}
 
-    # A live run of the same judge takes every reply from the cache: no request is sent.
-    silent = FakeTransport(models=[DEFAULT_MODEL_NAME])
+    # A live run of the same judge on a server reporting those weights (as the embedded one
+    # does) takes every reply from the cache: no request is sent.
+    silent = FakeTransport(
+        models=[DEFAULT_MODEL_NAME], root=str(model_dir), max_model_len=MAX_MODEL_LEN
+    )
     live = orc.run(
         job.graph,
         job.data,
