@@ -27,6 +27,7 @@ from .checks import (
 )
 from .errors import GraphError, Problem
 from .graph import CompiledAggregate, CompiledGraph, CompiledNode, GraphOrigin
+from .graphfile import check_plain_shape
 from .kinds.base import kind_of
 from .kinds.compute import check_arguments, resolve_function
 from .loaders import SealedLoader, all_sources, has_dynamic_reference
@@ -78,6 +79,7 @@ def compile_dict(
     texts by name; checked exactly like a file, problems named by `name`."""
     import yaml
 
+    check_plain_shape(spec, name)  # before yaml.safe_dump, which recurses
     try:
         text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
     except yaml.YAMLError as exc:
