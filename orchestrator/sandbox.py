@@ -1,23 +1,27 @@
 """The sandbox around templates and graph expressions: Python internals refused, operators
-that could build huge values bounded, and `unsafe_uses` to find such attempts in a source
-before anything renders (so `validate` rejects them up front)."""
+that could build huge values bounded, each render bounded in time, output and macro depth,
+and `unsafe_uses` to find such attempts in a source before anything renders (so `validate`
+rejects them up front)."""
 
 from __future__ import annotations
 
 import functools
 import itertools
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from jinja2 import (
+    Template,
     TemplateError,
     nodes,
     pass_context,
 )
 from jinja2 import sandbox as jinja_sandbox
 from jinja2.exceptions import SecurityError
-from jinja2.runtime import Context
+from jinja2.runtime import Context, Macro
 from jinja2.sandbox import SandboxedEnvironment
 
 # What one `*`, `**` or `%` in a template or expression may build; more is refused.
@@ -29,6 +33,72 @@ MAX_POWER_BITS = 100_000
 
 class UnsafeTemplateError(TemplateError):
     """A template or expression that reaches for Python internals or leaves its folder."""
+
+
+# What one render of a prompt may cost. A real prompt renders in well under a millisecond;
+# these stop a template written to work for ever (nested loops, endless recursion), which
+# the sandbox's attribute checks alone never would.
+RENDER_SECONDS = 2.0
+MAX_RENDER_CHARS = 10_000_000  # ~2.5M tokens, more than any model's context
+MAX_MACRO_DEPTH = 50  # a macro calling itself (or others) deeper is a recursion that won't end
+_PACE = 256  # loop items between two looks at the clock (one look costs ~50 ns)
+
+
+class RenderLimitError(SecurityError):
+    """A render that went over its time, output or macro-depth limit."""
+
+
+# The deadline of the render under way in this thread or task (None: not rendering a prompt,
+# e.g. evaluating an expression, which cannot loop).
+_DEADLINE: ContextVar[float | None] = ContextVar("orchestrator_render_deadline", default=None)
+_MACRO_DEPTH: ContextVar[int] = ContextVar("orchestrator_macro_depth", default=0)
+
+
+def _over_time() -> RenderLimitError:
+    return RenderLimitError(
+        f"the template worked for more than {RENDER_SECONDS:g} s, the limit of one render "
+        "(a loop or recursion that does not end?)"
+    )
+
+
+def paced(iterable: Iterable[Any]) -> Iterable[Any]:
+    """What a template's `{% for %}` iterates: the iterable, checked against the render's
+    deadline as it yields, so even loops whose body calls nothing (`{% for i in s %}{% for
+    j in s %}{% endfor %}{% endfor %}`) stop. Every for loop is rewritten to use it."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return iterable
+    return _paced(iterable, deadline)
+
+
+def _paced(iterable: Iterable[Any], deadline: float) -> Iterator[Any]:
+    for count, item in enumerate(iterable):
+        # Counted per loop, so an inner loop looks at the clock each time it starts.
+        if count % _PACE == 0 and time.monotonic() > deadline:
+            raise _over_time()
+        yield item
+
+
+def render_bounded(template: Template, context: dict[str, Any] | None = None) -> str:
+    """`template.render(context)` within RENDER_SECONDS, MAX_RENDER_CHARS of output and
+    MAX_MACRO_DEPTH; RenderLimitError (a TemplateError) when it goes over."""
+    token = _DEADLINE.set(time.monotonic() + RENDER_SECONDS)
+    try:
+        pieces: list[str] = []
+        size = 0
+        for piece in template.generate(context or {}):
+            size += len(piece)
+            if size > MAX_RENDER_CHARS:
+                raise RenderLimitError(
+                    f"the template's output is over {MAX_RENDER_CHARS:,} characters, the "
+                    "limit of one render"
+                )
+            pieces.append(piece)
+        return "".join(pieces)
+    except RecursionError:
+        raise RenderLimitError("the template nests or recurses too deeply to render") from None
+    finally:
+        _DEADLINE.reset(token)
 
 
 def _check_repeat(left: Any, right: Any) -> None:
@@ -60,6 +130,32 @@ class Sandbox(SandboxedEnvironment):
     """
 
     intercepted_binops = frozenset({"*", "**", "%"})
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        ast = super()._parse(source, name, filename)
+        for loop in ast.find_all(nodes.For):
+            loop.iter = nodes.Call(
+                nodes.ImportedName(f"{__name__}.paced"), [loop.iter], [], None, None
+            ).set_lineno(loop.iter.lineno)
+        return ast
+
+    def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        deadline = _DEADLINE.get()
+        if deadline is not None and time.monotonic() > deadline:
+            raise _over_time()
+        if not isinstance(obj, Macro):
+            return super().call(context, obj, *args, **kwargs)
+        depth = _MACRO_DEPTH.get()
+        if depth >= MAX_MACRO_DEPTH:
+            raise RenderLimitError(
+                f"macros call each other more than {MAX_MACRO_DEPTH} deep (a recursion that "
+                "does not end?)"
+            )
+        token = _MACRO_DEPTH.set(depth + 1)
+        try:
+            return super().call(context, obj, *args, **kwargs)
+        finally:
+            _MACRO_DEPTH.reset(token)
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         if operator == "*":

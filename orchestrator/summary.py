@@ -122,11 +122,14 @@ def _same_examples(run_graph: CompiledGraph, new_graph: CompiledGraph) -> list[s
     return changed
 
 
-def summarize(folder: Path | str, graph: Path | str | None = None) -> dict[str, Any]:
+def summarize(
+    folder: Path | str, graph: Path | str | None = None, *, trust: bool = False
+) -> dict[str, Any]:
     """Recompute a finished run's aggregates from its result lines, with no request.
 
     `graph` is the run's graph with its aggregates fixed (default: the snapshot the run
     kept); anything else in it must be as the run had it, or the results would not be its.
+    `trust=True` lets either import its own modules (see `load_graph`).
     """
     from .compile import compile_graph
     from .errors import RunFolderError
@@ -138,8 +141,8 @@ def summarize(folder: Path | str, graph: Path | str | None = None) -> dict[str, 
     snapshot = reader.snapshot_graph
     if snapshot is None:
         raise RunFolderError(f"{reader.path} has no graph snapshot (made before layout 2)")
-    ran = compile_graph(snapshot, prompts_dir=reader.snapshot_prompts)
-    new = ran if graph is None else compile_graph(graph)
+    ran = compile_graph(snapshot, prompts_dir=reader.snapshot_prompts, trust=trust)
+    new = ran if graph is None else compile_graph(graph, trust=trust)
     changed = _same_examples(ran, new)
     if changed:
         raise RunFolderError(

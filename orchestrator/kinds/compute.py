@@ -114,11 +114,11 @@ def resolve_function(
 ) -> ComputeFunction | None:
     """The function `fname` names, or None with the problem reported (a node's or an
     aggregate's); a placeholder when the graph is compiled without its functions. A module
-    path is looked for beside the graph file first."""
+    path (trusted graphs only) is looked for beside the graph file first."""
     if not ck.functions:
         return ComputeFunction(fname, _not_loaded)
     try:
-        function = resolve(fname, near=ck.path.parent)
+        function = resolve(fname, near=ck.path.parent, trusted=ck.trusted)
     except LookupError as exc:
         ck.problem(str(exc), node, field)
         return None
