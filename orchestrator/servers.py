@@ -135,7 +135,11 @@ async def prepare_endpoints(
         for url in urls:
             talks_to.setdefault(url, []).append(name)
     if talks_to:
-        log.info(
+        # Shown (INFO) when the graph names servers of its own; a run that talks only to the
+        # servers given with it has nothing new to say.
+        own = any(want.base_url is not None for _, want, _ in wants)
+        log.log(
+            logging.INFO if own else logging.DEBUG,
             "Servers this run talks to: %s",
             "; ".join(f"{url} (nodes {', '.join(nodes)})" for url, nodes in talks_to.items()),
         )

@@ -129,7 +129,7 @@ def run(v):
 
 def outside_prompts(root: Path) -> Path:
     """A prompts folder next to (not inside) the graph's folder, holding judge.jinja."""
-    folder = root.parent / f"{root.name}-outside"
+    folder = root.parent / "outside"
     folder.mkdir(exist_ok=True)
     (folder / "judge.jinja").write_text(JUDGE_TEMPLATE, encoding="utf-8")
     return folder

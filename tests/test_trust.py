@@ -137,7 +137,9 @@ def test_function_registered_by_an_installed_package(
     info = site / "trustpkg_ep-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: trustpkg-ep\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[orchestrator.functions]\nshout_ep = trustpkg_ep:shout\n")
+    (info / "entry_points.txt").write_text(
+        "[orchestrator.functions]\nshout_ep = trustpkg_ep:shout\n"
+    )
     monkeypatch.syspath_prepend(str(site))
     by_name = orc.graph_from_dict(compute_spec("shout_ep", {"text": "text"}))
     by_path = orc.graph_from_dict(compute_spec("trustpkg_ep:shout", {"text": "text"}))
@@ -236,5 +238,6 @@ def test_deeply_nested_yaml_file_is_a_graph_error(tmp_path: Path) -> None:
         orc.load_graph(path)
     nested = yaml.safe_load("[" * 100 + "]" * 100)  # as a user's own yaml.safe_load reads it
     with pytest.raises(GraphError, match="nested deeper"):
-        orc.graph_from_dict({**compute_spec("identity", {"value": "text"}), "params": {"d": nested}})
-
+        orc.graph_from_dict(
+            {**compute_spec("identity", {"value": "text"}), "params": {"d": nested}}
+        )

@@ -200,7 +200,7 @@ def resolve(name: str, near: Path | None = None, *, trusted: bool = False) -> Co
     elif not trusted:
         raise UntrustedFunction(
             f"cannot load function '{name}': a graph file may call only built-in functions "
-            f"and those registered with orchestrator (`orchestrator.register(\"NAME\")` in "
+            f'and those registered with orchestrator (`orchestrator.register("NAME")` in '
             f"your code, or an installed package's `{ENTRY_POINT_GROUP}` entry point); "
             "importing module "
             f"'{module_name}' would run its code. If you trust this graph and its folder, "
@@ -209,9 +209,7 @@ def resolve(name: str, near: Path | None = None, *, trusted: bool = False) -> Co
     try:
         # An installed package's function comes from the installed package, never from a
         # file of the same name beside the graph.
-        module = (
-            importlib.import_module(module_name) if point else _import_near(module_name, near)
-        )
+        module = importlib.import_module(module_name) if point else _import_near(module_name, near)
     except ImportError as exc:
         where = f" (looked beside the graph in {near} too)" if near is not None else ""
         raise LookupError(
