@@ -241,3 +241,29 @@ def test_deeply_nested_yaml_file_is_a_graph_error(tmp_path: Path) -> None:
         orc.graph_from_dict(
             {**compute_spec("identity", {"value": "text"}), "params": {"d": nested}}
         )
+
+
+# --- servers (the CLI and real sockets: tests/test_secrets.py) -------------------------------
+
+
+def test_graphs_server_param_is_allowed_only_by_the_user() -> None:
+    theirs = "http://graph-chose.invalid:9/v1"
+    spec = judge_spec(
+        params={"judge_url": theirs}, nodes={"judge": {**JUDGE, "base_url": "params.judge_url"}}
+    )
+    graph = orc.graph_from_dict(spec, {"judge.jinja": "Rate {{ text }}"})
+    rows = [{"id": "a", "text": "x"}]
+    mine = "http://mine.invalid:1/v1"
+    refused = orc.FakeTransport()
+    with pytest.raises(orc.ConfigurationError, match="--allow-server"):
+        orc.run(graph, rows, base_url=mine, transport=refused)
+    assert refused.requests == [] and refused.posts == []
+    for allowed in (
+        {"params": {"judge_url": "http://also-mine.invalid:2/v1"}},  # the user's --param
+        {"allow_servers": [theirs]},
+        {"trust": True},
+    ):
+        transport = orc.FakeTransport()
+        result = orc.run(graph, rows, base_url=mine, transport=transport, **allowed)
+        assert result.results[0].status == "ok", allowed
+        assert transport.node_requests, allowed

@@ -11,7 +11,7 @@ import typer
 
 from ..errors import GraphError, OrchestratorError
 from .app import app, console, fail
-from .run import GRAPH_HELP, _graph_path, _parse_params
+from .run import GRAPH_HELP, Trust, _graph_path, _parse_params
 
 if TYPE_CHECKING:
     from ..batch import RoundOutcome
@@ -47,6 +47,7 @@ def export_cmd(
     out: Annotated[
         Path | None, typer.Option(help="Run folder written once nothing is left to ask.")
     ] = None,
+    trust: Trust = False,
 ) -> None:
     """Write the requests the examples wait for now as a batch input file."""
     from ..batch import BatchFolder, BatchJob, export_round
@@ -67,7 +68,7 @@ def export_cmd(
             limit=limit,
         )
     try:
-        done = asyncio.run(export_round(BatchFolder(folder), job, out))
+        done = asyncio.run(export_round(BatchFolder(folder), job, out, trust=trust))
     except GraphError as exc:
         fail(
             f"{exc.problems[0]}"
@@ -104,13 +105,14 @@ def import_cmd(
         bool,
         typer.Option(help="Keep the usable lines even if some are error lines or missing."),
     ] = False,
+    trust: Trust = False,
 ) -> None:
     """Load a batch runner's replies; the graph then runs on to the next frontier."""
     from ..batch import BatchFolder, import_output
 
     where = BatchFolder(folder or output.parent)
     try:
-        done = asyncio.run(import_output(where, output, partial))
+        done = asyncio.run(import_output(where, output, partial, trust=trust))
     except OrchestratorError as exc:
         fail(str(exc))
     console.print(
