@@ -267,3 +267,24 @@ def test_graphs_server_param_is_allowed_only_by_the_user() -> None:
         result = orc.run(graph, rows, base_url=mine, transport=transport, **allowed)
         assert result.results[0].status == "ok", allowed
         assert transport.node_requests, allowed
+
+
+def test_pickle_path_comes_only_from_the_user() -> None:
+    """distilled_score unpickles `model_dir`/scorer.joblib: a graph naming a folder of its
+    own (a literal, or a param it defaults) would run that pickle's code."""
+
+    def spec(model_dir: str, **top: Any) -> dict[str, Any]:
+        args = {"text": "text", "model_dir": model_dir}
+        return {**compute_spec("distilled_score", args), **top}
+
+    for refused in (
+        spec("'.'"),
+        spec("params.model_dir", params={"model_dir": "."}),
+    ):
+        with pytest.raises(GraphError) as info:
+            orc.graph_from_dict(refused)
+        (problem,) = info.value.problems
+        assert (problem.node, problem.field) == ("f", "args.model_dir")
+        assert "required_params" in problem.message and "--trust" in problem.message
+        assert orc.graph_from_dict(refused, trust=True).nodes["f"]
+    assert orc.graph_from_dict(spec("params.model_dir", required_params=["model_dir"]))

@@ -36,6 +36,9 @@ class ComputeFunction:
     blocking: bool = False  # heavy work: run in a thread so the event loop stays free
     requires: tuple[str, ...] = field(default=())  # importable modules it needs
     extra: str | None = None  # the install extra that provides `requires`
+    # Arguments naming a file whose loading can run code (a pickle): in a graph not trusted,
+    # only the user may give them (see kinds/compute.check_arguments).
+    loads_code: tuple[str, ...] = field(default=())
 
     @property
     def wants_runtime(self) -> bool:
@@ -122,6 +125,7 @@ class _Options:
     blocking: bool
     requires: tuple[str, ...]
     extra: str | None
+    loads_code: tuple[str, ...] = ()
 
 
 _OPTIONS = "__orchestrator_options__"  # where `register` leaves a function's options
@@ -133,16 +137,18 @@ def register(
     blocking: bool = False,
     requires: tuple[str, ...] = (),
     extra: str | None = None,
+    loads_code: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for compute functions. `blocking=True` runs the function in a worker
     thread so a slow one does not stall every other request; `name` also makes it
-    available to graph files by that name (once its module is imported)."""
+    available to graph files by that name (once its module is imported). `loads_code`
+    names arguments that point at a file whose loading can run code (a pickle)."""
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         # Kept on the function, so a graph naming it as module:function gets the options too.
-        setattr(fn, _OPTIONS, _Options(blocking, requires, extra))
+        setattr(fn, _OPTIONS, _Options(blocking, requires, extra, loads_code))
         if name is not None:
-            _REGISTRY[name] = ComputeFunction(name, fn, blocking, requires, extra)
+            _REGISTRY[name] = ComputeFunction(name, fn, blocking, requires, extra, loads_code)
         return fn
 
     return wrap
@@ -220,7 +226,9 @@ def resolve(name: str, near: Path | None = None, *, trusted: bool = False) -> Co
         raise LookupError(f"module '{module_name}' has no function '{attr}'")
     options = getattr(fn, _OPTIONS, None)
     if isinstance(options, _Options):
-        return ComputeFunction(name, fn, options.blocking, options.requires, options.extra)
+        return ComputeFunction(
+            name, fn, options.blocking, options.requires, options.extra, options.loads_code
+        )
     return ComputeFunction(name, fn)
 
 
