@@ -96,8 +96,9 @@ def _refused_urls(want: EndpointWant, urls: Sequence[str], choice: ServerChoice)
     written = [want.base_url] if isinstance(want.base_url, str) else list(want.base_url)
     named = {u.rstrip("/") for u in (*server_urls(choice.base_url), *choice.allowed)}
     for value in written:
-        if value.removeprefix(PARAM_PREFIX) in choice.given_params:
-            named.add(str(choice.params[value.removeprefix(PARAM_PREFIX)]).rstrip("/"))
+        param = value.removeprefix(PARAM_PREFIX)
+        if value.startswith(PARAM_PREFIX) and param in choice.given_params:
+            named.add(str(choice.params[param]).rstrip("/"))
     return [url for url in urls if url.rstrip("/") not in named]
 
 
