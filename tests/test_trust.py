@@ -288,3 +288,11 @@ def test_pickle_path_comes_only_from_the_user() -> None:
         assert "required_params" in problem.message and "--trust" in problem.message
         assert orc.graph_from_dict(refused, trust=True).nodes["f"]
     assert orc.graph_from_dict(spec("params.model_dir", required_params=["model_dir"]))
+
+
+def test_render_limits_are_the_documented_ones() -> None:
+    from orchestrator.sandbox import MAX_MACRO_DEPTH, MAX_RENDER_CHARS, RENDER_SECONDS
+
+    doc = " ".join((ROOT / "docs" / "graph-format.md").read_text(encoding="utf-8").split())
+    assert f"within {RENDER_SECONDS:g} s, {MAX_RENDER_CHARS // 1_000_000} million characters" in doc
+    assert f"{MAX_MACRO_DEPTH} nested macro calls" in doc
