@@ -174,6 +174,21 @@ FOREVER = {
     ),
     "a huge repeat": "{{ 'x' * 10**9 }}",
     "repeats in a loop": "{% for i in range(100000) %}{{ 'x' * 999999 }}{% endfor %}",
+    "doubling with ~ in a namespace": (
+        "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+        "{% endfor %}{{ ns.s | length }}"
+    ),
+    "doubling with + in a macro": (
+        "{% macro d(s, n) %}{% if n %}{{ d(s + s, n - 1) }}{% endif %}{% endmacro %}"
+        "{{ d('x', 45) }}"
+    ),
+    "doubling with a filter": (
+        "{% set ns = namespace(s='x') %}{% for i in range(64) %}"
+        "{% set ns.s = ns.s | replace('x', 'xx') %}{% endfor %}{{ ns.s | length }}"
+    ),
+    "doubling through a recursive loop": (
+        "{% for s in ['x'] recursive %}{{ loop([s ~ s]) }}{% endfor %}"
+    ),
     "endless macro recursion": "{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}",
     "branching macro recursion": (
         "{% macro m(n) %}{% if n < 40 %}{{ m(n + 1) }}{{ m(n + 1) }}{% endif %}{% endmacro %}"
