@@ -74,7 +74,9 @@ def test_sibling_prompts_need_the_users_word(tmp_path: Path) -> None:
     named = orc.load_graph(path, prompts_dir=tmp_path / "prompts")
     assert trusted.templates == named.templates == {"judge.jinja": "Rate {{ text }}\n"}
     # Trust changes what is allowed, not what is asked: the same graph, the same key.
-    assert trusted.content_hash == orc.load_graph(path, trust=True).content_hash
+    assert trusted.content_hash == named.content_hash
+    keys = [RunKey.from_components(static_components(g, {}, "data")) for g in (trusted, named)]
+    assert keys[0].digest == keys[1].digest
     refused = orchestrator_command("validate", str(path))
     assert refused.returncode == 1 and "--trust" in refused.stderr, refused.stderr
     for flags in (["--trust"], ["--prompts", str(tmp_path / "prompts")]):
