@@ -45,16 +45,27 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def load_graph(path: str | Path, *, prompts_dir: str | Path | None = None) -> Graph:
-    """Load and check a graph file (GraphError lists every problem at once)."""
-    return compile_graph(path, prompts_dir=prompts_dir)
+def load_graph(
+    path: str | Path, *, prompts_dir: str | Path | None = None, trust: bool = False
+) -> Graph:
+    """Load and check a graph file (GraphError lists every problem at once).
+
+    A graph file is treated as someone else's: templates only from its own folder (or
+    `prompts_dir`, your choice), functions only built-in or registered. `trust=True` lets
+    it import its own modules, read any prompts folder and talk to its own servers."""
+    return compile_graph(path, prompts_dir=prompts_dir, trust=trust)
 
 
 def graph_from_dict(
-    spec: dict[str, Any], prompts: dict[str, str] | None = None, *, name: str = "<graph dict>"
+    spec: dict[str, Any],
+    prompts: dict[str, str] | None = None,
+    *,
+    name: str = "<graph dict>",
+    trust: bool = False,
 ) -> Graph:
-    """A graph built in Python: the file's structure as a dict, templates as texts by name."""
-    return compile_dict(spec, prompts, name=name)
+    """A graph built in Python: the file's structure as a dict, templates as texts by name.
+    Held to the same boundary as a file unless `trust=True` (see `load_graph`)."""
+    return compile_dict(spec, prompts, name=name, trust=trust)
 
 
 @dataclass
@@ -167,6 +178,8 @@ async def arun(
     executor: Executor = "local",
     ray_address: str | None = None,
     affinity: bool = True,
+    trust: bool = False,
+    allow_servers: list[str] | tuple[str, ...] = (),
 ) -> RunResult:
     """Run `graph` over `data` (a path, list of dicts, pandas/polars DataFrame or Hugging
     Face Dataset). With `out`, results go to a resumable run folder; without, they stay
@@ -182,8 +195,11 @@ async def arun(
     OpenAI SDK and the default retry policy. `workers=N` (or "auto", one per core) runs
     the graph in N processes into the same folder and cache; `executor="ray"` runs it on
     Ray actors (one per cluster CPU unless `workers` says), at `ray_address` or the Ray
-    instance this process finds or starts (docs/scale.md)."""
-    compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph)
+    instance this process finds or starts (docs/scale.md).
+    A node's own `base_url` is refused unless listed in `allow_servers` (or given by you in
+    `params`); `trust=True` (or a graph loaded with it) trusts the graph's servers, modules
+    and prompts folder (docs/RELIABILITY.md, threat model)."""
+    compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph, trust=trust)
     if base_url is None and transport is not None:
         base_url = FAKE_BASE_URL  # a transport of its own needs no server to be found
     settings = RunSettings(
@@ -209,6 +225,8 @@ async def arun(
         executor=executor,
         ray_address=ray_address,
         affinity=affinity,
+        trust_servers=trust or compiled.trusted,
+        allow_servers=tuple(allow_servers),
     )
     if executor == "ray":
         from .scale.onray import import_ray

@@ -93,8 +93,34 @@ def catalog_markdown() -> str:
         " a test keeps it in step.",
         "A compute node or aggregate names one in `function:` and passes its arguments in "
         "`args:` (expressions over upstream values, or literals). An argument without a default "
-        "is required. A graph may also name its own function as `module:function` "
-        "(see graph-format.md).",
+        "is required.",
+        "",
+        "## Functions of your own",
+        "",
+        "A graph file is someone else's data, so by default it calls only the built-ins "
+        "below and functions registered with orchestrator, never an arbitrary "
+        "`module:function` (docs/RELIABILITY.md, threat model). There are two ways to "
+        "register one:",
+        "",
+        "- your own Python code (the Python API), before it loads the graph: "
+        '`@orchestrator.register("my_score")` on the function, then `function: my_score` '
+        "in the graph;",
+        "- an installed package, through the `orchestrator.functions` entry-point group; in "
+        "its pyproject.toml:",
+        "",
+        "```toml",
+        '[project.entry-points."orchestrator.functions"]',
+        'my_score = "my_package.scores:my_score"',
+        "```",
+        "",
+        "  The graph then names it `my_score` (or `my_package.scores:my_score`, the entry "
+        "point's value). `register(blocking=True, requires=..., extra=...)` on the function "
+        "still sets its options.",
+        "",
+        "A graph you trust may name any `module:function`, a module beside the graph file "
+        "first: run it with `--trust` (`trust=True` in Python). See graph-format.md.",
+        "",
+        "## The built-ins",
         "",
         "| function | what it does |",
         "|---|---|",

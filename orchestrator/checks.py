@@ -7,15 +7,17 @@ from __future__ import annotations
 import difflib
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError, nodes
 
-from .errors import Problem
+from .errors import GraphError, Problem
 from .graph import CompiledNode
 from .kinds.base import kind_of
 from .loaders import SealedLoader, template_sources
+from .shipped import shipped_root
 from .spec import (
     SAMPLING_RANGES,
     FieldSpec,
@@ -48,7 +50,13 @@ class Checker:
         self.spec = spec
         self.problems: list[Problem] = []
         self.prompts_dir = (origin.prompts_dir or origin.path.parent / spec.prompts).resolve()
+        if origin.texts is None:
+            refused = prompts_refusal(origin, self.prompts_dir)
+            if refused is not None:
+                # Refused before a template is read: nothing of that folder may reach a prompt.
+                raise GraphError([Problem(self.file, refused, field="prompts")])
         self.functions = functions
+        self.trusted = origin.trusted
         # node -> {name it uses -> first field that uses it}: places cycles precisely.
         self.refs: dict[str, dict[str, str]] = {}
         # (node, field) -> template sources (with includes), for the attribute check.
@@ -99,6 +107,31 @@ class Checker:
         except RecursionError:
             self.problem(f"template '{name}' nests too deeply to compile", node, field)
         return None, set()
+
+
+def prompts_refusal(origin: GraphOrigin, folder: Path) -> str | None:
+    """Why an untrusted graph file may not read templates from `folder` (resolved, so a
+    symlink pointing out is out), or None. Allowed: a folder inside the graph file's own
+    folder; the shipped prompts for a shipped graph; any folder the user named
+    (`--prompts`, `prompts_dir=`) or, with `--trust`, any folder at all."""
+    if origin.trusted or origin.prompts_dir is not None or not folder.is_dir():
+        return None  # a missing folder is reported as such, and nothing can be read from it
+    home = origin.path.parent.resolve()
+    if folder.is_relative_to(home):
+        return None
+    shipped = shipped_root()
+    if shipped is not None:
+        root = shipped.resolve()
+        if origin.path.resolve().is_relative_to(root / "graphs") and folder.is_relative_to(
+            root / "prompts"
+        ):
+            return None
+    return (
+        f"prompts folder {folder} is outside the graph's folder {home}: a graph file reads "
+        "templates only from its own folder. If that folder is yours, name it with "
+        "--prompts DIR (prompts_dir= in Python); if you trust the graph, run it with --trust "
+        "(trust=True)"
+    )
 
 
 @dataclass

@@ -27,6 +27,7 @@ from .checks import (
 )
 from .errors import GraphError, Problem
 from .graph import CompiledAggregate, CompiledGraph, CompiledNode, GraphOrigin
+from .graphfile import check_plain_shape
 from .kinds.base import kind_of
 from .kinds.compute import check_arguments, resolve_function
 from .loaders import SealedLoader, all_sources, has_dynamic_reference
@@ -58,45 +59,58 @@ def _hash_graph(source: bytes, templates: dict[str, str]) -> str:
 
 
 def compile_graph(
-    path: Path | str, *, prompts_dir: Path | str | None = None, functions: bool = True
+    path: Path | str,
+    *,
+    prompts_dir: Path | str | None = None,
+    functions: bool = True,
+    trust: bool = False,
 ) -> CompiledGraph:
     """Load, check and compile a graph file; raise GraphError listing every problem.
 
     `prompts_dir` overrides the graph's own `prompts:` folder (a run folder's snapshot keeps
-    its templates beside the graph). With `functions=False` compute functions are named but
-    not imported: enough to draw and report a run whose user code is not on this machine.
+    its templates beside the graph); it is the caller's choice, so it may be anywhere. With
+    `functions=False` compute functions are named but not imported: enough to draw and
+    report a run whose user code is not on this machine. `trust=True` lets the graph import
+    any module path (one beside it too) and read a prompts folder outside its own folder.
     """
     path = Path(path)
-    origin = GraphOrigin(path, str(path), prompts_dir=Path(prompts_dir) if prompts_dir else None)
+    origin = GraphOrigin(
+        path, str(path), prompts_dir=Path(prompts_dir) if prompts_dir else None, trusted=trust
+    )
     return _compile_guarded(origin, lambda: load_spec(path), functions)
 
 
 def compile_dict(
-    spec: dict[str, Any], prompts: dict[str, str] | None = None, *, name: str = "<graph dict>"
+    spec: dict[str, Any],
+    prompts: dict[str, str] | None = None,
+    *,
+    name: str = "<graph dict>",
+    trust: bool = False,
 ) -> CompiledGraph:
     """Compile a graph given as a dict (the shape of a graph file) with its templates as
     texts by name; checked exactly like a file, problems named by `name`."""
     import yaml
 
+    check_plain_shape(spec, name)  # before yaml.safe_dump, which recurses
     try:
         text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
     except yaml.YAMLError as exc:
         raise GraphError([Problem(name, f"the graph is not plain data: {exc}")]) from None
-    origin = GraphOrigin(Path.cwd() / "graph.yaml", name, texts=dict(prompts or {}))
+    origin = GraphOrigin(Path.cwd() / "graph.yaml", name, texts=dict(prompts or {}), trusted=trust)
     origin.source = text.encode("utf-8")
     return _compile_guarded(origin, lambda: spec_from_raw(spec, name), functions=True)
 
 
 def compile_source(
-    source: bytes, templates: dict[str, str], *, path: Path, label: str
+    source: bytes, templates: dict[str, str], *, path: Path, label: str, trust: bool = False
 ) -> CompiledGraph:
     """A graph compiled again from what an earlier compile read (the file's bytes and every
     template it can render), reading no graph or template file: what a worker process or
-    another machine runs (orchestrator/scale). Functions named by module path are imported
-    near `path`, as for the file."""
+    another machine runs (orchestrator/scale). Functions named by module path (trusted
+    graphs only) are imported near `path`, as for the file."""
     from .graphfile import load_yaml_text
 
-    origin = GraphOrigin(path, label, texts=dict(templates), source=source)
+    origin = GraphOrigin(path, label, texts=dict(templates), source=source, trusted=trust)
     return _compile_guarded(
         origin,
         lambda: spec_from_raw(load_yaml_text(source.decode("utf-8"), label), label),
@@ -189,6 +203,7 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
         templates=templates,
         prompts_dir=ck.prompts_dir,
         label=origin.file,
+        trusted=origin.trusted,
     )
 
 
@@ -203,7 +218,8 @@ def _prompts_hint(origin: GraphOrigin, spec: GraphSpec) -> str:
             relative = os.path.relpath(parent / "prompts", folder)
             return (
                 f" (the default is ../prompts beside the graph's folder; "
-                f"add `prompts: {relative}` to the graph)"
+                f"add `prompts: {relative}` to the graph, then name that folder with "
+                "--prompts or run with --trust: it is outside the graph's folder)"
             )
     return " (set `prompts:` in the graph to the folder of its templates)"
 

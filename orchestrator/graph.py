@@ -62,17 +62,19 @@ class CompiledGraph:
     templates: dict[str, str] = field(default_factory=dict)
     prompts_dir: Path | None = None
     label: str = ""  # how the graph is named to a reader: its file, or a dict's name
+    # Compiled with the user's trust (--trust): what it may reach, never part of its hash.
+    trusted: bool = False
 
     @property
     def name(self) -> str:
         return self.spec.name
 
     @classmethod
-    def load(cls, path: Path | str) -> CompiledGraph:
+    def load(cls, path: Path | str, *, trust: bool = False) -> CompiledGraph:
         """Load and check a graph file (same as `orchestrator.load_graph`)."""
         from .compile import compile_graph
 
-        return compile_graph(path)
+        return compile_graph(path, trust=trust)
 
     @classmethod
     def from_dict(
@@ -81,11 +83,12 @@ class CompiledGraph:
         prompts: dict[str, str] | None = None,
         *,
         name: str = "<graph dict>",
+        trust: bool = False,
     ) -> CompiledGraph:
         """A graph built in Python: the file's structure as a dict, templates by name."""
         from .compile import compile_dict
 
-        return compile_dict(spec, prompts, name=name)
+        return compile_dict(spec, prompts, name=name, trust=trust)
 
     def user_functions(self) -> dict[str, Any]:
         """Functions named by module path (not built-ins): their code is part of a run's
@@ -109,3 +112,5 @@ class GraphOrigin:
     prompts_dir: Path | None = None
     texts: dict[str, str] | None = None
     source: bytes | None = None  # as hashed and snapshotted; a file's bytes when None
+    # The user trusts the graph (--trust): it may import modules and read any prompts folder.
+    trusted: bool = False

@@ -170,6 +170,28 @@ def _read_text(path: Path, file: str) -> str:
         raise GraphError([Problem(file, message)]) from exc
 
 
+def check_plain_shape(value: Any, file: str) -> None:
+    """A graph given as Python data held to the limits a file's YAML is: at most
+    MAX_YAML_DEPTH deep and MAX_YAML_VALUES values (a shared or cyclic value counted each
+    time it is reached). Walked without recursion, so a 5,000-deep dict is a GraphError,
+    not a RecursionError."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    seen = 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > MAX_YAML_VALUES:
+            raise GraphError([Problem(file, f"not usable: more than {MAX_YAML_VALUES} values")])
+        if depth > MAX_YAML_DEPTH:
+            raise GraphError(
+                [Problem(file, f"not usable: nested deeper than {MAX_YAML_DEPTH} levels")]
+            )
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for pair in item.items() for child in pair)
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1) for child in item)
+
+
 def load_yaml(path: Path) -> Any:
     """Parse the file with every YAML-level limit applied; raise GraphError if any fails."""
     file = str(path)
@@ -189,6 +211,11 @@ def load_yaml_text(text: str, file: str) -> Any:
         return loader.construct_document(root)
     except yaml.YAMLError as exc:
         raise GraphError([Problem(file, _yaml_message(exc, text))]) from exc
+    except RecursionError:
+        # PyYAML's scanner recurses on flow collections (`[[[[…`) before the composer's
+        # depth bound is reached.
+        message = f"not usable YAML: nested deeper than {MAX_YAML_DEPTH} levels"
+        raise GraphError([Problem(file, message)]) from None
     except (ValueError, OverflowError) as exc:
         # Scalars PyYAML resolves but Python refuses: a 5000-digit integer, 2024-13-45.
         raise GraphError([Problem(file, f"a value cannot be read: {exc}")]) from exc

@@ -5,7 +5,7 @@ A thin layer over `session.run_session`, kept for the CLI and for callers of `ex
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ class RunConfig(RunSettings):
     data: Path
     out: Path
     progress: bool = True
+    trust: bool = False  # the graph's modules, prompts folder and servers (`--trust`)
 
     def __post_init__(self) -> None:
         # Strings are paths too: `RunConfig(graph="graphs/x.yaml", ...)` must just work.
@@ -44,7 +45,9 @@ class RunOutcome:
 async def execute(config: RunConfig, console: Console | None = None) -> RunOutcome:
     """Run a graph file over a dataset file into a run folder (resuming it when possible)."""
     console = console or Console()
-    graph = compile_graph(config.graph)
+    graph = compile_graph(config.graph, trust=config.trust)
+    if config.trust:
+        config = replace(config, trust_servers=True)
     folder = RunFolder(config.out)
     show = console if config.progress and console.is_terminal else None
     outcome = await run_session(graph, FileSource(config.data), folder, config, show)

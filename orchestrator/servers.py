@@ -38,6 +38,10 @@ class ServerChoice:
     # What serves the run's model, as the user names it (--server-id): in place of the root
     # the servers report, for the nodes on the run's own servers.
     server_id: str | None = None
+    # Servers a node's own `base_url` may name besides the run's (--allow-server); None: any
+    # (--trust). A `params.X` the user gave (`given_params`) is the user's word too.
+    allowed: tuple[str, ...] | None = ()
+    given_params: frozenset[str] = frozenset()
 
 
 PARAM_PREFIX = "params."
@@ -90,6 +94,20 @@ def node_urls(want: str | Sequence[str] | None, choice: ServerChoice, node: str)
     return server_urls([from_params(w, choice.params, node, "base_url") or "" for w in written])
 
 
+def _refused_urls(want: EndpointWant, urls: Sequence[str], choice: ServerChoice) -> list[str]:
+    """The URLs of a node's own `base_url` the user did not name: a graph file is someone
+    else's, and the user's key must go only to servers the user chose."""
+    if choice.allowed is None or want.base_url is None:
+        return []
+    written = [want.base_url] if isinstance(want.base_url, str) else list(want.base_url)
+    named = {u.rstrip("/") for u in (*server_urls(choice.base_url), *choice.allowed)}
+    for value in written:
+        param = value.removeprefix(PARAM_PREFIX)
+        if value.startswith(PARAM_PREFIX) and param in choice.given_params:
+            named.add(str(choice.params[param]).rstrip("/"))
+    return [url for url in urls if url.rstrip("/") not in named]
+
+
 def first_answering(urls: Sequence[str], served_by: dict[str, list[ServedModel]]) -> str:
     """The first of a server's URLs that listed its models at start."""
     return next(url for url in urls if url in served_by)
@@ -130,11 +148,34 @@ async def prepare_endpoints(
     down: dict[str, ServerError] = {}  # replicas that did not answer at start
     started_without: set[str] = set()
     run_urls = server_urls(choice.base_url)
+    wants: list[tuple[str, EndpointWant, tuple[str, ...]]] = []
+    talks_to: dict[str, list[str]] = {}
     for name, cn in graph.nodes.items():
         want = cn.kind.endpoint_want(cn.spec)
         if want is None:
             continue
         urls = node_urls(want.base_url, choice, name)
+        refused = _refused_urls(want, urls, choice)
+        if refused:
+            raise ConfigurationError(
+                f"node '{name}': its base_url names {', '.join(refused)}, a server the graph "
+                "chose and you did not; nothing (and no API key) is sent to it. Allow it with "
+                f"--allow-server {refused[0]} (allow_servers=[...] in Python), or run with "
+                "--trust if you trust this graph"
+            )
+        wants.append((name, want, urls))
+        for url in urls:
+            talks_to.setdefault(url, []).append(name)
+    if talks_to:
+        # Shown (INFO) when the graph names servers of its own; a run that talks only to the
+        # servers given with it has nothing new to say.
+        own = any(want.base_url is not None for _, want, _ in wants)
+        log.log(
+            logging.INFO if own else logging.DEBUG,
+            "Servers this run talks to: %s",
+            "; ".join(f"{url} (nodes {', '.join(nodes)})" for url, nodes in talks_to.items()),
+        )
+    for name, want, urls in wants:
         api_key = node_api_key(want, choice)
         for url in urls:
             if url not in served_by and url not in down:

@@ -75,6 +75,10 @@ class RunSettings:
     workers: Workers = 1
     executor: Executor = "local"
     ray_address: str | None = None
+    # Servers a node's own `base_url` may name besides the run's (--allow-server), or all of
+    # them (--trust): the user's key goes only where the user said.
+    allow_servers: tuple[str, ...] = ()
+    trust_servers: bool = False
     # Seams for tests and other providers: None is the OpenAI SDK and the default policy.
     transport: Transport | None = field(default=None, repr=False)
     retry: RetryPolicy | None = field(default=None, repr=False)
@@ -96,6 +100,7 @@ async def run_session(
 ) -> SessionOutcome:
     """Run `graph` over `source` into `store`; with a console, draw a progress bar."""
     # A misspelt or missing param is refused before the folder or a server is touched.
+    given = frozenset(settings.params)  # the user's own: a server one names is the user's
     settings = replace(settings, params=effective_params(graph, settings.params))
     static_key = RunKey.from_components(
         static_components(graph, settings.params, source.fingerprint())
@@ -106,7 +111,7 @@ async def run_session(
             log.warning("%s: %s.", store.describe(), took_over)
         # Graph, templates, params and data are compared before any server is asked.
         store.check_key(static_key, static_only=True)
-        return await _run_locked(graph, source, store, settings, static_key, console)
+        return await _run_locked(graph, source, store, settings, static_key, console, given)
     finally:
         store.release()
 
@@ -125,6 +130,7 @@ async def _run_locked(
     settings: RunSettings,
     static_key: RunKey,
     console: Console | None,
+    given_params: frozenset[str],
 ) -> SessionOutcome:
     stats = RunStats()
     cache = _open_cache(settings)
@@ -148,6 +154,8 @@ async def _run_locked(
         settings.structured,
         settings.params,
         settings.server_id,
+        allowed=None if settings.trust_servers else settings.allow_servers,
+        given_params=given_params,
     )
     try:
         endpoints, servers = await prepare_endpoints(graph, client, choice)

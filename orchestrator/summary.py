@@ -123,7 +123,11 @@ def _same_examples(run_graph: CompiledGraph, new_graph: CompiledGraph) -> list[s
 
 
 def summarize(
-    folder: Path | str, graph: Path | str | None = None, out: Path | str | None = None
+    folder: Path | str,
+    graph: Path | str | None = None,
+    out: Path | str | None = None,
+    *,
+    trust: bool = False,
 ) -> dict[str, Any]:
     """Recompute a finished run's aggregates from its result lines, with no request.
 
@@ -131,6 +135,7 @@ def summarize(
     kept); anything else in it must be as the run had it, or the results would not be its.
     The summary replaces the folder's summary.json, or is written to `out` (then nothing
     in the folder is written, so a read-only folder can be summarized).
+    `trust=True` lets either import its own modules (see `load_graph`).
     """
     from .compile import compile_graph
     from .errors import DamagedRunFile, RunFolderError
@@ -142,8 +147,8 @@ def summarize(
     snapshot = reader.snapshot_graph
     if snapshot is None:
         raise RunFolderError(f"{reader.path} has no graph snapshot (made before layout 2)")
-    ran = compile_graph(snapshot, prompts_dir=reader.snapshot_prompts)
-    new = ran if graph is None else compile_graph(graph)
+    ran = compile_graph(snapshot, prompts_dir=reader.snapshot_prompts, trust=trust)
+    new = ran if graph is None else compile_graph(graph, trust=trust)
     changed = _same_examples(ran, new)
     if changed:
         raise RunFolderError(

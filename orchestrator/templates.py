@@ -29,7 +29,7 @@ from .loaders import (
     SealedLoader,
     TextPromptLoader,
 )
-from .sandbox import Sandbox, refuse_unsafe, unfoldable
+from .sandbox import BoundedNamespace, Sandbox, refuse_unsafe, render_bounded, unfoldable
 
 # Names a template or expression may use without anything in the graph providing them.
 BUILTIN_NAMES = frozenset(
@@ -78,6 +78,7 @@ def make_environment(
     env.globals["enumerate"] = enumerate
     env.globals["zip"] = zip
     env.globals["len"] = len
+    env.globals["namespace"] = BoundedNamespace
     env.filters = {name: unfoldable(f) for name, f in env.filters.items()}
     env.tests = {name: unfoldable(f) for name, f in env.tests.items()}
     return env
@@ -158,9 +159,9 @@ class Prompt:
 
     def render(self, context: dict[str, Any]) -> str:
         if self.names:
-            return self.template.render(context)
+            return render_bounded(self.template, context)
         if self._fixed is None:
-            self._fixed = self.template.render()
+            self._fixed = render_bounded(self.template)
         return self._fixed
 
 

@@ -329,10 +329,17 @@ def test_jury2_two_models_label_and_agreement(tmp_path: Path) -> None:
         FakeServer(judge(score_b, model_b), model=model_b) as second,
     ):
         spec["nodes"]["judge_b"]["base_url"] = second.base_url
-        spec["prompts"] = str(ROOT / "prompts")
         graph = tmp_path / "jury2.yaml"
         graph.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-        run = run_cli(graph, ROOT / "examples/jury2.jsonl", tmp_path / "run", first.base_url)
+        # The copy is outside the shipped tree: its prompts folder and judge_b's server are
+        # the user's to name (docs/RELIABILITY.md, threat model).
+        run = run_cli(
+            graph,
+            ROOT / "examples/jury2.jsonl",
+            tmp_path / "run",
+            first.base_url,
+            *("--prompts", str(ROOT / "prompts"), "--allow-server", second.base_url),
+        )
         assert not first.errors and not second.errors
         assert any("score" in schema_props(b) for b in first.requests)
         assert any("score" in schema_props(b) for b in second.requests)

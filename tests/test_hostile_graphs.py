@@ -115,6 +115,26 @@ outputs: {score: judge.score}
 """
 
 
+# Importing it would leave a mark: a refused module must never have been imported.
+BESIDE_MODULE = """
+import pathlib
+
+pathlib.Path(__file__).with_suffix(".imported").write_text("imported")
+
+
+def run(v):
+    return v
+"""
+
+
+def outside_prompts(root: Path) -> Path:
+    """A prompts folder next to (not inside) the graph's folder, holding judge.jinja."""
+    folder = root.parent / "outside"
+    folder.mkdir(exist_ok=True)
+    (folder / "judge.jinja").write_text(JUDGE_TEMPLATE, encoding="utf-8")
+    return folder
+
+
 @dataclass(frozen=True)
 class Case:
     """One broken graph and where its problem must be reported."""
@@ -297,6 +317,58 @@ CASES: list[Case] = [
         node="f",
         field="function",
         says="cannot load",
+    ),
+    # --- what an untrusted graph may not reach (docs/RELIABILITY.md, threat model) ---------
+    Case(
+        "function os:system",
+        with_nodes(f={"kind": "compute", "function": "os:system", "args": {"command": "text"}}),
+        node="f",
+        field="function",
+        says="--trust",
+        cli=True,
+    ),
+    Case(
+        "function builtins:eval",
+        with_nodes(f={"kind": "compute", "function": "builtins:eval", "args": {"source": "text"}}),
+        node="f",
+        field="function",
+        says="--trust",
+    ),
+    Case(
+        "function os.system (dotted)",
+        with_nodes(f={"kind": "compute", "function": "os.system", "args": {"command": "text"}}),
+        node="f",
+        field="function",
+        says="--trust",
+    ),
+    Case(
+        "function from a module beside the graph",
+        with_nodes(f={"kind": "compute", "function": "beside_hostile:run", "args": {"v": "text"}}),
+        node="f",
+        field="function",
+        says="--trust",
+        setup=lambda root: (root / "beside_hostile.py").write_text(BESIDE_MODULE),
+    ),
+    Case(
+        "prompts folder /etc",
+        graph_text(prompts="/etc", nodes={"judge": {**JUDGE, "prompt": "passwd"}}),
+        field="prompts",
+        says="outside the graph's folder",
+        cli=True,
+    ),
+    Case(
+        "prompts folder ../outside",
+        graph_text(prompts="../outside"),
+        field="prompts",
+        says="outside the graph's folder",
+        setup=lambda root: outside_prompts(root),
+    ),
+    Case(
+        "prompts folder that is a symlink to outside",
+        graph_text(prompts="linked"),
+        field="prompts",
+        says="outside the graph's folder",
+        setup=lambda root: (root / "linked").symlink_to(outside_prompts(root)),
     ),
     Case(
         "when does not parse",
@@ -587,6 +659,7 @@ def test_refused_at_compile_with_place(case: Case, tmp_path: Path) -> None:
         line = str(problem)
         assert "\n" not in line and line.startswith(f"{path}: ")
         assert len(line) < 1000, line[:200]
+    assert not list(tmp_path.rglob("*.imported"))  # refused without importing the module
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))

@@ -171,10 +171,10 @@ def test_user_function_source_is_part_of_the_key(tmp_path: Path, data: Path, mon
     }
     graph = write_graph(tmp_path / "g", spec, {**TEMPLATES, "rubric.jinja": RUBRIC})
     with FakeServer() as server:
-        run_graph(graph, data, tmp_path / "run", server.base_url)
+        run_graph(graph, data, tmp_path / "run", server.base_url, trust=True)
         module.write_text("def double(value):\n    return value * 3\n")
         with pytest.raises(RunFolderError, match="function myscore_identity:double changed"):
-            run_graph(graph, data, tmp_path / "run", server.base_url)
+            run_graph(graph, data, tmp_path / "run", server.base_url, trust=True)
 
 
 def test_settings_that_do_not_change_replies_still_resume(graph: Path, data: Path, tmp_path: Path):

@@ -227,6 +227,8 @@ def test_node_api_key_env_goes_to_its_own_server_and_nowhere_else(tmp_path: Path
         graph_path, data = write_case(tmp_path, graph)
         done = command(
             *run_args(graph_path, data, tmp_path, main.base_url, "--api-key", default_key),
+            "--allow-server",  # the graph names a server of its own: the user allows it
+            other.base_url,
             env={"JUDGE_TWO_KEY": node_key},
         )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -234,6 +236,38 @@ def test_node_api_key_env_goes_to_its_own_server_and_nowhere_else(tmp_path: Path
     assert {r["again"] for r in read_results(tmp_path / "run")} == {4}
     outputs = [done.stdout + done.stderr, *audit(tmp_path)]
     assert_no_leak([default_key, node_key], tmp_path, outputs)
+
+
+def _graph_with_its_own_server(url: str) -> dict[str, Any]:
+    """The judge, plus a node that names its own server and asks for the user's key."""
+    second = {"kind": "llm", "prompt": "other.jinja", "output": OUTPUT, "base_url": url}
+    second["api_key_env"] = "OPENAI_API_KEY"
+    return {
+        **GRAPH,
+        "nodes": {"judge": GRAPH["nodes"]["judge"], "second": second},
+        "outputs": {"score": "judge.score", "again": "second.score"},
+    }
+
+
+def test_graphs_own_server_gets_nothing_unless_the_user_allows_it(tmp_path: Path) -> None:
+    """Issue 24: a graph naming `base_url` + `api_key_env: OPENAI_API_KEY` sent the user's
+    key to the graph's server. Now nothing reaches that server until `--allow-server`."""
+    key = secret("user")
+    with KeyServer(scores) as mine, KeyServer(scores) as theirs:
+        graph_path, data = write_case(tmp_path, _graph_with_its_own_server(theirs.base_url))
+        args = run_args(graph_path, data, tmp_path, mine.base_url)
+        refused = command(*args, env={"OPENAI_API_KEY": key})
+        assert theirs.headers == [] and theirs.requests == []
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert f"--allow-server {theirs.base_url}" in refused.stderr, refused.stderr
+        assert "node 'second'" in refused.stderr
+        allowed = command(*args, "--allow-server", theirs.base_url, env={"OPENAI_API_KEY": key})
+        urls = (mine.base_url, theirs.base_url)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert theirs.keys_seen() == {key} and mine.keys_seen() == {key}
+    told = next(line for line in allowed.stderr.splitlines() if "Servers this run talks to" in line)
+    assert all(url in told for url in urls), told
+    assert_no_leak([key], tmp_path, [refused.stdout + refused.stderr])
 
 
 def test_node_api_key_env_on_the_same_server_sends_that_nodes_key(tmp_path: Path) -> None:

@@ -76,6 +76,7 @@ def test_module_beside_the_graph_is_found_from_any_folder(tmp_path: Path, entry:
             "--out",
             str(elsewhere / "run"),
             "--no-cache",
+            "--trust",  # its own module beside it: the user trusts the graph
         ],
         cwd=elsewhere,
         env=env,
@@ -90,7 +91,7 @@ def test_module_beside_the_graph_is_found_from_any_folder(tmp_path: Path, entry:
 
 def test_registered_options_reach_a_module_path_function(tmp_path: Path) -> None:
     folder = _project(tmp_path, "myjudges_api")
-    graph = orc.load_graph(folder / "graph.yaml")
+    graph = orc.load_graph(folder / "graph.yaml", trust=True)
     assert graph.nodes["thread"].function is not None
     assert graph.nodes["thread"].function.blocking is True
     assert graph.nodes["loud"].function is not None
@@ -104,5 +105,5 @@ def test_missing_module_names_where_it_looked(tmp_path: Path) -> None:
     folder = _project(tmp_path, "present")
     (folder / "graph.yaml").write_text(GRAPH.format(module="absent_module"))
     with pytest.raises(orc.GraphError) as error:
-        orc.load_graph(folder / "graph.yaml")
+        orc.load_graph(folder / "graph.yaml", trust=True)
     assert "absent_module" in str(error.value) and str(folder) in str(error.value)

@@ -407,11 +407,11 @@ def test_workers_see_the_environment_as_it_is_when_their_run_starts(
     graph.write_text(ENV_GRAPH.format(module=module))
     rows = [{"id": f"r{i}", "text": "t"} for i in range(6)]
     monkeypatch.setenv("ORCHESTRATOR_TEST_MARK", "first")
-    first = orc.run(graph, rows, workers=2)
+    first = orc.run(graph, rows, workers=2, trust=True)  # its module beside it
     monkeypatch.setenv("ORCHESTRATOR_TEST_MARK", "second")
-    second = orc.run(graph, rows, workers=2)
+    second = orc.run(graph, rows, workers=2, trust=True)
     monkeypatch.delenv("ORCHESTRATOR_TEST_MARK")
-    third = orc.run(graph, rows, workers=2)
+    third = orc.run(graph, rows, workers=2, trust=True)
     assert {line.outputs["mark"] for line in first.results} == {"first"}
     assert {line.outputs["mark"] for line in second.results} == {"second"}
     assert {line.outputs["mark"] for line in third.results} == {"unset"}

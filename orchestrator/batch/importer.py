@@ -152,7 +152,9 @@ def _answered_export(ids: list[str], exports: list[ExportFile]) -> ExportFile | 
     return None
 
 
-async def import_output(folder: BatchFolder, output: Path, partial: bool = False) -> ImportOutcome:
+async def import_output(
+    folder: BatchFolder, output: Path, partial: bool = False, *, trust: bool = False
+) -> ImportOutcome:
     """Check `output`, keep its replies, then run the folder's job once (see the module
     docstring). Raises BatchImportError, naming each line, before anything is kept."""
     job = folder.job()
@@ -182,7 +184,7 @@ async def import_output(folder: BatchFolder, output: Path, partial: bool = False
         replies.close()
     for skipped in checked.waiting:
         log.warning("skipped: %s", skipped)
-    state = await run_round(job, folder)
+    state = await run_round(job, folder, trust=trust)
     return ImportOutcome(
         output=output,
         answers=checked.answers,

@@ -55,10 +55,11 @@ class ExportOutcome(BaseModel):
 
 
 async def run_round(
-    job: BatchJob, folder: BatchFolder, store: RunStore | None = None
+    job: BatchJob, folder: BatchFolder, store: RunStore | None = None, *, trust: bool = False
 ) -> RoundOutcome:
-    """Run `job` once over the batch transport (into `store`, scratch memory by default)."""
-    graph = compile_graph(job.graph)
+    """Run `job` once over the batch transport (into `store`, scratch memory by default).
+    `trust` is the user's, given with each command, never kept in the folder."""
+    graph = compile_graph(job.graph, trust=trust)
     # The replies land in the response cache under what answered them, as a live call's.
     identity = job.identity()
     replies = folder.replies()
@@ -80,6 +81,7 @@ async def run_round(
         transport=transport,
         # An imported reply is final: asking again would get the same one.
         retry=RetryPolicy(retries=0),
+        trust_servers=trust,
     )
     scratch = store if store is not None else MemoryStore()
     try:
@@ -101,7 +103,11 @@ async def run_round(
 
 
 async def export_round(
-    folder: BatchFolder, job: BatchJob | None = None, out: Path | None = None
+    folder: BatchFolder,
+    job: BatchJob | None = None,
+    out: Path | None = None,
+    *,
+    trust: bool = False,
 ) -> ExportOutcome:
     """Write the next batch file: the requests the examples wait for now. `job` starts or
     changes the folder's job (else the saved one runs); with `out`, once nothing waits, the
@@ -110,11 +116,11 @@ async def export_round(
         job.identity()  # a job that cannot say what answers it is not saved
         folder.save_job(job)
     job = folder.job()
-    state = await run_round(job, folder)
+    state = await run_round(job, folder, trust=trust)
     if not state.frontier:
         written = None
         if out is not None:
-            final = await run_round(job, folder, RunFolder(out))
+            final = await run_round(job, folder, RunFolder(out), trust=trust)
             if final.frontier:  # only if the cache lost replies between the two runs
                 log.warning(
                     "%d requests had no reply when the run folder was written; export again",

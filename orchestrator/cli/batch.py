@@ -11,7 +11,7 @@ import typer
 
 from ..errors import GraphError, OrchestratorError
 from .app import app, console, fail
-from .run import GRAPH_HELP, _graph_path, _parse_params
+from .run import GRAPH_HELP, Trust, _graph_path, _parse_params
 
 if TYPE_CHECKING:
     from ..batch import RoundOutcome
@@ -67,6 +67,7 @@ def export_cmd(
     out: Annotated[
         Path | None, typer.Option(help="Run folder written once nothing is left to ask.")
     ] = None,
+    trust: Trust = False,
 ) -> None:
     """Write the requests the examples wait for now as a batch input file."""
     from ..batch import BatchFolder, BatchJob, export_round
@@ -96,7 +97,7 @@ def export_cmd(
             server_id=server_id,
         )
     try:
-        done = asyncio.run(export_round(BatchFolder(folder), job, out))
+        done = asyncio.run(export_round(BatchFolder(folder), job, out, trust=trust))
     except GraphError as exc:
         fail(
             f"{exc.problems[0]}"
@@ -156,6 +157,7 @@ def import_cmd(
             help="For a folder whose job names no weights: their name.", show_default=False
         ),
     ] = None,
+    trust: Trust = False,
 ) -> None:
     """Load a batch runner's replies; the graph then runs on to the next frontier."""
     from ..batch import BatchFolder, import_output
@@ -164,7 +166,7 @@ def import_cmd(
     try:
         if server_root is not None or server_id is not None:
             where.name_weights(server_root, max_model_len, server_id)
-        done = asyncio.run(import_output(where, output, partial))
+        done = asyncio.run(import_output(where, output, partial, trust=trust))
     except OrchestratorError as exc:
         fail(str(exc))
     console.print(

@@ -50,15 +50,26 @@ def _graph_path(graph: Path) -> Path:
 
 
 GRAPH_HELP = "Graph file (YAML), or the name of a shipped protocol (e.g. expert)."
+TRUST_HELP = (
+    "Trust the graph file: let it import its own Python (modules beside it, any "
+    "module:function), read templates outside its folder and talk to the servers it names."
+)
+PROMPTS_HELP = "Templates folder to use instead of the graph's `prompts:` (yours, so anywhere)."
+Trust = Annotated[bool, typer.Option("--trust", help=TRUST_HELP)]
+Prompts = Annotated[Path | None, typer.Option("--prompts", metavar="DIR", help=PROMPTS_HELP)]
 
 
 @app.command()
-def validate(graph: Annotated[Path, typer.Argument(help=GRAPH_HELP)]) -> None:
+def validate(
+    graph: Annotated[Path, typer.Argument(help=GRAPH_HELP)],
+    trust: Trust = False,
+    prompts: Prompts = None,
+) -> None:
     """Check a graph file without sending a request; exit 1 listing every problem."""
     from ..compile import compile_graph
 
     try:
-        compiled = compile_graph(_graph_path(graph))
+        compiled = compile_graph(_graph_path(graph), prompts_dir=prompts, trust=trust)
     except GraphError as exc:
         for problem in exc.problems:
             err.print(f"[red]✗[/] {escape(str(problem))}", soft_wrap=True)
@@ -155,6 +166,16 @@ def run(
             "(this node's cluster) or a cluster address. Needs orchestrator[scale].",
         ),
     ] = None,
+    trust: Trust = False,
+    prompts: Prompts = None,
+    allow_server: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="URL",
+            help="A server a node's own base_url may name (repeatable); without it such a "
+            "node is refused and gets no request and no key.",
+        ),
+    ] = None,
 ) -> None:
     """Run a graph over a dataset into a run folder; re-running the same command resumes."""
     if structured not in ("auto", "server", "prompt"):
@@ -171,7 +192,7 @@ def run(
     from ..api import UNUSED_BASE_URL
 
     graph = _graph_path(graph)
-    compiled = _compile_or_exit(graph)
+    compiled = _compile_or_exit(graph, trust=trust, prompts=prompts)
     server = None
     embedded_default = base_url is None
     urls: str | list[str] | None = base_url or None
@@ -197,6 +218,7 @@ def run(
             params=_parse_params(param or []),
             timeout=timeout or (EMBEDDED_TIMEOUT if embedded_default else 120.0),
             server_wait=server_wait,
+            allow_servers=tuple(allow_server or ()),
             **scale,
         )
     finally:
@@ -233,11 +255,13 @@ def _print_aggregate_errors(summary: dict[str, Any]) -> bool:
     return bool(errors)
 
 
-def _compile_or_exit(graph: Path) -> CompiledGraph:
+def _compile_or_exit(
+    graph: Path, *, trust: bool = False, prompts: Path | None = None
+) -> CompiledGraph:
     from ..compile import compile_graph
 
     try:
-        return compile_graph(graph)
+        return compile_graph(graph, prompts_dir=prompts, trust=trust)
     except GraphError as exc:
         for problem in exc.problems:
             err.print(f"[red]✗[/] {escape(str(problem))}", soft_wrap=True)
@@ -470,14 +494,15 @@ def summarize(
         Path | None,
         typer.Option(help="Write the summary to this file, not RUN_DIR/summary.json."),
     ] = None,
+    trust: Trust = False,
 ) -> None:
     """Recompute a run's aggregates (summary.json) from its results, with no LLM request."""
     from ..summary import SUMMARY_FIELDS, summarize
 
     if graph is not None:
-        _compile_or_exit(graph)  # every problem listed, as `validate` does
+        _compile_or_exit(graph, trust=trust)  # every problem listed, as `validate` does
     try:
-        summary = summarize(run_dir, graph, out)
+        summary = summarize(run_dir, graph, out, trust=trust)
     except RunFolderError as exc:
         fail(str(exc))
     except OSError as exc:

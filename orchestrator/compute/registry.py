@@ -1,14 +1,18 @@
 """The registry of compute functions a graph file may name.
 
-Built-ins register themselves by name; a graph may also name ``package.module:function``
-(or ``package.module.function``) for code the user installed. Functions are plain Python:
-keyword arguments in, a JSON-serialisable value out.
+Built-ins register themselves by name; so do the user's own functions (`register("name")`
+run by the user's code) and installed packages, through the `orchestrator.functions`
+entry-point group. Only a trusted graph may also name any ``package.module:function`` (or
+``package.module.function``), a module beside it included: importing runs code, and a graph
+file is data written by someone else. Functions are plain Python: keyword arguments in, a
+JSON-serialisable value out.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import pkgutil
@@ -32,6 +36,9 @@ class ComputeFunction:
     blocking: bool = False  # heavy work: run in a thread so the event loop stays free
     requires: tuple[str, ...] = field(default=())  # importable modules it needs
     extra: str | None = None  # the install extra that provides `requires`
+    # Arguments naming a file whose loading can run code (a pickle): in a graph not trusted,
+    # only the user may give them (see kinds/compute.check_arguments).
+    loads_code: tuple[str, ...] = field(default=())
 
     @property
     def wants_runtime(self) -> bool:
@@ -118,6 +125,7 @@ class _Options:
     blocking: bool
     requires: tuple[str, ...]
     extra: str | None
+    loads_code: tuple[str, ...] = ()
 
 
 _OPTIONS = "__orchestrator_options__"  # where `register` leaves a function's options
@@ -129,16 +137,18 @@ def register(
     blocking: bool = False,
     requires: tuple[str, ...] = (),
     extra: str | None = None,
+    loads_code: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for compute functions. `blocking=True` runs the function in a worker
     thread so a slow one does not stall every other request; `name` also makes it
-    available to graph files by that name (once its module is imported)."""
+    available to graph files by that name (once its module is imported). `loads_code`
+    names arguments that point at a file whose loading can run code (a pickle)."""
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         # Kept on the function, so a graph naming it as module:function gets the options too.
-        setattr(fn, _OPTIONS, _Options(blocking, requires, extra))
+        setattr(fn, _OPTIONS, _Options(blocking, requires, extra, loads_code))
         if name is not None:
-            _REGISTRY[name] = ComputeFunction(name, fn, blocking, requires, extra)
+            _REGISTRY[name] = ComputeFunction(name, fn, blocking, requires, extra, loads_code)
         return fn
 
     return wrap
@@ -153,8 +163,26 @@ def _load_builtins() -> None:
             importlib.import_module(f"orchestrator.compute.{info.name}")
 
 
-def resolve(name: str, near: Path | None = None) -> ComputeFunction:
-    """Find a function by registered name or module path; raise LookupError with a hint.
+ENTRY_POINT_GROUP = "orchestrator.functions"
+
+
+class UntrustedFunction(LookupError):
+    """A module path an untrusted graph may not import."""
+
+
+def _entry_point(name: str, module_name: str, attr: str) -> importlib.metadata.EntryPoint | None:
+    """The `orchestrator.functions` entry point of an installed package that registers
+    `name`, by its entry-point name or by the module:function it points at."""
+    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if point.name == name or (module_name and point.value == f"{module_name}:{attr}"):
+            return point
+    return None
+
+
+def resolve(name: str, near: Path | None = None, *, trusted: bool = False) -> ComputeFunction:
+    """Find a function by registered name, entry point or (trusted only) module path; raise
+    LookupError with a hint (UntrustedFunction for a module path an untrusted graph names,
+    before anything is imported).
 
     A module path is imported from `near` (the graph file's folder) first, then the
     working directory, then the installed packages: the same for `orchestrator` and
@@ -165,15 +193,29 @@ def resolve(name: str, near: Path | None = None) -> ComputeFunction:
     module_name, sep, attr = name.partition(":")
     if not sep:
         module_name, _, attr = name.rpartition(".")
-    if not module_name:
+    point = _entry_point(name, module_name, attr)
+    if point is not None:
+        module_name, _, attr = point.value.partition(":")
+    elif not module_name:
         close = difflib.get_close_matches(name, names(), n=3)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise LookupError(
             f"unknown compute function '{name}': {hint}`orchestrator functions` lists the "
             "built-ins; a function of your own is named module:function"
         )
+    elif not trusted:
+        raise UntrustedFunction(
+            f"cannot load function '{name}': a graph file may call only built-in functions "
+            f'and those registered with orchestrator (`orchestrator.register("NAME")` in '
+            f"your code, or an installed package's `{ENTRY_POINT_GROUP}` entry point); "
+            "importing module "
+            f"'{module_name}' would run its code. If you trust this graph and its folder, "
+            "run it with --trust (trust=True in Python)"
+        )
     try:
-        module = _import_near(module_name, near)
+        # An installed package's function comes from the installed package, never from a
+        # file of the same name beside the graph.
+        module = importlib.import_module(module_name) if point else _import_near(module_name, near)
     except ImportError as exc:
         where = f" (looked beside the graph in {near} too)" if near is not None else ""
         raise LookupError(
@@ -184,7 +226,9 @@ def resolve(name: str, near: Path | None = None) -> ComputeFunction:
         raise LookupError(f"module '{module_name}' has no function '{attr}'")
     options = getattr(fn, _OPTIONS, None)
     if isinstance(options, _Options):
-        return ComputeFunction(name, fn, options.blocking, options.requires, options.extra)
+        return ComputeFunction(
+            name, fn, options.blocking, options.requires, options.extra, options.loads_code
+        )
     return ComputeFunction(name, fn)
 
 

@@ -15,7 +15,7 @@ from ..errors import NodeError
 from ..graph import CompiledNode
 from ..outage import ServerGone
 from ..spec import NodeBase
-from ..templates import Expression
+from ..templates import Expression, plain_path
 from ..trace import NodeRecord
 from .base import NodeKind, RunServices, evaluate
 
@@ -114,11 +114,11 @@ def resolve_function(
 ) -> ComputeFunction | None:
     """The function `fname` names, or None with the problem reported (a node's or an
     aggregate's); a placeholder when the graph is compiled without its functions. A module
-    path is looked for beside the graph file first."""
+    path (trusted graphs only) is looked for beside the graph file first."""
     if not ck.functions:
         return ComputeFunction(fname, _not_loaded)
     try:
-        function = resolve(fname, near=ck.path.parent)
+        function = resolve(fname, near=ck.path.parent, trusted=ck.trusted)
     except LookupError as exc:
         ck.problem(str(exc), node, field)
         return None
@@ -152,6 +152,20 @@ def check_arguments(
     literals = {k: v for k, v in args.items() if not isinstance(v, Expression)}
     for arg, message in function.argument_problems(literals, set(args)).items():
         ck.problem(message, node, f"{where}.{arg}" if arg in args else where)
+    for arg in function.loads_code if not ck.trusted else ():
+        value = args.get(arg)
+        path = plain_path(value.source) if isinstance(value, Expression) else None
+        if arg in args and not (
+            path and len(path) == 2 and path[0] == "params" and path[1] in ck.spec.required_params
+        ):
+            # A graph pointing this at a pickle of its own would run that pickle's code.
+            ck.problem(
+                f"'{function.name}' loads '{arg}' by unpickling, which can run code: in a graph "
+                "you do not trust it must be `params.NAME` with NAME under required_params, so "
+                "only you give it (--param NAME=...); or run with --trust",
+                node,
+                f"{where}.{arg}",
+            )
 
 
 def _not_loaded(**_: Any) -> Any:

@@ -86,11 +86,12 @@ def load_graph(manifest: Manifest, run: RunReader, seen_nodes: Iterable[str]) ->
         return GraphInfo(fallback, [], note=missing)
     try:
         # The snapshot is the graph as the run used it: drawn without the user's functions,
-        # which need not be installed where the folder is read.
+        # which need not be installed where the folder is read (and a drawing never runs a
+        # graph's code, whoever wrote the folder).
         graph = (
             compile_graph(path, prompts_dir=run.snapshot_prompts, functions=False)
             if snapshot
-            else compile_graph(path)
+            else compile_graph(path, functions=False)
         )
     except (GraphError, OSError, ValueError) as exc:
         broken = f"graph file {path} no longer compiles ({str(exc).splitlines()[0]}): no edges"

@@ -42,6 +42,7 @@ class GraphRecipe(BaseModel):
     path: Path
     label: str
     content_hash: str
+    trusted: bool = False  # the user's trust goes with the graph (its own modules import)
 
     @classmethod
     def of(cls, graph: CompiledGraph) -> GraphRecipe:
@@ -51,12 +52,15 @@ class GraphRecipe(BaseModel):
             path=graph.path,
             label=graph.label,
             content_hash=graph.content_hash,
+            trusted=graph.trusted,
         )
 
     def compile(self) -> CompiledGraph:
         """The graph again; WorkerFailed if it hashes differently (a worker must never run
         a graph the run key does not name)."""
-        graph = compile_source(self.source, self.templates, path=self.path, label=self.label)
+        graph = compile_source(
+            self.source, self.templates, path=self.path, label=self.label, trust=self.trusted
+        )
         if graph.content_hash != self.content_hash:
             raise WorkerFailed(
                 f"the graph {self.label} compiled to hash {graph.content_hash} in a worker but "
