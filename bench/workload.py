@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import sqlite3
 import sys
 import time
@@ -71,7 +72,9 @@ def write_judge_graph(folder: Path) -> Path:
     """graphs/pointwise.yaml cut down to its one LLM node (same prompts, schema, sampling)."""
     spec = yaml.safe_load((ROOT / "graphs" / "pointwise.yaml").read_text())
     spec["name"] = "pointwise-judge"
-    spec["prompts"] = str(ROOT / "prompts")
+    # Its own copy of the templates beside it: a graph reads prompts only from its folder.
+    shutil.copytree(ROOT / "prompts", folder / "prompts", dirs_exist_ok=True)
+    spec["prompts"] = "prompts"
     spec["nodes"] = {"judge": spec["nodes"]["judge"]}
     spec["outputs"] = {"content": "judge.content", "style": "judge.style"}
     path = folder / "judge.yaml"

@@ -115,7 +115,9 @@ def catalog_markdown() -> str:
         "",
         "  The graph then names it `my_score` (or `my_package.scores:my_score`, the entry "
         "point's value). `register(blocking=True, requires=..., extra=...)` on the function "
-        "still sets its options.",
+        'still sets its options; `reads_files=("model_dir",)` names the arguments that '
+        "point at a file or folder the function reads, which a graph you do not trust may "
+        "only take from a param you give (`--param`), never choose itself.",
         "",
         "A graph you trust may name any `module:function`, a module beside the graph file "
         "first: run it with `--trust` (`trust=True` in Python). See graph-format.md.",

@@ -307,6 +307,41 @@ def test_pickle_path_comes_only_from_the_user() -> None:
     assert orc.graph_from_dict(spec("params.model_dir", required_params=["model_dir"]))
 
 
+FILE_ARGUMENTS = [
+    ("distilled_score", {"text": "text"}, "model_dir"),
+    ("embedding_similarity", {"reference": "text", "candidate": "text"}, "model_path"),
+    ("meteor", {"reference": "text", "candidate": "text"}, "wordnet_dir"),
+    ("ensemble_votes", {"votes": "{}", "sets": "{}"}, "calibration"),
+]
+
+
+@pytest.mark.parametrize(("function", "args", "arg"), FILE_ARGUMENTS)
+def test_a_graph_does_not_choose_which_file_a_function_reads(
+    function: str, args: dict[str, Any], arg: str
+) -> None:
+    """A built-in that reads a file or folder (a pickle, a model folder whose modules.json
+    names classes to import, WordNet, a calibration JSON whose numbers land in the outputs)
+    takes that path only from the user: a graph naming /etc/passwd there, directly or as its
+    own param default, is refused; a param the graph leaves empty is the user's to give."""
+
+    def spec(value: str, **top: Any) -> dict[str, Any]:
+        return {**compute_spec(function, {**args, arg: value}), **top}
+
+    for refused in (
+        spec("'/etc/passwd'"),
+        spec("params.where", params={"where": "/etc/passwd"}),
+        spec("text"),  # a row's field: whoever wrote the data would choose
+    ):
+        with pytest.raises(GraphError) as info:
+            orc.graph_from_dict(refused)
+        (problem,) = info.value.problems
+        assert (problem.node, problem.field) == ("f", f"args.{arg}")
+        assert "--param" in problem.message and "--trust" in problem.message
+        assert orc.graph_from_dict(refused, trust=True).nodes["f"]
+    assert orc.graph_from_dict(spec("params.where", params={"where": None})).nodes["f"]
+    assert orc.graph_from_dict(spec("params.where", required_params=["where"])).nodes["f"]
+
+
 def test_render_limits_are_the_documented_ones() -> None:
     from orchestrator.sandbox import MAX_MACRO_DEPTH, MAX_RENDER_CHARS, RENDER_SECONDS
 

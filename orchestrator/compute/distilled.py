@@ -15,7 +15,7 @@ from .registry import register
     blocking=True,
     requires=("sentence_transformers", "sklearn", "joblib"),
     extra=METRICS_EXTRA,
-    loads_code=("model_dir",),  # scorer.joblib is a pickle
+    reads_files=("model_dir",),  # scorer.joblib is a pickle
 )
 def distilled_score(text: str, model_dir: str, context: str | None = None) -> dict[str, Any]:
     """Score one text with a scorer trained by `orchestrator distill` (no LLM call)."""

@@ -244,7 +244,13 @@ def _tokens(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
-@register("meteor", blocking=True, requires=("nltk",), extra=METRICS_EXTRA)
+@register(
+    "meteor",
+    blocking=True,
+    requires=("nltk",),
+    extra=METRICS_EXTRA,
+    reads_files=("wordnet_dir",),
+)
 def meteor(reference: str, candidate: str, wordnet_dir: str | None = None) -> dict[str, Any]:
     """METEOR (NLTK, 0-1) when a local WordNet exists; otherwise says it is unavailable.
 
@@ -270,6 +276,8 @@ def meteor(reference: str, candidate: str, wordnet_dir: str | None = None) -> di
     blocking=True,
     requires=("sentence_transformers",),
     extra=METRICS_EXTRA,
+    # A model folder's modules.json names Python classes to import.
+    reads_files=("model_path",),
 )
 def embedding_similarity(
     reference: str, candidate: str, model_path: str | None = None

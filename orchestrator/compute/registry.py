@@ -36,9 +36,10 @@ class ComputeFunction:
     blocking: bool = False  # heavy work: run in a thread so the event loop stays free
     requires: tuple[str, ...] = field(default=())  # importable modules it needs
     extra: str | None = None  # the install extra that provides `requires`
-    # Arguments naming a file whose loading can run code (a pickle): in a graph not trusted,
-    # only the user may give them (see kinds/compute.check_arguments).
-    loads_code: tuple[str, ...] = field(default=())
+    # Arguments naming a file or folder the function reads (a pickle, a model folder, a
+    # calibration file): in a graph not trusted, only the user may give them, since a graph
+    # choosing them could read the user's files or load code (kinds/compute.check_arguments).
+    reads_files: tuple[str, ...] = field(default=())
 
     @property
     def wants_runtime(self) -> bool:
@@ -125,7 +126,7 @@ class _Options:
     blocking: bool
     requires: tuple[str, ...]
     extra: str | None
-    loads_code: tuple[str, ...] = ()
+    reads_files: tuple[str, ...] = ()
 
 
 _OPTIONS = "__orchestrator_options__"  # where `register` leaves a function's options
@@ -137,18 +138,19 @@ def register(
     blocking: bool = False,
     requires: tuple[str, ...] = (),
     extra: str | None = None,
-    loads_code: tuple[str, ...] = (),
+    reads_files: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for compute functions. `blocking=True` runs the function in a worker
     thread so a slow one does not stall every other request; `name` also makes it
-    available to graph files by that name (once its module is imported). `loads_code`
-    names arguments that point at a file whose loading can run code (a pickle)."""
+    available to graph files by that name (once its module is imported). `reads_files`
+    names arguments that point at a file or folder the function reads: a graph file from
+    someone else may not choose them (only the user, through a param)."""
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         # Kept on the function, so a graph naming it as module:function gets the options too.
-        setattr(fn, _OPTIONS, _Options(blocking, requires, extra, loads_code))
+        setattr(fn, _OPTIONS, _Options(blocking, requires, extra, reads_files))
         if name is not None:
-            _REGISTRY[name] = ComputeFunction(name, fn, blocking, requires, extra, loads_code)
+            _REGISTRY[name] = ComputeFunction(name, fn, blocking, requires, extra, reads_files)
         return fn
 
     return wrap
@@ -227,7 +229,7 @@ def resolve(name: str, near: Path | None = None, *, trusted: bool = False) -> Co
     options = getattr(fn, _OPTIONS, None)
     if isinstance(options, _Options):
         return ComputeFunction(
-            name, fn, options.blocking, options.requires, options.extra, options.loads_code
+            name, fn, options.blocking, options.requires, options.extra, options.reads_files
         )
     return ComputeFunction(name, fn)
 

@@ -292,7 +292,7 @@ def _stacked(
     return out, info
 
 
-@register("ensemble_votes")
+@register("ensemble_votes", reads_files=("calibration",))
 def ensemble_votes(
     votes: Mapping[str, Vote],
     sets: Mapping[str, Sequence[str]],

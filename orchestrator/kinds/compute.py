@@ -152,17 +152,25 @@ def check_arguments(
     literals = {k: v for k, v in args.items() if not isinstance(v, Expression)}
     for arg, message in function.argument_problems(literals, set(args)).items():
         ck.problem(message, node, f"{where}.{arg}" if arg in args else where)
-    for arg in function.loads_code if not ck.trusted else ():
-        value = args.get(arg)
+    for arg in function.reads_files if not ck.trusted else ():
+        if arg not in args:
+            continue
+        value = args[arg]
         path = plain_path(value.source) if isinstance(value, Expression) else None
-        if arg in args and not (
-            path and len(path) == 2 and path[0] == "params" and path[1] in ck.spec.required_params
-        ):
-            # A graph pointing this at a pickle of its own would run that pickle's code.
+        user_only = (
+            path is not None
+            and len(path) == 2
+            and path[0] == "params"
+            and ck.params.get(path[1]) in (None, "")
+        )
+        if not user_only:
+            # A graph choosing this path could read any file of the user's into its outputs,
+            # or load code (a pickle, a model folder's custom modules).
             ck.problem(
-                f"'{function.name}' loads '{arg}' by unpickling, which can run code: in a graph "
-                "you do not trust it must be `params.NAME` with NAME under required_params, so "
-                "only you give it (--param NAME=...); or run with --trust",
+                f"'{function.name}' reads the file or folder '{arg}' names (a model, a pickle, "
+                "a calibration file; loading some runs code): in a graph you do not trust it "
+                "must be `params.NAME` with no value in the graph (under required_params, or "
+                "null), so only you give it (--param NAME=...); or run with --trust",
                 node,
                 f"{where}.{arg}",
             )
