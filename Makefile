@@ -51,7 +51,9 @@ FLOOR_TESTS := tests/test_engine.py tests/test_validation.py tests/test_faults.p
 	tests/test_transport.py tests/test_node_kinds.py tests/test_records.py \
 	tests/test_samples.py tests/test_single_flight.py tests/test_aggregates.py \
 	tests/test_params.py tests/test_authoring.py tests/test_failure_reasons.py \
-	tests/test_functions_doc.py tests/test_compare.py tests/test_reply.py tests/test_wire.py
+	tests/test_functions_doc.py tests/test_compare.py tests/test_reply.py tests/test_wire.py \
+	tests/test_trust.py tests/test_server_identity.py tests/test_damaged_folders.py \
+	tests/test_reply_size.py
 
 test-floors:
 	rm -rf $(FLOORS)
