@@ -86,7 +86,11 @@ def test_sibling_prompts_need_the_users_word(tmp_path: Path) -> None:
 
 def test_shipped_graphs_validate_untrusted() -> None:
     for path in sorted((ROOT / "graphs").glob("*.yaml")):
-        assert orc.load_graph(path).name, path
+        try:
+            assert orc.load_graph(path).name, path
+        except GraphError as exc:
+            # Without an optional extra (the floors' venv) a graph is refused for that alone.
+            assert all("not installed" in p.message for p in exc.problems), exc
 
 
 # --- functions -------------------------------------------------------------------------------
@@ -286,9 +290,20 @@ def test_graphs_server_param_is_allowed_only_by_the_user() -> None:
         assert transport.node_requests, allowed
 
 
+def skip_without_extras(function: str) -> None:
+    """Skip where the function's optional extra is missing (the floors' venv): the graph is
+    then refused for that too, and a trusted one cannot compile."""
+    from orchestrator.compute.registry import resolve
+
+    missing = resolve(function).missing()
+    if missing:
+        pytest.skip(f"{function} needs {', '.join(missing)}")
+
+
 def test_pickle_path_comes_only_from_the_user() -> None:
     """distilled_score unpickles `model_dir`/scorer.joblib: a graph naming a folder of its
     own (a literal, or a param it defaults) would run that pickle's code."""
+    skip_without_extras("distilled_score")
 
     def spec(model_dir: str, **top: Any) -> dict[str, Any]:
         args = {"text": "text", "model_dir": model_dir}
@@ -323,6 +338,8 @@ def test_a_graph_does_not_choose_which_file_a_function_reads(
     names classes to import, WordNet, a calibration JSON whose numbers land in the outputs)
     takes that path only from the user: a graph naming /etc/passwd there, directly or as its
     own param default, is refused; a param the graph leaves empty is the user's to give."""
+
+    skip_without_extras(function)
 
     def spec(value: str, **top: Any) -> dict[str, Any]:
         return {**compute_spec(function, {**args, arg: value}), **top}
