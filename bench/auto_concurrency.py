@@ -77,7 +77,7 @@ def main() -> None:
     server = None
     base_url = args.base_url
     if base_url is None:
-        from orchestrator import embedded
+        from orchestrator.local import server as embedded
 
         os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")  # POST /reset_prefix_cache
         server = embedded.start_server(port=PORT)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import orchestrator  # noqa: E402
-from orchestrator import distill as d  # noqa: E402
+from orchestrator.analysis import distill as d  # noqa: E402
 
 EXAMPLES = ROOT / "examples" / "perq_jury.jsonl"
 JURY = ROOT / "graphs" / "perq_jury.yaml"

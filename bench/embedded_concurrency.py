@@ -48,7 +48,7 @@ def main() -> None:
     server = None
     base_url = args.base_url
     if base_url is None:
-        from orchestrator import embedded
+        from orchestrator.local import server as embedded
 
         base_url = embedded.find_running()
         if base_url is None:

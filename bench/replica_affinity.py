@@ -30,7 +30,8 @@ from vllm_saturation import (
 )
 from workload import execute_timed
 
-from orchestrator import RunConfig, embedded
+from orchestrator import RunConfig
+from orchestrator.local import server as embedded
 
 ROOT = Path(__file__).resolve().parent.parent
 PORTS = (8792, 8793)

@@ -28,13 +28,13 @@ from pathlib import Path
 import orjson
 
 from orchestrator import compile_graph
-from orchestrator.dataset import file_hash
+from orchestrator.data.dataset import file_hash
 from orchestrator.report import build_report, make_server
 from orchestrator.report.browser import CHROMIUM
 from orchestrator.report.browser import CHROMIUM_ARGS as ARGS
-from orchestrator.runfolder import LAYOUT_VERSION, RunFolder
-from orchestrator.runkey import RunKey, static_components
-from orchestrator.trace import Attempt, NodeRecord, TraceStore
+from orchestrator.store.folder import LAYOUT_VERSION, RunFolder
+from orchestrator.store.runkey import RunKey, static_components
+from orchestrator.store.trace import Attempt, NodeRecord, TraceStore
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPH = ROOT / "graphs" / "pointwise.yaml"

@@ -215,9 +215,9 @@ def run_command(
 
 def rendered_requests(graph: Path, data: Path) -> list[dict[str, Any]]:
     """The chat requests our run sends for each row, rendered here so the bare loop need not."""
-    from orchestrator.compile import compile_graph
-    from orchestrator.dataset import read_rows
-    from orchestrator.schemas import json_schema
+    from orchestrator.data.dataset import read_rows
+    from orchestrator.graph.compile import compile_graph
+    from orchestrator.graph.schemas import json_schema
 
     compiled = compile_graph(graph)
     judge = compiled.nodes["judge"]
@@ -264,7 +264,7 @@ def run_bare(
     import orjson
     from openai.types.chat import ChatCompletion
 
-    from orchestrator.client import make_http_client
+    from orchestrator.calls.client import make_http_client
 
     async def main() -> float:
         http = make_http_client(concurrency, 600.0) if aiohttp else None

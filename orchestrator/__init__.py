@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Graph": ".api",
-    "RunResult": ".api",
-    "arun": ".api",
-    "graph_from_dict": ".api",
-    "load_graph": ".api",
-    "run": ".api",
+    "Graph": ".api.run",
+    "RunResult": ".api.run",
+    "arun": ".api.run",
+    "graph_from_dict": ".api.run",
+    "load_graph": ".api.run",
+    "run": ".api.run",
     "compare": ".analysis.compare",
     "export": ".analysis.export",
     "node_runs_frame": ".analysis.export",
@@ -30,8 +30,8 @@ _EXPORTS = {
     "FakeTransport": ".calls.fake",
     "RetryPolicy": ".calls.retry",
     "Transport": ".calls.transport",
-    "CompiledGraph": ".compile",
-    "compile_graph": ".compile",
+    "CompiledGraph": ".graph.compile",
+    "compile_graph": ".graph.compile",
     "register": ".compute.registry",
     "ConfigurationError": ".errors",
     "DamagedRunFile": ".errors",
@@ -45,20 +45,20 @@ _EXPORTS = {
     "ServerUnavailable": ".errors",
     "NodeKind": ".kinds",
     "register_kind": ".kinds",
-    "ServerGone": ".outage",
-    "Attempt": ".records",
-    "Manifest": ".records",
-    "NodeRun": ".records",
-    "ResultLine": ".records",
-    "Summary": ".records",
-    "RunReader": ".reader",
-    "RunConfig": ".runner",
-    "RunOutcome": ".runner",
-    "execute": ".runner",
-    "RowSource": ".sources",
-    "summarize": ".summary",
-    "MemoryStore": ".stores",
-    "RunStore": ".stores",
+    "ServerGone": ".calls.outage",
+    "Attempt": ".store.records",
+    "Manifest": ".store.records",
+    "NodeRun": ".store.records",
+    "ResultLine": ".store.records",
+    "Summary": ".store.records",
+    "RunReader": ".store.reader",
+    "RunConfig": ".session.runner",
+    "RunOutcome": ".session.runner",
+    "execute": ".session.runner",
+    "RowSource": ".data.sources",
+    "summarize": ".session.summary",
+    "MemoryStore": ".store.protocol",
+    "RunStore": ".store.protocol",
     "WorkerFailed": ".scale",
     "WorkerLost": ".scale",
 }
@@ -67,12 +67,13 @@ if TYPE_CHECKING:
     from .analysis.compare import compare
     from .analysis.export import export, node_runs_frame
     from .analysis.ratings import ratings_across_runs
-    from .api import Graph, RunResult, arun, graph_from_dict, load_graph, run
+    from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .calls.fake import FakeAnswer, FakeTransport
+    from .calls.outage import ServerGone
     from .calls.retry import RetryPolicy
     from .calls.transport import Transport
-    from .compile import CompiledGraph, compile_graph
     from .compute.registry import register
+    from .data.sources import RowSource
     from .errors import (
         ConfigurationError,
         DamagedRunFile,
@@ -85,15 +86,14 @@ if TYPE_CHECKING:
         RunKeyMismatch,
         ServerUnavailable,
     )
+    from .graph.compile import CompiledGraph, compile_graph
     from .kinds import NodeKind, register_kind
-    from .outage import ServerGone
-    from .reader import RunReader
-    from .records import Attempt, Manifest, NodeRun, ResultLine, Summary
-    from .runner import RunConfig, RunOutcome, execute
     from .scale import WorkerFailed, WorkerLost
-    from .sources import RowSource
-    from .stores import MemoryStore, RunStore
-    from .summary import summarize
+    from .session.runner import RunConfig, RunOutcome, execute
+    from .session.summary import summarize
+    from .store.protocol import MemoryStore, RunStore
+    from .store.reader import RunReader
+    from .store.records import Attempt, Manifest, NodeRun, ResultLine, Summary
 
 
 def __getattr__(name: str) -> Any:

@@ -222,7 +222,7 @@ def test_a_graph_of_compute_nodes_only_needs_no_server(
     OPENAI_BASE_URL is needed, and no embedded server is looked for. A graph with an LLM
     node and none of those still says where to find one."""
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    from orchestrator import embedded
+    from orchestrator.local import server as embedded
 
     looked: list[int] = []
     monkeypatch.setattr(embedded, "find_running", lambda port: looked.append(port))

@@ -39,9 +39,9 @@ from test_kill_resume import (
     wait_until,
 )
 
-from orchestrator import session
-from orchestrator.cache import ResponseCache
-from orchestrator.trace import NodeRecord, TraceStore
+from orchestrator.session import session
+from orchestrator.store.cache import ResponseCache
+from orchestrator.store.trace import NodeRecord, TraceStore
 
 pytestmark = pytest.mark.reliability
 

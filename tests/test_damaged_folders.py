@@ -330,7 +330,8 @@ def install_read_only_seam(monkeypatch: pytest.MonkeyPatch) -> None:
     EROFS."""
     import sqlite3
 
-    from orchestrator import reader, runlock
+    from orchestrator.store import lock as runlock
+    from orchestrator.store import reader
 
     real_connect = sqlite3.connect
     real_open = Path.open
@@ -418,7 +419,8 @@ def test_a_full_disk_leaves_the_manifest_saying_so(
     the manifest's tmp file from then on."""
     import sqlite3
 
-    from orchestrator import runfolder, trace
+    from orchestrator.store import folder as runfolder
+    from orchestrator.store import trace
 
     root = folder.parent
     out = tmp_path / "new"

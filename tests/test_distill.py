@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 import orchestrator
-from orchestrator import distill as d
-from orchestrator import embeddings
-from orchestrator.compute import distilled
+from orchestrator.analysis import distill as d
+from orchestrator.compute import distilled, embeddings
 
 ROOT = Path(__file__).resolve().parents[1]
 

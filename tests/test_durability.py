@@ -22,8 +22,8 @@ from helpers import (
     write_rows,
 )
 
-from orchestrator.cache import ResponseCache, cache_key
-from orchestrator.trace import NodeRecord, TraceStore
+from orchestrator.store.cache import ResponseCache, cache_key
+from orchestrator.store.trace import NodeRecord, TraceStore
 
 GRAPH = judge_graph(max_tokens=100)
 

@@ -1,4 +1,4 @@
-"""Checks of orchestrator.embedded that need no model and no running server."""
+"""Checks of orchestrator.local.server that need no model and no running server."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from fakeserver import FakeServer
 
-from orchestrator import embedded
-from orchestrator.embedded import EmbeddedServerError
+from orchestrator.local import server as embedded
+from orchestrator.local.server import EmbeddedServerError
 
 
 @pytest.fixture

@@ -114,7 +114,7 @@ def test_malformed_json_is_reasked_with_the_error(graph: Path, data: Path, tmp_p
 
 
 def _trace_rows(run: Path, example: str) -> list[dict[str, Any]]:
-    from orchestrator.trace import TraceStore
+    from orchestrator.store.trace import TraceStore
 
     store = TraceStore(run / "traces.sqlite")
     try:
@@ -480,7 +480,7 @@ def test_aggregates_run_once_with_the_runs_params(tmp_path: Path):
 
 
 def test_server_that_fails_every_request_is_a_clear_error(graph: Path, data: Path, tmp_path: Path):
-    from orchestrator.client import ServerError
+    from orchestrator.calls.client import ServerError
 
     with (
         FakeServer(lambda body: Reply(status=503)) as server,

@@ -18,7 +18,6 @@ from helpers import is_canary, orchestrator_command, results, run_graph, write_r
 from pydantic import ValidationError
 
 from orchestrator import RunOutcome
-from orchestrator.compile import compile_graph
 from orchestrator.compute.expert import (
     NO_LOGPROBS,
     SCORE_KEYS,
@@ -30,7 +29,8 @@ from orchestrator.compute.expert import (
     truncate_to_tokens,
     truncate_with_server,
 )
-from orchestrator.schemas import build_model
+from orchestrator.graph.compile import compile_graph
+from orchestrator.graph.schemas import build_model
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPH = ROOT / "graphs" / "expert.yaml"
@@ -395,7 +395,7 @@ def test_failed_tokenize_tries_are_kept_in_the_trace(tmp_path: Path) -> None:
     """A /tokenize try that fails and is sent again is kept as a transport attempt of the
     truncation node, like a failed try of an LLM call; before, the trace kept only the value
     and the retry left no mark."""
-    from orchestrator.trace import TraceStore
+    from orchestrator.store.trace import TraceStore
 
     data = write_rows(tmp_path / "rows.jsonl", [json.loads(EXAMPLES.open().readline())])
     with FakeServer(ExpertResponder()) as server:
@@ -421,7 +421,7 @@ def test_server_gone_during_truncation_stops_the_run(tmp_path: Path) -> None:
     """A server that stays away while /tokenize is asked stops the run (status "server
     gone", the example left for the resume) as it does for an LLM call; before, the
     truncation node failed the example as if the example were at fault."""
-    from orchestrator.outage import ServerGone
+    from orchestrator.calls.outage import ServerGone
 
     data = write_rows(tmp_path / "rows.jsonl", [json.loads(EXAMPLES.open().readline())])
     with FakeServer() as server:

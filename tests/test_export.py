@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 import orchestrator as orc
 from orchestrator.analysis.export import export, node_runs_frame
-from orchestrator.api import RunResult
+from orchestrator.api.run import RunResult
 from orchestrator.cli import app
 from orchestrator.errors import ConfigurationError
-from orchestrator.records import Manifest, Summary
+from orchestrator.store.records import Manifest, Summary
 
 pd = pytest.importorskip("pandas")
 pq = pytest.importorskip("pyarrow.parquet")

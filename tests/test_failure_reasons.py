@@ -10,8 +10,8 @@ from helpers import is_canary, judge_graph, write_graph, write_rows
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.failures import FailureGroup, failure_groups
-from orchestrator.records import ResultLine
+from orchestrator.session.failures import FailureGroup, failure_groups
+from orchestrator.store.records import ResultLine
 
 
 def test_groups_count_the_latest_line_of_each_example() -> None:

@@ -22,8 +22,8 @@ from helpers import (
     write_rows,
 )
 
-from orchestrator.client import DEFAULT_RETRIES
-from orchestrator.trace import TraceStore
+from orchestrator.calls.client import DEFAULT_RETRIES
+from orchestrator.store.trace import TraceStore
 
 pytestmark = pytest.mark.reliability
 

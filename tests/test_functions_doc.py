@@ -6,8 +6,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from orchestrator.catalog import catalog, catalog_markdown, describe
 from orchestrator.cli import app
+from orchestrator.compute.catalog import catalog, catalog_markdown, describe
 from orchestrator.compute.registry import names
 
 ROOT = Path(__file__).parent.parent

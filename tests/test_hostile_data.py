@@ -29,7 +29,7 @@ from helpers import (
 )
 
 from orchestrator.report import build_report
-from orchestrator.runfolder import read_results
+from orchestrator.store.folder import read_results
 
 pytestmark = pytest.mark.reliability
 

@@ -24,10 +24,10 @@ from helpers import orchestrator_command, run_graph, write_rows
 
 from orchestrator import GraphError, compile_graph
 from orchestrator.errors import Problem
-from orchestrator.graphfile import MAX_GRAPH_BYTES, MAX_YAML_DEPTH, MAX_YAML_VALUES
-from orchestrator.loaders import MAX_TEMPLATE_BYTES
-from orchestrator.schemas import MAX_SCHEMA_DEPTH
-from orchestrator.spec import MAX_NODES
+from orchestrator.graph.loaders import MAX_TEMPLATE_BYTES
+from orchestrator.graph.schemas import MAX_SCHEMA_DEPTH
+from orchestrator.graph.spec import MAX_NODES
+from orchestrator.graph.yamlfile import MAX_GRAPH_BYTES, MAX_YAML_DEPTH, MAX_YAML_VALUES
 
 pytestmark = pytest.mark.reliability
 

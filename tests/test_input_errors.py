@@ -16,8 +16,8 @@ import pytest
 from fakeserver import FakeServer
 from helpers import judge_graph, orchestrator_command, results, write_graph, write_rows
 
-from orchestrator.cache import ResponseCache, open_cache
-from orchestrator.dataset import read_rows
+from orchestrator.data.dataset import read_rows
+from orchestrator.store.cache import ResponseCache, open_cache
 
 pytestmark = pytest.mark.reliability
 

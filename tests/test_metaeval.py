@@ -14,8 +14,8 @@ from rich.table import Table
 from scipy import stats
 from typer.testing import CliRunner
 
+from orchestrator.analysis.metaeval import LabelError, format_table, meta_eval
 from orchestrator.cli import app
-from orchestrator.metaeval import LabelError, format_table, meta_eval
 
 PREDICTED = [7, 3, 9, 5, 5, 8, 2, 6]
 TRUE = [8, 2, 7, 6, 4, 9, 3, 3]

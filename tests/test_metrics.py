@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import embeddings
-from orchestrator.compile import compile_graph
-from orchestrator.compute import metrics, resolve
+from orchestrator.compute import embeddings, metrics, resolve
 from orchestrator.errors import GraphError
+from orchestrator.graph.compile import compile_graph
 
 REF = "The quick brown fox jumps over the lazy dog near the river bank."
 # Shares no token with REF (no final period either).

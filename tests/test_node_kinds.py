@@ -18,8 +18,10 @@ from pydantic import BaseModel
 
 import orchestrator as orc
 from orchestrator import GraphError
-from orchestrator.checks import NodeScope
-from orchestrator.graph import CompiledNode
+from orchestrator.graph.checks import NodeScope
+from orchestrator.graph.compiled import CompiledNode
+from orchestrator.graph.spec import NodeBase
+from orchestrator.graph.templates import Expression
 from orchestrator.kinds import (
     NodeKind,
     RunServices,
@@ -29,10 +31,8 @@ from orchestrator.kinds import (
     register_kind,
     unregister_kind,
 )
-from orchestrator.reader import RunReader
-from orchestrator.spec import NodeBase
-from orchestrator.templates import Expression
-from orchestrator.trace import NodeRecord
+from orchestrator.store.reader import RunReader
+from orchestrator.store.trace import NodeRecord
 
 # -- the new kind: everything it is, in one place ------------------------------------------
 
@@ -198,7 +198,7 @@ def test_registration_is_checked_and_undone() -> None:
         name = "loose"
         spec_model = Loose  # type: ignore[assignment]
 
-    with pytest.raises(TypeError, match=r"must subclass orchestrator\.spec\.NodeBase"):
+    with pytest.raises(TypeError, match=r"must subclass orchestrator\.graph\.spec\.NodeBase"):
         register_kind(LooseKind())
     assert list(kinds()) == ["llm", "compute", "lookup"]
 

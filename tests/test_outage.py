@@ -24,8 +24,8 @@ from helpers import (
     write_rows,
 )
 
-from orchestrator.outage import ServerGone, ServerWatch
-from orchestrator.trace import TraceStore
+from orchestrator.calls.outage import ServerGone, ServerWatch
+from orchestrator.store.trace import TraceStore
 
 pytestmark = pytest.mark.reliability
 

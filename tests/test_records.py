@@ -15,10 +15,10 @@ from helpers import is_canary, judge_graph, run_graph, write_graph, write_rows
 from pydantic import BaseModel
 
 from orchestrator import RunFolderError
-from orchestrator.reader import RunReader, TraceReader
-from orchestrator.records import Attempt, Manifest, NodeRun, ResultLine, Summary
 from orchestrator.report import build_report, payload
-from orchestrator.trace import NodeRecord, TraceStore
+from orchestrator.store.reader import RunReader, TraceReader
+from orchestrator.store.records import Attempt, Manifest, NodeRun, ResultLine, Summary
+from orchestrator.store.trace import NodeRecord, TraceStore
 
 STORE_FIELDS = {"id", "run_id", "graph_hash", "run_key"}  # set by the store, not the node
 

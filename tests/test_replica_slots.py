@@ -26,8 +26,8 @@ from test_replicas import (
 
 import orchestrator as orc
 from orchestrator.calls.limiter import Limiter
+from orchestrator.calls.outage import ServerGone, ServerWatch
 from orchestrator.calls.replicas import Replica, ReplicaSet
-from orchestrator.outage import ServerGone, ServerWatch
 
 
 class Probe:

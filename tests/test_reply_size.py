@@ -15,8 +15,8 @@ from helpers import is_canary, judge_graph, results, run_graph, write_graph, wri
 from orchestrator.calls.errors import ReplyTooLarge
 from orchestrator.calls.reply import Choice, check_reply_size, content_cap
 from orchestrator.calls.reply import Reply as ParsedReply
-from orchestrator.reader import RunReader
-from orchestrator.runfolder import TRACES
+from orchestrator.store.folder import TRACES
+from orchestrator.store.reader import RunReader
 
 TEN_MB = 10 * (1 << 20)
 

@@ -336,7 +336,7 @@ def test_failed_example_keeps_every_attempt_and_its_error(pointwise: Path) -> No
 
 
 def test_shared_prompt_head_is_stored_once_and_rebuilds_the_prompt(pointwise: Path) -> None:
-    from orchestrator.trace import TraceStore
+    from orchestrator.store.trace import TraceStore
 
     meta, rows, details = page_data(build_report(pointwise))
     assert meta["shared"], "the pointwise instructions are the same for every example"
@@ -349,7 +349,7 @@ def test_shared_prompt_head_is_stored_once_and_rebuilds_the_prompt(pointwise: Pa
 
 
 def test_long_prompts_are_abridged_unless_full_prompts(pointwise: Path) -> None:
-    from orchestrator.trace import TraceStore
+    from orchestrator.store.trace import TraceStore
 
     store = TraceStore(pointwise / "traces.sqlite")
     original = next(store.node_runs("very-long", "judge"))["messages"][-1]["content"]

@@ -22,7 +22,7 @@ import test_report_browser as shared
 from fakeserver import FakeServer
 from test_report import ROOT, results, run
 
-from orchestrator.metaeval import meta_eval
+from orchestrator.analysis.metaeval import meta_eval
 from orchestrator.report import build_report
 from orchestrator.report import svg as plots
 from orchestrator.report.views import Aggregate, RunContext, run_views

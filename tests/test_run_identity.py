@@ -35,7 +35,7 @@ from helpers import (
 )
 
 from orchestrator import RunFolderError
-from orchestrator.compile import compile_graph
+from orchestrator.graph.compile import compile_graph
 
 TEMPLATES = {"judge.jinja": "{% include 'rubric.jinja' %}\nText: {{ text }}\n"}
 RUBRIC = "Rate the text from 1 to 10 for clarity.\n"
@@ -441,7 +441,7 @@ def test_moved_folder_reports_and_traces_the_same(tmp_path: Path):
 
 
 def test_snapshot_compiles_to_the_same_hash(graph: Path, data: Path, tmp_path: Path):
-    from orchestrator.runfolder import snapshot_graph, snapshot_prompts
+    from orchestrator.store.folder import snapshot_graph, snapshot_prompts
 
     with FakeServer() as server:
         run_graph(graph, data, tmp_path / "run", server.base_url)

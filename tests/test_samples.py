@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 import orchestrator as orc
 from orchestrator.calls.fake import FakeAnswer, FakeRequest
 from orchestrator.cli import app
-from orchestrator.reader import RunReader
-from orchestrator.records import Attempt, Tally
 from orchestrator.report import build_report
-from orchestrator.trace import TraceStore
+from orchestrator.store.reader import RunReader
+from orchestrator.store.records import Attempt, Tally
+from orchestrator.store.trace import TraceStore
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}
 ROWS = [{"id": "e0", "text": "t0"}]

@@ -17,7 +17,7 @@ import pytest
 from fakeserver import FakeServer, Reply, Responder, _error_body, _Handler, schema_responder
 from helpers import is_canary, orchestrator_command, requests_per_call, user_text, write_graph
 
-from orchestrator.runfolder import read_results
+from orchestrator.store.folder import read_results
 
 pytestmark = pytest.mark.reliability
 

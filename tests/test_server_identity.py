@@ -31,7 +31,7 @@ from helpers import (
 
 import orchestrator as orc
 from orchestrator import RunFolderError
-from orchestrator.client import ServerError
+from orchestrator.calls.client import ServerError
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}
 ROWS = 4

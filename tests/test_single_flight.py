@@ -10,7 +10,7 @@ from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, judge_graph, write_graph
 
 import orchestrator as orc
-from orchestrator.cache import ResponseCache
+from orchestrator.store.cache import ResponseCache
 
 
 def test_every_row_twice_sends_each_distinct_request_once(tmp_path: Path) -> None:

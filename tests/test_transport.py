@@ -12,12 +12,12 @@ import pytest
 from helpers import judge_graph
 
 import orchestrator as orc
-from orchestrator.cache import ResponseCache
+from orchestrator.calls.client import LLMCallError, LLMClient
+from orchestrator.calls.counters import RunStats
 from orchestrator.calls.fake import FAKE_BASE_URL, FakeRequest, FakeTransientError
-from orchestrator.client import LLMCallError, LLMClient
-from orchestrator.schemas import build_model
-from orchestrator.spec import FieldSpec, Sampling
-from orchestrator.stats import RunStats
+from orchestrator.graph.schemas import build_model
+from orchestrator.graph.spec import FieldSpec, Sampling
+from orchestrator.store.cache import ResponseCache
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}
 ROWS = [{"id": f"e{i}", "text": f"t{i}"} for i in range(5)]

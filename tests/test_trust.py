@@ -15,7 +15,7 @@ from helpers import orchestrator_command
 
 import orchestrator as orc
 from orchestrator import GraphError
-from orchestrator.runkey import RunKey, static_components
+from orchestrator.store.runkey import RunKey, static_components
 
 pytestmark = pytest.mark.reliability
 
@@ -360,7 +360,7 @@ def test_a_graph_does_not_choose_which_file_a_function_reads(
 
 
 def test_render_limits_are_the_documented_ones() -> None:
-    from orchestrator.sandbox import MAX_MACRO_DEPTH, MAX_RENDER_CHARS, RENDER_SECONDS
+    from orchestrator.graph.sandbox import MAX_MACRO_DEPTH, MAX_RENDER_CHARS, RENDER_SECONDS
 
     doc = " ".join((ROOT / "docs" / "graph-format.md").read_text(encoding="utf-8").split())
     assert f"within {RENDER_SECONDS:g} s, {MAX_RENDER_CHARS // 1_000_000} million characters" in doc

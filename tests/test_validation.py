@@ -14,7 +14,7 @@ from orchestrator import GraphError, compile_graph
 from orchestrator.cli import app
 from orchestrator.compute import register
 from orchestrator.errors import Problem
-from orchestrator.templates import Expression, make_environment
+from orchestrator.graph.templates import Expression, make_environment
 
 JUDGE = {"kind": "llm", "prompt": "judge.jinja", "output": {"reason": "string", "score": "integer"}}
 BASE: dict[str, Any] = {

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..compute.statistics import cohen_kappa
 from ..errors import ConfigurationError
-from ..records import Manifest, ResultLine
+from ..store.records import Manifest, ResultLine
 from . import paired
 from .comparison import (
     Comparison,
@@ -29,7 +29,7 @@ from .comparison import (
 )
 
 if TYPE_CHECKING:
-    from ..api import RunResult
+    from ..api.run import RunResult
 
 log = logging.getLogger("orchestrator")
 
@@ -66,7 +66,7 @@ def _model(manifest: Manifest) -> str | None:
 
 
 def _inputs(folder: Path | None) -> dict[str, Any] | None:
-    from ..reader import RunReader
+    from ..store.reader import RunReader
 
     if folder is None or not RunReader(folder).has_inputs:
         return None
@@ -75,7 +75,7 @@ def _inputs(folder: Path | None) -> dict[str, Any] | None:
 
 def load_run(run: str | Path | RunResult, position: int) -> _Run:
     """A run folder or an in-memory RunResult as its latest line per example."""
-    from ..reader import RunReader
+    from ..store.reader import RunReader
 
     if isinstance(run, str | Path):
         folder: Path | None = Path(run)

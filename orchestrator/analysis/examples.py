@@ -16,7 +16,7 @@ from .compare import load_run, matched_by_id, ok_values
 from .comparison import Comparison
 
 if TYPE_CHECKING:
-    from ..api import RunResult
+    from ..api.run import RunResult
 
 
 class ExampleShift(BaseModel):

@@ -16,10 +16,10 @@ from typing import Any, Literal
 import orjson
 
 from ..errors import ConfigurationError, RunFolderError
-from ..reader import RunReader, open_read_only
-from ..records import WHOLE, NodeRun, ResultLine
-from ..runfolder import RESULTS, TRACES, damaged_line, read_only
-from ..trace import damaged
+from ..store.folder import RESULTS, TRACES, damaged_line, read_only
+from ..store.reader import RunReader, open_read_only
+from ..store.records import WHOLE, NodeRun, ResultLine
+from ..store.trace import damaged
 
 Format = Literal["parquet", "csv", "jsonl"]
 What = Literal["results", "node_runs", "both"]

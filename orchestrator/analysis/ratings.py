@@ -14,7 +14,7 @@ import yaml
 
 from ..compute.ratings import bradley_terry, elo_ratings
 from ..errors import ConfigurationError, RunFolderError
-from ..reader import RunReader
+from ..store.reader import RunReader
 
 logger = logging.getLogger(__name__)
 

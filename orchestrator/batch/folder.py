@@ -19,9 +19,9 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from ..cache import ResponseCache
 from ..calls.registry import served_identity
 from ..errors import ConfigurationError
+from ..store.cache import ResponseCache
 from .lines import BatchRequestLine
 
 JOB = "batch.json"

@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..cache import ResponseCache
 from ..calls.errors import MalformedReply
 from ..calls.reply import parse_reply
 from ..errors import OrchestratorError
+from ..store.cache import ResponseCache
 from .folder import BatchFolder, ExportFile
 from .lines import BatchOutputLine, ChatReply
 from .rounds import RoundOutcome, run_round

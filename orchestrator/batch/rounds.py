@@ -17,11 +17,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..calls.retry import RetryPolicy
-from ..compile import compile_graph
-from ..runfolder import RunFolder
-from ..session import RunSettings, run_session
-from ..sources import FileSource
-from ..stores import MemoryStore, RunStore
+from ..data.sources import FileSource
+from ..graph.compile import compile_graph
+from ..session.session import RunSettings, run_session
+from ..store.folder import RunFolder
+from ..store.protocol import MemoryStore, RunStore
 from .folder import BatchFolder, BatchJob, output_name
 from .lines import BatchRequestLine
 from .transport import BATCH_BASE_URL, BatchTransport, deferrals_unreported

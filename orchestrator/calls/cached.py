@@ -10,10 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..cache import ResponseCache, cache_key
-from ..spec import Sampling
-from ..stats import RunStats
-from ..trace import Attempt
+from ..graph.spec import Sampling
+from ..store.cache import ResponseCache, cache_key
+from ..store.trace import Attempt
+from .counters import RunStats
 from .registry import Endpoint
 from .reply import Choice
 from .structured import Ask, CallResult, StructuredCaller, finish, validate

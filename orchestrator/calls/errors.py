@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ServerUnavailable
-from ..trace import Attempt
+from ..store.trace import Attempt
 
 
 class LLMCallError(Exception):

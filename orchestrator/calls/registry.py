@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..outage import DEFAULT_SERVER_WAIT, ServerWatch
 from .errors import ServerError
 from .limiter import Limiter
+from .outage import DEFAULT_SERVER_WAIT, ServerWatch
 from .replicas import Admission, Replica, ReplicaReport, ReplicaSet
 from .sender import Sender
 from .transport import Connection, ServedModel, Transport

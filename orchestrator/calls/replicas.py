@@ -18,8 +18,8 @@ from typing import Literal, TypeAlias
 
 from pydantic import BaseModel
 
-from ..outage import FIRST_WAIT, MAX_WAIT, Outage, ServerGone, ServerWatch
 from .limiter import Limiter
+from .outage import FIRST_WAIT, MAX_WAIT, Outage, ServerGone, ServerWatch
 
 LimitMode = Literal["fixed", "vllm metrics", "latency"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..spec import Sampling
+from ..graph.spec import Sampling
 
 DEFAULT_MAX_TOKENS = 512
 

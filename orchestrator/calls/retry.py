@@ -18,9 +18,9 @@ from tenacity import (
     wait_random,
 )
 
-from ..outage import DEFAULT_SERVER_WAIT
-from ..trace import Attempt
+from ..store.trace import Attempt
 from .errors import DeadlineExceeded, RetryAfterTooLong
+from .outage import DEFAULT_SERVER_WAIT
 
 T = TypeVar("T")
 

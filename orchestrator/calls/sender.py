@@ -9,8 +9,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ..stats import RunStats
-from ..trace import Attempt
+from ..store.trace import Attempt
+from .counters import RunStats
 from .errors import MalformedReply
 from .replicas import Replica, ReplicaSet
 from .reply import Choice, Reply, check_reply_size

@@ -14,12 +14,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from ..outage import ServerGone
-from ..schemas import json_schema
-from ..spec import Sampling
-from ..stats import RunStats
-from ..trace import Attempt
+from ..graph.schemas import json_schema
+from ..graph.spec import Sampling
+from ..store.trace import Attempt
+from .counters import RunStats
 from .errors import LLMCallError
+from .outage import ServerGone
 from .registry import Endpoint, StructuredMode
 from .reply import Choice
 from .request import request_params, with_schema_instruction

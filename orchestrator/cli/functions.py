@@ -19,7 +19,7 @@ def functions(
     ] = False,
 ) -> None:
     """List the built-in compute functions with their arguments, or show one in full."""
-    from ..catalog import catalog, catalog_markdown, describe
+    from ..compute.catalog import catalog, catalog_markdown, describe
 
     if markdown:
         typer.echo(catalog_markdown(), nl=False)

@@ -17,7 +17,7 @@ from ..errors import OrchestratorError, RunFolderError
 from .app import app, console, fail
 
 if TYPE_CHECKING:
-    from ..records import NodeRun
+    from ..store.records import NodeRun
 
 # `trace` is an audit view: data, prompts and replies are shown as the bytes that were
 # sent. Rich would turn `:thumbs_up:` into an emoji and colour numbers and paths; markup
@@ -57,8 +57,8 @@ def trace(
     prompt_chars: Annotated[int, typer.Option(help="Prompt length shown in text mode.")] = 600,
 ) -> None:
     """Print the decision path of one example: nodes, prompts, outputs, attempts, errors."""
-    from ..reader import RunReader
-    from ..runfolder import TRACES
+    from ..store.folder import TRACES
+    from ..store.reader import RunReader
 
     run = RunReader(folder)
     if not run.has_trace:
@@ -164,7 +164,7 @@ def serve(
     ] = None,
 ) -> None:
     """Prepare and start the embedded vLLM CPU server; Ctrl-C stops it."""
-    from .. import embedded
+    from ..local import server as embedded
 
     try:
         # Shared: `run`, `demo` and the API use it (embedded.find_running); it is never
@@ -205,8 +205,8 @@ def report(
     ] = None,
 ) -> None:
     """Write RUN_DIR/report.html, a self-contained page to audit every decision of a run."""
-    from ..reader import RunReader
     from ..report import build_report, serve_report
+    from ..store.reader import RunReader
 
     if not RunReader(folder).has_results:
         fail(f"{folder} has no results.jsonl; is it a run folder?")
@@ -235,8 +235,8 @@ def distill(
     seed: Annotated[int, typer.Option(help="Split and classifier seed.")] = 0,
 ) -> None:
     """Train a small scorer on a jury's labels; print held-out accuracy, macro-F1, Spearman."""
-    from ..distill import distill as train
-    from ..distill import format_card
+    from ..analysis.distill import distill as train
+    from ..analysis.distill import format_card
 
     try:
         card = train(
@@ -274,8 +274,8 @@ def meta_eval(
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
 ) -> None:
     """Agreement of a run with human labels, with bootstrap intervals → meta_eval.json."""
-    from ..metaeval import format_table
-    from ..metaeval import meta_eval as evaluate
+    from ..analysis.metaeval import format_table
+    from ..analysis.metaeval import meta_eval as evaluate
 
     try:
         result = evaluate(
@@ -300,7 +300,7 @@ def cache_cmd(
     path: Annotated[Path | None, typer.Option(help="Cache file.")] = None,
 ) -> None:
     """Show (or clear) the response cache."""
-    from ..cache import ResponseCache, default_cache_path
+    from ..store.cache import ResponseCache, default_cache_path
 
     target = path or default_cache_path()
     try:

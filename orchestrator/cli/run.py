@@ -13,14 +13,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..calls.outage import DEFAULT_SERVER_WAIT, ServerGone
 from ..errors import GraphError, OrchestratorError, RunFolderError, RunKeyMismatch
-from ..outage import DEFAULT_SERVER_WAIT, ServerGone
 
 if TYPE_CHECKING:
-    from ..api import RunResult
-    from ..embedded import EmbeddedServer
-    from ..graph import CompiledGraph
-    from ..records import Manifest
+    from ..api.run import RunResult
+    from ..graph.compiled import CompiledGraph
+    from ..local.server import EmbeddedServer
+    from ..store.records import Manifest
 
 
 from .app import EMBEDDED_TIMEOUT, app, console, err, fail
@@ -66,7 +66,7 @@ def validate(
     prompts: Prompts = None,
 ) -> None:
     """Check a graph file without sending a request; exit 1 listing every problem."""
-    from ..compile import compile_graph
+    from ..graph.compile import compile_graph
 
     try:
         compiled = compile_graph(_graph_path(graph), prompts_dir=prompts, trust=trust)
@@ -189,7 +189,7 @@ def run(
     except (ValueError, OrchestratorError) as exc:
         fail(str(exc))
         raise
-    from ..api import UNUSED_BASE_URL
+    from ..api.run import UNUSED_BASE_URL
 
     graph = _graph_path(graph)
     compiled = _compile_or_exit(graph, trust=trust, prompts=prompts)
@@ -239,7 +239,7 @@ def _exit_code(result: RunResult) -> int:
 
 
 def _print_aggregate_errors(summary: dict[str, Any]) -> bool:
-    from ..summary import aggregate_errors
+    from ..session.summary import aggregate_errors
 
     errors = aggregate_errors(summary)
     for name, message in errors.items():
@@ -258,7 +258,7 @@ def _print_aggregate_errors(summary: dict[str, Any]) -> bool:
 def _compile_or_exit(
     graph: Path, *, trust: bool = False, prompts: Path | None = None
 ) -> CompiledGraph:
-    from ..compile import compile_graph
+    from ..graph.compile import compile_graph
 
     try:
         return compile_graph(graph, prompts_dir=prompts, trust=trust)
@@ -270,7 +270,7 @@ def _compile_or_exit(
 
 def _embedded_server(port: int | None) -> tuple[str, EmbeddedServer | None]:
     """The running embedded server's URL, or a server started for this command."""
-    from .. import embedded
+    from ..local import server as embedded
 
     embedded_port = port or embedded.DEFAULT_PORT
     base_url = embedded.find_running(embedded_port)
@@ -323,7 +323,7 @@ def _execute(
     bar on a terminal, and the summary table at the end."""
     import sys
 
-    from ..api import arun
+    from ..api.run import arun
 
     # A kill (SIGTERM) unwinds like Ctrl-C: queued results and traces are written out and
     # the manifest says "interrupted".
@@ -388,9 +388,9 @@ SHOWN_REASONS = 10  # a run failing in many different ways shows the commonest
 
 def _print_failures(folder: Path) -> None:
     """The reasons examples failed, grouped by message, each with a count and one id."""
-    from ..failures import failure_groups
-    from ..records import ResultLine
-    from ..runfolder import iter_results
+    from ..session.failures import failure_groups
+    from ..store.folder import iter_results
+    from ..store.records import ResultLine
 
     groups = failure_groups(ResultLine.model_validate(line) for line in iter_results(folder))
     if not groups:
@@ -497,7 +497,7 @@ def summarize(
     trust: Trust = False,
 ) -> None:
     """Recompute a run's aggregates (summary.json) from its results, with no LLM request."""
-    from ..summary import SUMMARY_FIELDS, summarize
+    from ..session.summary import SUMMARY_FIELDS, summarize
 
     if graph is not None:
         _compile_or_exit(graph, trust=trust)  # every problem listed, as `validate` does

@@ -19,7 +19,7 @@ from .registry import register
 )
 def distilled_score(text: str, model_dir: str, context: str | None = None) -> dict[str, Any]:
     """Score one text with a scorer trained by `orchestrator distill` (no LLM call)."""
-    from ..distill import load_scorer
+    from ..analysis.distill import load_scorer
 
     if not model_dir:
         raise ValueError("model_dir is empty: pass the folder `orchestrator distill` wrote")

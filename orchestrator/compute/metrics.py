@@ -17,8 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..embeddings import encoder, model_label
 from ..paths import cache_root
+from .embeddings import encoder, model_label
 from .registry import register
 
 METRICS_EXTRA = "metrics"

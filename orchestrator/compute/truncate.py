@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from .registry import register
 
 if TYPE_CHECKING:
-    from ..client import Endpoint
-    from ..runtime import Runtime
+    from ..calls.client import Endpoint
+    from ..calls.runtime import Runtime
 
 _WORD = re.compile(r"\S+")
 

@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, get_args
 
 from ..errors import NodeError
-from ..spec import NodeBase
+from ..graph.spec import NodeBase
 
 if TYPE_CHECKING:
-    from ..checks import NodeScope
-    from ..client import Endpoint, LLMClient
+    from ..calls.client import Endpoint, LLMClient
+    from ..calls.runtime import Runtime
     from ..compute import ComputeFunction
-    from ..graph import CompiledNode
-    from ..runtime import Runtime
-    from ..spec import FieldSpec, GraphSpec
-    from ..templates import Expression
-    from ..trace import TraceRecorder
+    from ..graph.checks import NodeScope
+    from ..graph.compiled import CompiledNode
+    from ..graph.spec import FieldSpec, GraphSpec
+    from ..graph.templates import Expression
+    from ..store.trace import TraceRecorder
 
 SpecT = TypeVar("SpecT", bound=NodeBase)
 NodeT = TypeVar("NodeT", bound="CompiledNode")
@@ -121,7 +121,9 @@ def register_kind(kind: NodeKind[Any, Any], *, replace: bool = False) -> NodeKin
         raise ValueError(f"a kind name is lower-case letters, digits and _, got {name!r}")
     if not (isinstance(kind.spec_model, type) and issubclass(kind.spec_model, NodeBase)):
         # The engine reads foreach, as, when and after off every node.
-        raise TypeError(f"the spec model of kind '{name}' must subclass orchestrator.spec.NodeBase")
+        raise TypeError(
+            f"the spec model of kind '{name}' must subclass orchestrator.graph.spec.NodeBase"
+        )
     tag = kind.spec_model.model_fields.get("kind")
     if tag is None or get_args(tag.annotation) != (name,):
         raise TypeError(

@@ -10,17 +10,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from ..calls.outage import ServerGone
 from ..compute import ComputeFunction, resolve
 from ..errors import NodeError
-from ..graph import CompiledNode
-from ..outage import ServerGone
-from ..spec import NodeBase
-from ..templates import Expression, plain_path
-from ..trace import NodeRecord
+from ..graph.compiled import CompiledNode
+from ..graph.spec import NodeBase
+from ..graph.templates import Expression, plain_path
+from ..store.trace import NodeRecord
 from .base import NodeKind, RunServices, evaluate
 
 if TYPE_CHECKING:
-    from ..checks import Checker, NodeScope
+    from ..graph.checks import Checker, NodeScope
 
 
 class ComputeNode(NodeBase):

@@ -11,19 +11,19 @@ from typing import TYPE_CHECKING, Any, Literal
 from jinja2 import TemplateError
 from pydantic import BaseModel
 
-from ..checks import check_sampling
-from ..client import LLMCallError, request_params
+from ..calls.client import LLMCallError, request_params
+from ..calls.endpoints import PARAM_PREFIX
 from ..errors import NodeError, Problem
-from ..graph import CompiledNode
-from ..schemas import SchemaError, build_model, dynamic_fields, json_schema
-from ..servers import PARAM_PREFIX
-from ..spec import SAMPLING_TYPES, FieldSpec, GraphSpec, NodeBase, Sampling, sampling_problem
-from ..trace import NodeRecord
+from ..graph.checks import check_sampling
+from ..graph.compiled import CompiledNode
+from ..graph.schemas import SchemaError, build_model, dynamic_fields, json_schema
+from ..graph.spec import SAMPLING_TYPES, FieldSpec, GraphSpec, NodeBase, Sampling, sampling_problem
+from ..store.trace import NodeRecord
 from .base import EndpointWant, NodeKind, RunServices, evaluate
 
 if TYPE_CHECKING:
-    from ..checks import NodeScope
-    from ..templates import Expression, Prompt
+    from ..graph.checks import NodeScope
+    from ..graph.templates import Expression, Prompt
 
 log = logging.getLogger("orchestrator")
 

@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 
 from .. import __version__
-from ..records import NodeRun
-from ..runfolder import read_only
+from ..store.folder import read_only
+from ..store.records import NodeRun
 from .collect import (
     DetailOptions,
     RunData,

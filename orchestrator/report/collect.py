@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..reader import RunReader, TraceReader
-from ..records import WHOLE, Manifest, NodeRun, ResultLine, Summary, TraceRun
-from ..summary import numeric_leaves
+from ..session.summary import numeric_leaves
+from ..store.reader import RunReader, TraceReader
+from ..store.records import WHOLE, Manifest, NodeRun, ResultLine, Summary, TraceRun
 from .payload import EARLIER_RUN, PROMPT_LIMIT, RUN, DetailOptions, compact_record
 from .sources import GraphInfo, NodeInfo, load_graph, load_inputs
 from .values import abridge, finite

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..records import Manifest, Summary, TraceRun
+from ..store.records import Manifest, Summary, TraceRun
 from .svg import Column, columns
 
 POINT_KEYS = ("median", "mean", "rating", "elo", "estimate", "score", "value", "strength", "bt")

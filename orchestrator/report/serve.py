@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from ..reader import TraceReader
-from ..records import NodeRun
+from ..store.reader import TraceReader
+from ..store.records import NodeRun
 from .build import Page, render_page
 from .collect import DetailOptions, RunData, example_detail, example_order, load_run
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
-from ..reader import RunReader
-from ..records import Manifest
+from ..store.reader import RunReader
+from ..store.records import Manifest
 from .values import abridge
 from .views import ScoreField
 
@@ -74,8 +74,8 @@ def find_file(raw: str | None, run_dir: Path) -> Path | None:
 
 def load_graph(manifest: Manifest, run: RunReader, seen_nodes: Iterable[str]) -> GraphInfo:
     """Nodes and edges from the run's graph file; the trace's node names when it is gone."""
-    from ..compile import compile_graph
     from ..errors import GraphError
+    from ..graph.compile import compile_graph
 
     info = manifest.graph
     fallback = [NodeInfo(name, "?") for name in dict.fromkeys(seen_nodes)]
@@ -149,7 +149,7 @@ def load_inputs(
     manifest: Manifest, run: RunReader, fields: list[str], limit: int | None
 ) -> tuple[dict[str, dict[str, str]], dict[str, int], str | None]:
     """Dataset fields of every row by id (abridged), row numbers, and a note when unusable."""
-    from ..dataset import file_hash, read_rows
+    from ..data.dataset import file_hash, read_rows
 
     if run.has_inputs:
         return _snapshot_inputs(run, fields, limit)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import ResultLine
+from ..store.records import ResultLine
 
 View = Callable[[dict[str, Any]], dict[str, Any] | None]
 

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 from typing import Any, Protocol
 
-from ..dataset import Row
-from ..outage import ServerGone
-from ..stats import RunStats
-from ..stores import RunStore
-from ..trace import TraceStore
+from ..calls.counters import RunStats
+from ..calls.outage import ServerGone
+from ..data.dataset import Row
+from ..store.protocol import RunStore
+from ..store.trace import TraceStore
 from .messages import RowChunk, WorkerFailed, WorkerLost, WorkerReport
 
 CHUNK_ROWS = 32  # rows per hand-over at most: a message per 32 examples, not one per example

@@ -11,14 +11,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..calls.counters import RunStats
 from ..calls.registry import StructuredMode
 from ..calls.tuner import Concurrency
-from ..compile import compile_source
-from ..dataset import Row
+from ..data.dataset import Row
 from ..errors import OrchestratorError
-from ..graph import CompiledGraph
-from ..stats import RunStats
-from ..trace import TraceBatch
+from ..graph.compile import compile_source
+from ..graph.compiled import CompiledGraph
+from ..store.trace import TraceBatch
 
 # (node, foreach item) -> the stored JSON of its finished value, for one example.
 ResumeValues = dict[tuple[str, int], bytes | None]

@@ -15,7 +15,7 @@ import logging
 from contextlib import suppress
 from typing import Any
 
-from ..driver import FLUSH_SECONDS
+from ..engine.flush import FLUSH_SECONDS
 from ..errors import ConfigurationError
 from .messages import RowChunk, WorkerFailed, WorkerJob, WorkerLost, WorkerReport
 from .worker import ShardWorker

@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from ..calls.counters import RunStats
+from ..calls.endpoints import ServerChoice, node_api_key
 from ..calls.registry import Endpoint
 from ..calls.tuner import Concurrency
-from ..dataset import Row
-from ..engine import engine_window
+from ..data.dataset import Row
+from ..engine.scheduler import engine_window
 from ..errors import ConfigurationError
-from ..graph import CompiledGraph
-from ..servers import ServerChoice, node_api_key
-from ..stats import RunStats
-from ..stores import RunStore
-from ..trace import TraceStore
+from ..graph.compiled import CompiledGraph
+from ..store.protocol import RunStore
+from ..store.trace import TraceStore
 from .coordinator import Coordinator, WorkerLink
 from .messages import EndpointPlan, GraphRecipe, WorkerJob
 

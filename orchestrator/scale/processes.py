@@ -20,7 +20,7 @@ import pickle
 import signal
 from multiprocessing.connection import Connection
 
-from ..driver import FLUSH_SECONDS
+from ..engine.flush import FLUSH_SECONDS
 from ..errors import ConfigurationError
 from .messages import RowChunk, WorkerJob, WorkerLost, WorkerReport
 from .pipes import MessagePipe

@@ -14,14 +14,14 @@ from contextlib import ExitStack, suppress
 from dataclasses import replace
 from typing import Any
 
-from ..cache import ResponseCache, open_cache
-from ..client import Endpoint, LLMClient
-from ..driver import CacheFlusher, fewer_gc_passes
-from ..engine import Engine, EngineOptions
-from ..outage import ServerGone
-from ..runfolder import encode_result
-from ..stats import RunStats
-from ..trace import WHOLE, TraceRecorder, loads
+from ..calls.client import Endpoint, LLMClient
+from ..calls.counters import RunStats
+from ..calls.outage import ServerGone
+from ..engine.flush import CacheFlusher, fewer_gc_passes
+from ..engine.scheduler import Engine, EngineOptions
+from ..store.cache import ResponseCache, open_cache
+from ..store.folder import encode_result
+from ..store.trace import WHOLE, TraceRecorder, loads
 from .messages import ResumeValues, RowChunk, WorkerFailure, WorkerJob, WorkerReport
 
 log = logging.getLogger("orchestrator")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from orchestrator.embedded import (
+from orchestrator.local.server import (
     DEFAULT_MODEL_NAME,
     DEFAULT_PORT,
     PortTaken,

@@ -18,7 +18,7 @@ import pytest
 import orchestrator as orc
 from orchestrator.batch import BatchFolder, BatchJob, export_round, import_output
 from orchestrator.calls.fake import FakeTransport
-from orchestrator.embedded import (
+from orchestrator.local.server import (
     DEFAULT_MODEL_NAME,
     MAX_MODEL_LEN,
     engine_env,

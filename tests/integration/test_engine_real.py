@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from orchestrator import RunConfig, compile_graph, execute
-from orchestrator.client import LLMClient
-from orchestrator.stats import RunStats
-from orchestrator.trace import TraceStore
+from orchestrator.calls.client import LLMClient
+from orchestrator.calls.counters import RunStats
+from orchestrator.store.trace import TraceStore
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,281 @@
+"""Distil a jury's labels into a cheap scorer: local sentence embeddings + logistic regression.
+
+`distill` reads a run folder's results.jsonl (text and jury label per line), splits it
+(group-aware when rows carry `group`, so every variant of one source stays on one side),
+trains a class-balanced classifier on the train side and reports accuracy, macro-F1 and
+Spearman against the jury on the held-out side. The saved scorer (scorer.joblib plus a
+JSON card) is what the `distilled_score` compute node loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..store.reader import RunReader
+
+SCORER_FILE = "scorer.joblib"
+CARD_FILE = "card.json"
+FORMAT_VERSION = 1
+
+
+def compose(text: str, context: str | None) -> str:
+    """The string the embedding model sees: the context (e.g. the platform) then the text."""
+    return f"[{context}] {text}" if context else text
+
+
+def read_labelled(
+    run_dir: Path, text_field: str, label_field: str, context_field: str | None
+) -> list[dict[str, Any]]:
+    """Ok result lines that carry a text and a label (jury N/A rows are left out)."""
+    run = RunReader(run_dir)
+    if not run.has_results:
+        path = run.path / "results.jsonl"
+        raise FileNotFoundError(f"{path} not found: give a run folder of a jury graph")
+    rows = []
+    for line in run.results():
+        if line.status != "ok":
+            continue
+        outputs = line.outputs
+        text, label = outputs.get(text_field), outputs.get(label_field)
+        if not isinstance(text, str) or label is None or isinstance(label, bool):
+            continue
+        rows.append(
+            {
+                "id": line.id,
+                "text": text,
+                "label": int(label),
+                "group": outputs.get("group"),
+                "context": outputs.get(context_field) if context_field else None,
+            }
+        )
+    return rows
+
+
+def split_indices(
+    labels: Sequence[int],
+    groups: Sequence[Any] | None,
+    test_size: float,
+    seed: int,
+) -> tuple[list[int], list[int], str]:
+    """Train and test row indices and the kind of split used.
+
+    With groups: StratifiedGroupKFold's first fold (k = round(1 / test_size)) is the test
+    side, so no group straddles the split and classes stay roughly balanced. Without:
+    a stratified split when every class has two rows, else a plain random one.
+    """
+    import numpy as np
+    from sklearn.model_selection import StratifiedGroupKFold, train_test_split
+
+    if not 0 < test_size < 1:
+        raise ValueError("test_size must be between 0 and 1")
+    y = np.asarray(labels)
+    index = np.arange(len(y))
+    if groups is not None and len(set(groups)) >= 2:
+        folds = max(2, min(round(1 / test_size), len(set(groups))))
+        splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed)
+        train, test = next(splitter.split(index, y, groups=list(groups)))
+        return sorted(train.tolist()), sorted(test.tolist()), f"group-aware ({folds} folds)"
+    counts = Counter(labels)
+    stratify = y if min(counts.values()) >= 2 else None
+    train, test = train_test_split(index, test_size=test_size, random_state=seed, stratify=stratify)
+    kind = "stratified" if stratify is not None else "random"
+    return sorted(train.tolist()), sorted(test.tolist()), kind
+
+
+def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    from scipy.stats import spearmanr
+
+    if len(set(a)) < 2 or len(set(b)) < 2:
+        return None  # undefined when either side is constant
+    return float(spearmanr(a, b).statistic)
+
+
+@dataclass
+class Scorer:
+    """A trained classifier plus the embedding model it was trained on."""
+
+    classifier: Any
+    classes: list[int]
+    embedding_model: str | None  # None: the packaged default model
+    card: dict[str, Any]
+
+    def _encode(self, texts: list[str]) -> Any:
+        from ..compute.embeddings import encoder
+
+        return encoder(self.embedding_model).encode(texts)
+
+    def predict_proba(self, texts: Sequence[str], contexts: Sequence[str | None] | None = None):
+        """Class probabilities, one row per text, columns in `classes` order."""
+        if not contexts or not self.card.get("context_field"):
+            # A scorer trained on bare texts must see bare texts.
+            contexts = [None] * len(texts)
+        inputs = [compose(t, c) for t, c in zip(texts, contexts, strict=True)]
+        return self.classifier.predict_proba(self._encode(inputs))
+
+    def predict(
+        self, texts: Sequence[str], contexts: Sequence[str | None] | None = None
+    ) -> list[int]:
+        """The most likely label of each text."""
+        probabilities = self.predict_proba(texts, contexts)
+        return [self.classes[int(i)] for i in probabilities.argmax(axis=1)]
+
+    def score_one(self, text: str, context: str | None = None) -> dict[str, Any]:
+        """Label, expected score and class probabilities of one text (the compute node's value)."""
+        probabilities = self.predict_proba([text], [context])[0]
+        pairs = list(zip(self.classes, (float(p) for p in probabilities), strict=True))
+        return {
+            "label": self.classes[int(probabilities.argmax())],
+            "expected": round(sum(c * p for c, p in pairs), 4),
+            "probabilities": {str(c): round(p, 4) for c, p in pairs},
+        }
+
+
+def distill(
+    run_dir: Path,
+    out: Path,
+    text_field: str = "text",
+    label_field: str = "label",
+    embedding_model: Path | None = None,
+    test_size: float = 0.25,
+    seed: int = 0,
+    context_field: str | None = "platform",
+) -> dict[str, Any]:
+    """Train a scorer on a jury run's labels, evaluate it on a held-out split, save it to `out`.
+
+    `context_field` (default `platform`) is prefixed to each text when rows carry it,
+    because the same post can be well or badly personalised depending on its target.
+    Returns the card: split, sizes, label counts and held-out accuracy/macro-F1/Spearman.
+    """
+    import joblib
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score, f1_score
+
+    from ..compute.embeddings import encoder, resolve_model_path
+
+    started = time.perf_counter()
+    rows = read_labelled(Path(run_dir), text_field, label_field, context_field)
+    if len(rows) < 4:
+        raise ValueError(f"{run_dir}: only {len(rows)} labelled rows; need at least 4")
+    labels = [r["label"] for r in rows]
+    if len(set(labels)) < 2:
+        raise ValueError(f"{run_dir}: every row has label {labels[0]}; nothing to learn")
+    groups = [r["group"] for r in rows]
+    has_groups = all(g is not None for g in groups)
+    train, test, split_kind = split_indices(labels, groups if has_groups else None, test_size, seed)
+    if len({labels[i] for i in train}) < 2:
+        raise ValueError("the train split holds a single label; add data or change the seed")
+
+    model_path = resolve_model_path(embedding_model)
+    enc = encoder(model_path)
+    features = enc.encode([compose(r["text"], r["context"]) for r in rows])
+    y = np.asarray(labels)
+    classifier = LogisticRegression(class_weight="balanced", max_iter=5000, random_state=seed)
+    classifier.fit(features[train], y[train])
+    predicted = classifier.predict(features[test]).tolist()
+    truth = y[test].tolist()
+    classes = sorted({int(c) for c in classifier.classes_})
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    card: dict[str, Any] = {
+        "format": FORMAT_VERSION,
+        "source_run": str(Path(run_dir).resolve()),
+        "text_field": text_field,
+        "label_field": label_field,
+        "context_field": context_field if any(r["context"] for r in rows) else None,
+        "embedding_model": str(embedding_model) if embedding_model else None,
+        "embedding_model_resolved": str(model_path),
+        "classifier": "LogisticRegression(class_weight='balanced')",
+        "classes": classes,
+        "split": split_kind,
+        "seed": seed,
+        "test_size": test_size,
+        "n_train": len(train),
+        "n_test": len(test),
+        "labels_train": dict(sorted(Counter(str(labels[i]) for i in train).items())),
+        "labels_test": dict(sorted(Counter(str(labels[i]) for i in test).items())),
+        "held_out": {
+            "accuracy": round(float(accuracy_score(truth, predicted)), 4),
+            "macro_f1": round(
+                float(f1_score(truth, predicted, average="macro", labels=classes, zero_division=0)),
+                4,
+            ),
+            "spearman": _spearman(truth, predicted),
+        },
+        "train_seconds": round(time.perf_counter() - started, 3),
+    }
+    joblib.dump({"classifier": classifier, "classes": classes}, out / SCORER_FILE)
+    (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+    return card
+
+
+_scorers: dict[tuple[str, float], Scorer] = {}
+_scorers_lock = threading.Lock()
+
+
+def load_scorer(model_dir: Path) -> Scorer:
+    """Load a saved scorer once per process (reloaded if the file changes)."""
+    import joblib
+
+    folder = Path(model_dir).expanduser().resolve()
+    path = folder / SCORER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run `orchestrator distill` first")
+    key = (str(folder), path.stat().st_mtime)
+    with _scorers_lock:
+        if key not in _scorers:
+            saved = joblib.load(path)
+            card = json.loads((folder / CARD_FILE).read_text(encoding="utf-8"))
+            _scorers[key] = Scorer(
+                saved["classifier"], list(saved["classes"]), card.get("embedding_model"), card
+            )
+        return _scorers[key]
+
+
+def format_card(card: dict[str, Any]) -> str:
+    """A few lines for the terminal."""
+    held = card["held_out"]
+    spearman = "n/a" if held["spearman"] is None else f"{held['spearman']:.3f}"
+    return (
+        f"split: {card['split']}, train {card['n_train']} / test {card['n_test']} rows\n"
+        f"held-out vs jury: accuracy {held['accuracy']:.3f}, macro-F1 {held['macro_f1']:.3f}, "
+        f"Spearman {spearman}"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m orchestrator.analysis.distill RUN_DIR --out MODEL_DIR` (until the CLI verb
+    lands)."""
+    parser = argparse.ArgumentParser(description="Distil a jury run into a scorer.")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--text-field", default="text")
+    parser.add_argument("--label-field", default="label")
+    parser.add_argument("--embedding-model", type=Path, default=None)
+    parser.add_argument("--test-size", type=float, default=0.25)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    card = distill(
+        args.run_dir,
+        args.out,
+        args.text_field,
+        args.label_field,
+        args.embedding_model,
+        args.test_size,
+        args.seed,
+    )
+    print(format_card(card))
+    print(f"saved to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

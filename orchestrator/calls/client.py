@@ -1,0 +1,197 @@
+"""The LLM client of a run: one façade over the call layers in `orchestrator.calls`
+(servers, transport, retry policy, cache, structured output), so engine, session and
+servers see a single object.
+
+Every try is kept as an `Attempt` so the trace shows exactly how a value was obtained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..graph.spec import Sampling
+from ..store.cache import ResponseCache
+from ..store.trace import Attempt
+from .cached import CachedCaller
+from .counters import RunStats
+from .errors import (
+    DeadlineExceeded,
+    LLMCallError,
+    MalformedReply,
+    RetryAfterTooLong,
+    ServerError,
+)
+from .outage import DEFAULT_SERVER_WAIT
+from .registry import CANARY_TOKEN, Endpoint, ServerRegistry, StructuredMode, canary
+from .request import (
+    DEFAULT_MAX_TOKENS,
+    request_body,
+    request_params,
+    schema_instruction,
+    with_schema_instruction,
+)
+from .retry import MIN_RETRY_AFTER, RetryPolicy
+from .sender import Sender
+from .structured import (
+    DEFAULT_RETRIES,
+    MAX_TOKENS_GROWTH,
+    CallResult,
+    StructuredCaller,
+)
+from .transport import (
+    PROBE_TIMEOUT,
+    PROXY_ERRORS,
+    OpenAITransport,
+    ServedModel,
+    Transport,
+    make_http_client,
+    retry_after_seconds,
+)
+from .tuner import Concurrency
+
+__all__ = [
+    "CANARY_TOKEN",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_RETRIES",
+    "MAX_TOKENS_GROWTH",
+    "MIN_RETRY_AFTER",
+    "PROBE_TIMEOUT",
+    "PROXY_ERRORS",
+    "CallResult",
+    "DeadlineExceeded",
+    "Endpoint",
+    "LLMCallError",
+    "LLMClient",
+    "MalformedReply",
+    "RetryAfterTooLong",
+    "RetryPolicy",
+    "ServedModel",
+    "ServerError",
+    "StructuredMode",
+    "Transport",
+    "make_http_client",
+    "request_body",
+    "request_params",
+    "retry_after_seconds",
+    "schema_instruction",
+    "with_schema_instruction",
+]
+
+CallFn = Callable[
+    [Endpoint, list[dict[str, Any]], type[BaseModel], Sampling], Awaitable[CallResult]
+]
+
+
+class LLMClient:
+    """Shared by every node of a run: endpoints, cache, counters. `transport` and `retry`
+    replace the OpenAI SDK and the default retry policy (built from `transport_retries`,
+    `backoff_max`, `server_wait` and `timeout`)."""
+
+    def __init__(
+        self,
+        *,
+        cache: ResponseCache | None,
+        stats: RunStats,
+        concurrency: Concurrency = None,
+        timeout: float = 120.0,
+        transport_retries: int = 4,
+        refresh: bool = False,
+        backoff_max: float = 20.0,
+        server_wait: float = DEFAULT_SERVER_WAIT,
+        say: Callable[[str], None] = print,
+        transport: Transport | None = None,
+        retry: RetryPolicy | None = None,
+        affinity: bool = True,
+    ) -> None:
+        self.cache = cache
+        self.stats = stats
+        self.retry = retry or RetryPolicy(
+            retries=transport_retries,
+            backoff_max=backoff_max,
+            server_wait=server_wait,
+            timeout=timeout,
+        )
+        self.transport: Transport = transport or OpenAITransport()
+        self.servers = ServerRegistry(
+            self.transport,
+            concurrency=concurrency,
+            timeout=timeout,
+            server_wait=self.retry.server_wait,
+            say=say,
+            affinity=affinity,
+        )
+        self.sender = Sender(self.transport, self.retry, stats, self.servers.redact)
+        structured = StructuredCaller(self.sender, stats)
+        self._caller: StructuredCaller | CachedCaller = (
+            structured if cache is None else CachedCaller(structured, cache, stats, refresh)
+        )
+
+    def endpoint(
+        self,
+        base_url: str | Sequence[str],
+        model: str,
+        api_key: str = "EMPTY",
+        *,
+        identity: str | None = None,
+        check_joins: bool = False,
+    ) -> Endpoint:
+        """The Endpoint for (servers, model, key): one URL, or several replicas of the model;
+        the in-flight limit is per server URL. `identity`: what serves the model (part of
+        the cache key; default the address); `check_joins`: a replica coming back must
+        report it too."""
+        return self.servers.endpoint(
+            base_url, model, api_key, identity=identity, check_joins=check_joins
+        )
+
+    def redact(self, text: str) -> str:
+        """`text` with every API key of this client replaced by a placeholder."""
+        return self.servers.redact(text)
+
+    def outages(self) -> list[dict[str, Any]]:
+        """Every stretch a server did not answer during the run (for the manifest)."""
+        return self.servers.outages()
+
+    async def close(self) -> None:
+        await self.servers.close()
+
+    async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[ServedModel]:
+        """The models the server serves; ServerError with a next step if it is unreachable
+        or does not answer within the run's --timeout."""
+        # The SDK's own list call takes up to three tries of 15 s: against a server that
+        # accepts connections and never answers, a start with --timeout 3 took 47 s to fail.
+        timeout = self.retry.timeout
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.servers.list_models(base_url, api_key)
+        except TimeoutError:
+            raise ServerError(
+                f"cannot list models at {base_url}: no answer within {timeout:g} s (--timeout)."
+                " Is the server running and not overloaded? Start the embedded one with "
+                "`orchestrator serve`, or pass --base-url."
+            ) from None
+
+    async def canary(self, ep: Endpoint, tries: int = 3) -> bool:
+        """Prove the server enforces a JSON schema, with a value no model would guess."""
+        return await canary(self.sender, ep, tries)
+
+    async def server_json(
+        self,
+        ep: Endpoint,
+        path: str,
+        body: dict[str, Any],
+        attempts: list[Attempt] | None = None,
+    ) -> dict[str, Any]:
+        """POST to the server's own API beside /v1 (vLLM's /tokenize, /detokenize) as a node
+        call is sent: key, in-flight limit, deadline, retries and outages as for a call."""
+        return await self.sender.server_json(ep, path, body, attempts)
+
+    @property
+    def call(self) -> CallFn:
+        """`call(ep, messages, model, sampling)`: n validated samples for one rendered
+        prompt; LLMCallError when the budget runs out. The caller's own method, so a node
+        call awaits no extra layer here."""
+        return self._caller.call

@@ -1,0 +1,249 @@
+"""The servers a run talks to: the endpoint of each node whose kind talks to one (one URL, or
+several replicas of its model), each server checked once (its model list, a structured-
+output canary, its version) and its in-flight limit settled before any example is sent."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import httpx
+
+from ..errors import ConfigurationError
+from .client import Endpoint, LLMClient, ServedModel, ServerError
+from .registry import identity_at, server_urls, weights_text
+
+if TYPE_CHECKING:
+    from ..graph.compiled import CompiledGraph
+    from ..kinds.base import EndpointWant
+
+log = logging.getLogger("orchestrator")
+
+StructuredChoice = Literal["auto", "server", "prompt"]
+
+
+@dataclass(frozen=True)
+class ServerChoice:
+    """The run's default server (one URL, or several replicas), model and key, and how
+    structured output is chosen."""
+
+    base_url: str | tuple[str, ...]
+    model: str | None
+    api_key: str
+    structured: StructuredChoice
+    params: dict[str, Any] = field(default_factory=dict)  # the run's, for `model: params.X`
+    # What serves the run's model, as the user names it (--server-id): in place of the root
+    # the servers report, for the nodes on the run's own servers.
+    server_id: str | None = None
+    # Servers a node's own `base_url` may name besides the run's (--allow-server); None: any
+    # (--trust). A `params.X` the user gave (`given_params`) is the user's word too.
+    allowed: tuple[str, ...] | None = ()
+    given_params: frozenset[str] = frozenset()
+
+
+PARAM_PREFIX = "params."
+
+
+def from_params(value: str | None, params: dict[str, Any], node: str, key: str) -> str | None:
+    """A node's `model`/`base_url` as written, or the param it names (`params.judge_a`), so
+    a sweep or `--param` can switch one judge of several without editing the graph."""
+    if value is None or not value.startswith(PARAM_PREFIX):
+        return value
+    name = value.removeprefix(PARAM_PREFIX)
+    found = params.get(name)
+    if not isinstance(found, str) or not found:
+        raise ConfigurationError(
+            f"node '{node}': {key} is {value}, but that param is "
+            f"{'not declared' if name not in params else repr(found)}; give it a name "
+            f"(--param {name}=...)"
+        )
+    return found
+
+
+def node_api_key(want: EndpointWant, choice: ServerChoice) -> str:
+    """The key a node's requests carry: from its own `api_key_env`, else the run's."""
+    key = os.environ.get(want.api_key_env, "") if want.api_key_env else choice.api_key
+    return key or "EMPTY"
+
+
+VERSION_TIMEOUT = 5.0  # seconds /version may take, at most the run's --timeout
+
+
+async def server_version(base_url: str, timeout: float = VERSION_TIMEOUT) -> str | None:
+    """vLLM answers /version at its root; other servers may not, which is fine."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    try:
+        async with httpx.AsyncClient(timeout=min(timeout, VERSION_TIMEOUT)) as http:
+            reply = await http.get(f"{root}/version")
+            if reply.status_code == 200:
+                return str(reply.json().get("version"))
+    except (httpx.HTTPError, ValueError):
+        pass
+    return None
+
+
+def node_urls(want: str | Sequence[str] | None, choice: ServerChoice, node: str) -> tuple[str, ...]:
+    """The URLs a node talks to: its own `base_url` (a URL, a list of replicas, each may
+    name a param), else the run's."""
+    if want is None:
+        return server_urls(choice.base_url)
+    written = [want] if isinstance(want, str) else list(want)
+    return server_urls([from_params(w, choice.params, node, "base_url") or "" for w in written])
+
+
+def _refused_urls(want: EndpointWant, urls: Sequence[str], choice: ServerChoice) -> list[str]:
+    """The URLs of a node's own `base_url` the user did not name: a graph file is someone
+    else's, and the user's key must go only to servers the user chose."""
+    if choice.allowed is None or want.base_url is None:
+        return []
+    written = [want.base_url] if isinstance(want.base_url, str) else list(want.base_url)
+    named = {u.rstrip("/") for u in (*server_urls(choice.base_url), *choice.allowed)}
+    for value in written:
+        param = value.removeprefix(PARAM_PREFIX)
+        if value.startswith(PARAM_PREFIX) and param in choice.given_params:
+            named.add(str(choice.params[param]).rstrip("/"))
+    return [url for url in urls if url.rstrip("/") not in named]
+
+
+def first_answering(urls: Sequence[str], served_by: dict[str, list[ServedModel]]) -> str:
+    """The first of a server's URLs that listed its models at start."""
+    return next(url for url in urls if url in served_by)
+
+
+def node_identity(
+    node: str,
+    model: str,
+    urls: Sequence[str],
+    served_by: dict[str, list[ServedModel]],
+    server_id: str | None,
+) -> str:
+    """What serves a node's model: `server_id` when the user named it, else what every
+    replica that answered reports; replicas that report different weights are refused."""
+    if server_id:
+        return server_id
+    found = {url: identity_at(url, served_by[url], model) for url in urls if url in served_by}
+    (first, identity), *others = found.items()
+    for url, other in others:
+        if other != identity:
+            raise ServerError(
+                f"node '{node}': the replicas given serve '{model}' from different weights: "
+                f"{first} from {weights_text(first, identity)}, {url} from "
+                f"{weights_text(url, other)}. "
+                "Replies of one would be taken for the other's; give only replicas of the "
+                "same weights, or, if they are the same weights, say so with --server-id ID"
+            )
+    return identity
+
+
+async def prepare_endpoints(
+    graph: CompiledGraph, client: LLMClient, choice: ServerChoice
+) -> tuple[dict[str, Endpoint], dict[str, Any]]:
+    """The endpoint of every node that talks to a server (its kind says which, and what it
+    asks for), and what the manifest records of each server."""
+    endpoints: dict[str, Endpoint] = {}
+    served_by: dict[str, list[ServedModel]] = {}
+    down: dict[str, ServerError] = {}  # replicas that did not answer at start
+    started_without: set[str] = set()
+    run_urls = server_urls(choice.base_url)
+    wants: list[tuple[str, EndpointWant, tuple[str, ...]]] = []
+    talks_to: dict[str, list[str]] = {}
+    for name, cn in graph.nodes.items():
+        want = cn.kind.endpoint_want(cn.spec)
+        if want is None:
+            continue
+        urls = node_urls(want.base_url, choice, name)
+        refused = _refused_urls(want, urls, choice)
+        if refused:
+            raise ConfigurationError(
+                f"node '{name}': its base_url names {', '.join(refused)}, a server the graph "
+                "chose and you did not; nothing (and no API key) is sent to it. Allow it with "
+                f"--allow-server {refused[0]} (allow_servers=[...] in Python), or run with "
+                "--trust if you trust this graph"
+            )
+        wants.append((name, want, urls))
+        for url in urls:
+            talks_to.setdefault(url, []).append(name)
+    if talks_to:
+        # Shown (INFO) when the graph names servers of its own; a run that talks only to the
+        # servers given with it has nothing new to say.
+        own = any(want.base_url is not None for _, want, _ in wants)
+        log.log(
+            logging.INFO if own else logging.DEBUG,
+            "Servers this run talks to: %s",
+            "; ".join(f"{url} (nodes {', '.join(nodes)})" for url, nodes in talks_to.items()),
+        )
+    for name, want, urls in wants:
+        api_key = node_api_key(want, choice)
+        for url in urls:
+            if url not in served_by and url not in down:
+                try:
+                    served_by[url] = await client.list_models(url, api_key)
+                except ServerError as exc:
+                    if len(urls) == 1:
+                        raise
+                    down[url] = exc
+        answering = [url for url in urls if url in served_by]
+        if not answering:
+            raise down[urls[0]]
+        served = [m.id for m in served_by[answering[0]]]
+        model = from_params(want.model, choice.params, name, "model")
+        model = model or (choice.model if urls == run_urls else None)
+        model = model or (served[0] if served else None)
+        if model is None:
+            raise ServerError(f"{urls[0]} serves no model; pass --model")
+        for url in answering:
+            names = [m.id for m in served_by[url]]
+            if names and model not in names:
+                raise ServerError(
+                    f"node '{name}': model '{model}' is not served by {url} "
+                    f"(it serves: {', '.join(names)})"
+                    + ("; every replica given must serve it" if len(urls) > 1 else "")
+                )
+        given = choice.server_id if urls == run_urls else None
+        endpoints[name] = client.endpoint(
+            urls,
+            model,
+            api_key,
+            identity=node_identity(name, model, urls, served_by, given),
+            # A replica that joins later is checked against the root the others report;
+            # a --server-id is the user's word for the whole set.
+            check_joins=not given,
+        )
+        for url in urls:
+            if url in down and url not in started_without:
+                # One replica down at start is one that died a moment before: the run
+                # goes on with the others and takes it back once it answers.
+                log.warning("%s; starting without it until it answers", down[url])
+                endpoints[name].replicas.start_without(url)
+                started_without.add(url)
+    servers: dict[str, Any] = {}
+    for ep in {id(e): e for e in endpoints.values()}.values():
+        if choice.structured == "auto":
+            enforced = await client.canary(ep)
+            ep.structured = "server" if enforced else "prompt"
+            if not enforced:
+                log.warning(
+                    "%s (%s) ignored the JSON schema in 3 canary requests. Falling back to "
+                    "schema-in-prompt plus validation: expect more retries. (vLLM >= 0.12 "
+                    "takes `response_format` json_schema.)",
+                    ep.base_url,
+                    ep.model,
+                )
+        else:
+            ep.structured = choice.structured
+        servers[f"{ep.base_url} {ep.model}"] = {
+            "base_url": ep.urls[0] if len(ep.urls) == 1 else ep.urls,
+            "model": ep.model,
+            "models_served": [m.id for m in served_by[first_answering(ep.urls, served_by)]],
+            "identity": ep.identity,
+            "structured_output": ep.structured,
+            "version": await server_version(
+                first_answering(ep.urls, served_by), client.retry.timeout
+            ),
+            **ep.server_info,
+        }
+    await client.servers.start_tuning()
+    return endpoints, servers

@@ -1,0 +1,246 @@
+"""The scheduler: every example in flight under the endpoint limits, each node started as
+soon as its inputs are ready, results streamed out as examples finish. What running a node
+means is its kind's business (orchestrator/kinds); `foreach`, `when` and resume are here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..calls.client import Endpoint, LLMClient
+from ..calls.counters import RunStats
+from ..calls.outage import ServerGone
+from ..calls.replicas import start_example
+from ..calls.runtime import Runtime
+from ..data.dataset import Row
+from ..errors import NodeError
+from ..graph.compiled import CompiledGraph, CompiledNode
+from ..kinds.base import RunServices, evaluate
+from ..store.trace import WHOLE, NodeRecord, TraceRecorder
+
+ResultSink = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class EngineOptions:
+    params: dict[str, Any] = field(default_factory=dict)
+    window: int = 128  # examples in flight at once; bounded so memory does not grow
+
+
+def engine_window(in_flight: int) -> int:
+    """Examples an engine keeps started: twice the requests its servers may hold together,
+    so each server has requests ready when a slot opens (16 at least)."""
+    return max(2 * in_flight, 16)
+
+
+def _first_error(group: BaseExceptionGroup) -> Exception:
+    """The error to report for a failed example: a node's own error if there is one."""
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        current = stack.pop(0)
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(current.exceptions)
+        else:
+            leaves.append(current)
+    for leaf in leaves:
+        if isinstance(leaf, ServerGone):
+            raise leaf  # not this example's fault: the whole run stops
+    for leaf in leaves:
+        if isinstance(leaf, NodeError):
+            return leaf
+    first = leaves[0]
+    return first if isinstance(first, Exception) else RuntimeError(str(first))
+
+
+def _is_chain(graph: CompiledGraph) -> bool:
+    """True when every node (in run order) depends, directly or not, on the one before."""
+    ancestors: dict[str, set[str]] = {}
+    for name in graph.order:  # topological: a node's deps come before it
+        deps = graph.nodes[name].deps
+        ancestors[name] = set(deps).union(*(ancestors[d] for d in deps))
+    return all(
+        before in ancestors[after]
+        for before, after in zip(graph.order, graph.order[1:], strict=False)
+    )
+
+
+class Engine:
+    """Runs one compiled graph over rows; one instance per run."""
+
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        client: LLMClient,
+        trace: TraceRecorder,
+        endpoints: dict[str, Endpoint],
+        stats: RunStats,
+        options: EngineOptions,
+    ) -> None:
+        self.graph = graph
+        self.client = client
+        self.trace = trace
+        self.endpoints = endpoints  # node name → endpoint it talks to
+        self.stats = stats
+        self.options = options
+        self.params = {**graph.spec.params, **options.params}
+        first = next(iter(endpoints.values()), None)
+        self.run_info = {
+            "base_url": first.base_url if first else None,
+            "model": first.model if first else None,
+        }
+        self.runtime = Runtime(client, endpoints, self.run_info)
+        # What node kinds execute with; the engine itself never looks inside a node.
+        self.services = RunServices(client, trace, endpoints, self.runtime)
+        self._chain = _is_chain(graph)
+
+    # -- dataset level ----------------------------------------------------------------
+
+    async def run(
+        self, rows: Iterable[Row], sink: ResultSink, skip: set[str] | None = None
+    ) -> None:
+        """Run every row not in `skip`; `sink` gets each result line as its example ends."""
+        skip = skip or set()
+        slots = asyncio.Semaphore(self.options.window)
+        running: set[asyncio.Task[None]] = set()
+        stop: list[Exception] = []
+
+        async def one(row: Row) -> None:
+            start_example()  # this example's calls prefer one replica (its prefix cache)
+            try:
+                sink(await self.run_example(row))
+            except Exception as exc:
+                # The server is gone for good, or the sink cannot write (disk full): nothing
+                # more can finish, so the rest is called off and the run stops with this.
+                if not stop:
+                    stop.append(exc)
+                    for task in running:
+                        if task is not asyncio.current_task():
+                            task.cancel()
+            finally:
+                slots.release()
+
+        try:
+            for row in rows:
+                if stop:
+                    break
+                if row.id in skip and row.error is None:
+                    self.stats.examples_resumed += 1
+                    continue
+                await slots.acquire()
+                task = asyncio.create_task(one(row))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+        finally:
+            for task in running:
+                task.cancel()
+        if stop:
+            raise stop[0]
+
+    # -- one example ------------------------------------------------------------------
+
+    async def run_example(self, row: Row) -> dict[str, Any]:
+        """The result line of one example: outputs when ok, the error when failed."""
+        if row.error is not None:
+            self.stats.examples_failed += 1
+            return {"id": row.id, "status": "failed", "row": row.number, "error": row.error}
+        base = {**row.data, "params": self.params, "run": self.run_info}
+        try:
+            outputs = await self._run_nodes(row, base)
+        except NodeError as exc:
+            self.stats.examples_failed += 1
+            message = exc.message if exc.node.startswith("outputs.") else str(exc)
+            return {"id": row.id, "status": "failed", "row": row.number, "error": message}
+        except ServerGone:
+            raise  # the example is not done: it must run again when the run is resumed
+        except Exception as exc:
+            # A bug in a user function or in us fails this example, not the whole run.
+            self.stats.examples_failed += 1
+            return {
+                "id": row.id,
+                "status": "failed",
+                "row": row.number,
+                "error": f"unexpected {type(exc).__name__}: {exc}",
+            }
+        self.stats.examples_ok += 1
+        return {"id": row.id, "status": "ok", **outputs}
+
+    async def _run_nodes(self, row: Row, base: dict[str, Any]) -> dict[str, Any]:
+        """Every node of one example as its own task, then the graph outputs."""
+        values: dict[str, Any] = {}
+        tasks: dict[str, asyncio.Task[None]] = {}
+        if self._chain:
+            # Each node needs the one before it: nothing could overlap, so skip the tasks.
+            for name in self.graph.order:
+                cn = self.graph.nodes[name]
+                ctx = {**base, **{d: values[d] for d in cn.deps}}
+                values[name] = await self._run_node(cn, ctx, row.id)
+            return self._outputs({**base, **values})
+
+        async def node_task(name: str) -> None:
+            cn = self.graph.nodes[name]
+            for dep in cn.deps:
+                await tasks[dep]
+            ctx = {**base, **{d: values[d] for d in cn.deps}}
+            values[name] = await self._run_node(cn, ctx, row.id)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for name in self.graph.order:
+                    tasks[name] = group.create_task(node_task(name))
+        except ExceptionGroup as group_error:
+            raise _first_error(group_error) from None
+        return self._outputs({**base, **values})
+
+    def _outputs(self, ctx: dict[str, Any]) -> dict[str, Any]:
+        return {
+            key: evaluate(expr, ctx, f"outputs.{key}", "output")
+            for key, expr in self.graph.outputs.items()
+        }
+
+    async def _run_node(self, cn: CompiledNode, ctx: dict[str, Any], example: str) -> Any:
+        found, value = self.trace.finished_value(example, cn.name)
+        if found:
+            return value
+        if cn.foreach is None:
+            if cn.when is not None and not evaluate(cn.when, ctx, cn.name, "when"):
+                self.trace.record(NodeRecord(example_id=example, node=cn.name, status="skipped"))
+                return None
+            return await cn.kind.execute(cn, ctx, example, WHOLE, self.services)
+        items = evaluate(cn.foreach, ctx, cn.name, "foreach")
+        if items is None:
+            items = []
+        if not isinstance(items, list | tuple):
+            raise NodeError(
+                cn.name, f"foreach `{cn.foreach.source}` gave {type(items).__name__}, not a list"
+            )
+        as_name = cn.spec.as_
+        results = await asyncio.gather(
+            *(
+                self._run_item(
+                    cn, {**ctx, as_name: item, f"{as_name}_index": index}, example, index
+                )
+                for index, item in enumerate(items)
+            )
+        )
+        collected = list(results)
+        self.trace.record(NodeRecord(example_id=example, node=cn.name, value=collected))
+        return collected
+
+    async def _run_item(
+        self, cn: CompiledNode, ctx: dict[str, Any], example: str, index: int
+    ) -> Any:
+        found, value = self.trace.finished_value(example, cn.name, index)
+        if found:
+            return value
+        if cn.when is not None and not evaluate(cn.when, ctx, cn.name, f"when (item {index})"):
+            self.trace.record(
+                NodeRecord(example_id=example, node=cn.name, item=index, status="skipped")
+            )
+            return None
+        return await cn.kind.execute(cn, ctx, example, index, self.services)

@@ -1,0 +1,343 @@
+"""The checks a graph passes before a token is spent: cycles, names, attributes of upstream
+outputs, sampling ranges, `foreach` sources. Each problem is collected, not raised, so all
+of them are reported at once, each naming file, node and field."""
+
+from __future__ import annotations
+
+import difflib
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError, nodes
+
+from ..errors import GraphError, Problem
+from ..kinds.base import kind_of
+from ..shipped import shipped_root
+from .compiled import CompiledNode
+from .loaders import SealedLoader, template_sources
+from .spec import (
+    SAMPLING_RANGES,
+    FieldSpec,
+    GraphSpec,
+    Sampling,
+    sampling_problem,
+)
+from .templates import (
+    BUILTIN_NAMES,
+    Expression,
+    Prompt,
+    attribute_uses,
+    make_environment,
+    names_in,
+    parse_expression,
+    plain_path,
+    shorten,
+)
+
+if TYPE_CHECKING:
+    from .compiled import GraphOrigin
+
+
+class Checker:
+    """Collects problems while compiling one graph."""
+
+    def __init__(self, origin: GraphOrigin, spec: GraphSpec, functions: bool) -> None:
+        self.path = origin.path
+        self.file = origin.file
+        self.spec = spec
+        self.problems: list[Problem] = []
+        self.prompts_dir = (origin.prompts_dir or origin.path.parent / spec.prompts).resolve()
+        if origin.texts is None:
+            refused = prompts_refusal(origin, self.prompts_dir)
+            if refused is not None:
+                # Refused before a template is read: nothing of that folder may reach a prompt.
+                raise GraphError([Problem(self.file, refused, field="prompts")])
+        self.functions = functions
+        self.trusted = origin.trusted
+        # node -> {name it uses -> first field that uses it}: places cycles precisely.
+        self.refs: dict[str, dict[str, str]] = {}
+        # (node, field) -> template sources (with includes), for the attribute check.
+        self.sources: dict[tuple[str, str], dict[str, str]] = {}
+        self.env = make_environment(self.prompts_dir, origin.texts)
+        # A required param has no value until a run gives one: known, but null here.
+        self.params: dict[str, Any] = {**dict.fromkeys(spec.required_params), **spec.params}
+        self.env.globals["params"] = self.params
+        # `run` (base_url, model of the run's server) is filled in by the engine.
+        self.env.globals["run"] = {}
+
+    def problem(self, message: str, node: str | None = None, field: str | None = None) -> None:
+        self.problems.append(Problem(self.file, message, node, field))
+
+    def expression(self, source: Any, node: str | None, field: str) -> Expression | None:
+        if not isinstance(source, str) or not source.strip():
+            self.problem("expected a non-empty expression string", node, field)
+            return None
+        try:
+            return Expression(self.env, source)
+        except TemplateSyntaxError as exc:
+            message = f"expression '{shorten(source)}' does not parse: {exc.message}"
+            self.problem(message, node, field)
+        except TemplateError as exc:
+            self.problem(str(exc), node, field)
+        except RecursionError:
+            self.problem(f"expression '{shorten(source)}' nests too deeply", node, field)
+        return None
+
+    def template(self, name: str, node: str, field: str) -> tuple[Prompt | None, set[str]]:
+        try:
+            # Read and check every template it pulls in before Jinja compiles any of them.
+            sources = template_sources(self.env, name)
+            names = names_in(self.env, sources)
+            template = self.env.get_template(name)
+            self.sources[(node, field)] = sources
+            return Prompt(template, names), names
+        except TemplateNotFound as exc:
+            where = self.env.loader.where() if isinstance(self.env.loader, SealedLoader) else "?"
+            self.problem(f"template '{exc.name}' not found under {where}", node, field)
+        except TemplateSyntaxError as exc:
+            where = exc.name or exc.filename or name
+            self.problem(f"template '{where}' line {exc.lineno}: {exc.message}", node, field)
+        except TemplateError as exc:
+            # Our own loader and safety errors already name the template.
+            message = str(exc) if "template '" in str(exc) else f"template '{name}': {exc}"
+            self.problem(message, node, field)
+        except RecursionError:
+            self.problem(f"template '{name}' nests too deeply to compile", node, field)
+        return None, set()
+
+
+def prompts_refusal(origin: GraphOrigin, folder: Path) -> str | None:
+    """Why an untrusted graph file may not read templates from `folder` (resolved, so a
+    symlink pointing out is out), or None. Allowed: a folder inside the graph file's own
+    folder; the shipped prompts for a shipped graph; any folder the user named
+    (`--prompts`, `prompts_dir=`) or, with `--trust`, any folder at all."""
+    if origin.trusted or origin.prompts_dir is not None or not folder.is_dir():
+        return None  # a missing folder is reported as such, and nothing can be read from it
+    home = origin.path.parent.resolve()
+    if folder.is_relative_to(home):
+        return None
+    shipped = shipped_root()
+    if shipped is not None:
+        root = shipped.resolve()
+        if origin.path.resolve().is_relative_to(root / "graphs") and folder.is_relative_to(
+            root / "prompts"
+        ):
+            return None
+    return (
+        f"prompts folder {folder} is outside the graph's folder {home}: a graph file reads "
+        "templates only from its own folder. If that folder is yours, name it with "
+        "--prompts DIR (prompts_dir= in Python); if you trust the graph, run it with --trust "
+        "(trust=True)"
+    )
+
+
+@dataclass
+class NodeScope:
+    """One node as its kind compiles it: parses its expressions and templates, checks the
+    names they use and records the uses (edges, cycle places, attribute checks)."""
+
+    ck: Checker
+    node: str
+    known: set[str]  # names its expressions may use: inputs, nodes, its `foreach` item
+    refs: dict[str, str]  # name used -> first field that uses it
+    used: set[str] = field(default_factory=set)
+    template_fields: list[str] = field(default_factory=list)
+    exprs: list[tuple[str, Expression]] = field(default_factory=list)
+
+    def problem(self, message: str, field: str | None = None) -> None:
+        self.ck.problem(message, self.node, field)
+
+    def use(self, names: set[str], field: str) -> None:
+        self.used |= names
+        for ref in sorted(names):
+            self.refs.setdefault(ref, field)
+
+    def expression(
+        self, source: Any, field: str, names_field: str | None = None
+    ) -> Expression | None:
+        """`source` parsed, its names checked (reported under `names_field` if given)."""
+        expr = self.ck.expression(source, self.node, field)
+        if expr:
+            self.use(expr.names, field)
+            check_names(self.ck, expr.names, self.known, self.node, names_field or field)
+            self.exprs.append((field, expr))
+        return expr
+
+    def template(self, name: str, field: str) -> Prompt | None:
+        """The template `name` loaded and checked with everything it includes."""
+        template, names = self.ck.template(name, self.node, field)
+        self.template_fields.append(field)
+        self.use(names, field)
+        check_names(self.ck, names, self.known, self.node, f"{field} ({name})")
+        return template
+
+
+def check_cycles(ck: Checker, graph: nx.DiGraph) -> None:
+    """One problem per group of nodes that wait on each other, naming who uses whom where.
+
+    Strongly connected components keep this polynomial: listing every simple cycle is
+    exponential in a densely connected graph.
+    """
+    uses = graph.reverse(copy=False)  # edge a -> b: a uses b
+    groups = sorted(
+        (sorted(group) for group in nx.strongly_connected_components(uses) if len(group) > 1),
+        key=lambda group: group[0],
+    )
+    for group in groups[:5]:
+        chain = _shortest_cycle(uses, set(group), group[0])
+        edges = list(zip(chain, [*chain[1:], chain[0]], strict=True))
+        steps = ", ".join(f"{a} uses {b} ({ck.refs[a].get(b, 'after')})" for a, b in edges)
+        first, second = edges[0]
+        ck.problem(f"nodes form a cycle: {steps}", first, ck.refs[first].get(second, "after"))
+
+
+def _shortest_cycle(uses: nx.DiGraph, group: set[str], start: str) -> list[str]:
+    """Nodes of a shortest cycle from `start` back to itself (ties broken by name)."""
+    parent: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for nxt in sorted(set(uses.successors(node)) & group):
+            if nxt == start:
+                chain = [node]
+                while chain[-1] != start:
+                    chain.append(parent[chain[-1]])
+                return chain[::-1]
+            if nxt not in parent:
+                parent[nxt] = node
+                queue.append(nxt)
+    raise AssertionError(f"{start} is in a strongly connected group, so on a cycle")
+
+
+def check_sampling(ck: Checker, values: Sampling, node: str | None, prefix: str) -> None:
+    """Literal sampling values in range (expression values are checked per call)."""
+    for key in SAMPLING_RANGES:
+        problem = sampling_problem(key, getattr(values, key))
+        if problem is not None:
+            ck.problem(problem, node, prefix + key)
+
+
+def check_foreach(ck: Checker, name: str, expr: Expression) -> None:
+    """`foreach` over something that is known, before any call, not to be a list."""
+    what = _static_kind(ck, parse_expression(ck.env, expr.source), expr.source)
+    if what is not None:
+        ck.problem(f"foreach needs a list, but '{shorten(expr.source)}' is {what}", name, "foreach")
+
+
+def _static_kind(ck: Checker, ast: nodes.Expr, source: str) -> str | None:
+    """What a foreach expression gives when that is known now and is not a list, else None.
+
+    Known now: a literal; a param's default; a field of a single-call LLM node's schema.
+    """
+    if isinstance(ast, nodes.Const):
+        return None if isinstance(ast.value, list | tuple) else _kind(ast.value)
+    if isinstance(ast, nodes.Dict):
+        return "a mapping"
+    path = plain_path(source)
+    if not path:
+        return None
+    head, rest = path[0], path[1:]
+    if head == "params":
+        value: Any = ck.params
+        for part in rest:
+            if not isinstance(value, dict) or part not in value:
+                return None
+            value = value[part]
+        # null is a placeholder that `--param` fills in.
+        return None if value is None or isinstance(value, list) else _kind(value)
+    output = _known_fields(ck, head)
+    if output is None:
+        return None
+    spec: FieldSpec | None = None  # None: the node's whole output object
+    for part in rest:
+        fields = output if spec is None else spec.fields
+        if fields is None or part not in fields:
+            return None  # a missing field is the attribute check's to report
+        spec = fields[part]
+    if spec is None:
+        return "an object (the node's whole output)"
+    return None if spec.type == "list" else f"a field of type {spec.type}"
+
+
+def _kind(value: Any) -> str:
+    names = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return names.get(type(value), "a mapping" if isinstance(value, dict) else "not a list")
+
+
+def _known_fields(ck: Checker, name: str) -> dict[str, FieldSpec] | None:
+    """The fields node `name`'s value is known to have now (its kind says), else None."""
+    other = ck.spec.nodes.get(name)
+    if other is None or other.foreach:
+        return None
+    return kind_of(other).value_fields(other, ck.spec)
+
+
+def check_names(
+    ck: Checker, names: set[str], known: set[str], node: str | None, field: str
+) -> None:
+    for missing in sorted(names - known - BUILTIN_NAMES - set(ck.env.globals)):
+        close = difflib.get_close_matches(missing, sorted(known), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        ck.problem(
+            f"variable '{missing}' is not provided by the dataset inputs, params or any node{hint}",
+            node,
+            field,
+        )
+
+
+def node_sources(ck: Checker, cn: CompiledNode, scope: NodeScope) -> list[tuple[str, str]]:
+    """(field, template text) for every template and expression of a node."""
+    sources: list[tuple[str, str]] = []
+    for fld in scope.template_fields:
+        for text in ck.sources.get((cn.name, fld), {}).values():
+            sources.append((fld, text))
+    exprs: list[tuple[str, Expression | None]] = [("when", cn.when), ("foreach", cn.foreach)]
+    exprs += scope.exprs
+    sources += [(fld, "{{ " + expr.source + " }}") for fld, expr in exprs if expr is not None]
+    return sources
+
+
+def check_attributes(ck: Checker, owner: str | None, sources: list[tuple[str, str]]) -> None:
+    """`judge.scoer` typos: an attribute of a node's value that its schema lacks."""
+    for fld, source in sources:
+        try:
+            uses = list(attribute_uses(ck.env, source))
+        except (TemplateSyntaxError, RecursionError):
+            continue  # reported where the source was first parsed
+        for target, attr in uses:
+            if target == "params":
+                _check_param(ck, attr, owner, fld)
+                continue
+            output = _known_fields(ck, target)
+            if (
+                output is not None
+                and attr not in output
+                and attr not in ("failed", "error")  # an LLM node's value with on_error: record
+                and not hasattr(dict, attr)  # judge.get('score'): a method of the value
+            ):
+                close = difflib.get_close_matches(attr, list(output), n=1)
+                hint = f"did you mean '{close[0]}'? " if close else ""
+                ck.problem(
+                    f"'{target}.{attr}': node '{target}' has no output field '{attr}' "
+                    f"({hint}fields: {', '.join(output)})",
+                    owner,
+                    fld,
+                )
+
+
+def _check_param(ck: Checker, name: str, owner: str | None, fld: str) -> None:
+    """`params.X` where the graph declares no X: it could never be given (an unknown
+    `--param` is refused), so every row would fail on it."""
+    if name in ck.params or hasattr(dict, name):
+        return
+    close = difflib.get_close_matches(name, list(ck.params), n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    ck.problem(
+        f"'params.{name}': the graph declares no param '{name}' ({hint}declare it under "
+        f"params: with a default, or under required_params:)",
+        owner,
+        fld,
+    )

@@ -1,0 +1,319 @@
+"""The graph file: YAML loaded into typed models. No checks across nodes here (see compile)."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import operator
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from ..errors import GraphError, Problem
+from .yamlfile import load_yaml
+
+if TYPE_CHECKING:
+    from ..kinds.compute import ComputeNode as ComputeNode
+    from ..kinds.llm import LLMNode as LLMNode
+
+MAX_NODES = 1_000  # more is a runaway or hostile file, not a protocol
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FieldSpec(_Strict):
+    """One field of an LLM node's output schema (see docs/graph-format.md)."""
+
+    type: Literal["string", "integer", "number", "boolean", "list", "object"]
+    description: str | None = None
+    enum: list[Any] | None = None
+    enum_from: str | None = None  # expression evaluated per call: the allowed values
+    min: float | None = None
+    max: float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    min_items: int | None = None
+    max_items: int | None = None
+    items: FieldSpec | None = None
+    fields: dict[str, FieldSpec] | None = None
+    required: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        # `reason: string` is short for `reason: {type: string}`.
+        return {"type": value} if isinstance(value, str) else value
+
+
+class Sampling(_Strict):
+    """Sampling parameters shared by graph defaults and LLM nodes.
+
+    Each may be a literal or an expression string such as ``params.repeats``, evaluated
+    per call (so `--param` can change it without editing the graph).
+    """
+
+    temperature: float | str | None = None
+    max_tokens: int | str | None = None
+    top_p: float | str | None = None
+    seed: int | str | None = None
+    n: int | str | None = None
+    logprobs: int | str | None = Field(default=None, description="top_logprobs per token")
+    retries: int | str | None = Field(default=None, description="re-asks after an invalid reply")
+    min_samples: int | str | None = Field(
+        default=None, description="valid samples a call needs (default: all n)"
+    )
+
+    @field_validator(
+        "temperature",
+        "max_tokens",
+        "top_p",
+        "seed",
+        "n",
+        "logprobs",
+        "retries",
+        "min_samples",
+        mode="before",
+    )
+    @classmethod
+    def _not_a_boolean(cls, value: Any) -> Any:
+        # YAML `true` would otherwise pass as the number 1.
+        if isinstance(value, bool):
+            raise ValueError("expected a number or an expression string, not true/false")
+        return value
+
+
+# The Python type each sampling value is coerced to once resolved.
+SAMPLING_TYPES: dict[str, type] = {
+    "temperature": float,
+    "max_tokens": int,
+    "top_p": float,
+    "seed": int,
+    "n": int,
+    "logprobs": int,
+    "retries": int,
+    "min_samples": int,
+}
+
+# Allowed values, checked on literals at compile time: (lowest, highest, lowest excluded).
+# seed takes any integer.
+SAMPLING_RANGES: dict[str, tuple[float | None, float | None, bool]] = {
+    "temperature": (0, None, False),
+    "max_tokens": (1, None, False),
+    "top_p": (0, 1, True),
+    "n": (1, None, False),
+    "logprobs": (0, None, False),
+    "retries": (0, None, False),
+    "min_samples": (1, None, False),
+}
+
+
+def sampling_problem(key: str, value: object) -> str | None:
+    """Why a sampling value is out of range, or None (non-numbers are typed elsewhere)."""
+    if key not in SAMPLING_RANGES or not isinstance(value, int | float):
+        return None
+    low, high, low_open = SAMPLING_RANGES[key]
+    if low is not None and (value <= low if low_open else value < low):
+        bound = f"greater than {low}" if low_open else f"at least {low}"
+        return f"{key} must be {bound}, got {value}"
+    if high is not None and value > high:
+        return f"{key} must be at most {high}, got {value}"
+    return None
+
+
+class NodeBase(_Strict):
+    """What every node has, whatever its kind; a kind's spec model adds `kind: Literal[...]`
+    and its own fields (see orchestrator/kinds)."""
+
+    foreach: str | None = None
+    as_: str = Field(default="item", alias="as")
+    when: str | None = None
+    after: list[str] = Field(default_factory=list)
+    description: str | None = None
+
+
+class Aggregate(_Strict):
+    """A dataset-level function run once after every example is done (writes summary.json)."""
+
+    function: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    description: str | None = None
+
+
+class GraphSpec(_Strict):
+    """A whole graph file."""
+
+    name: str
+    description: str | None = None
+    inputs: list[str] = Field(default_factory=list)
+    optional_inputs: list[str] = Field(default_factory=list)
+    params: dict[str, Any] = Field(default_factory=dict)
+    # Params with no default: a run must be given each (`--param NAME=VALUE`), or it is
+    # refused before any request (e.g. the folder of a trained model).
+    required_params: list[str] = Field(default_factory=list)
+    prompts: str = "../prompts"
+    defaults: Sampling = Field(default_factory=Sampling)
+    # Parsed with the union of the registered kinds' models (see `_parser`).
+    nodes: dict[str, NodeBase]
+    outputs: dict[str, str]
+    aggregates: dict[str, Aggregate] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _required_have_no_default(self) -> GraphSpec:
+        both = [name for name in self.required_params if name in self.params]
+        if both:
+            raise ValueError(
+                f"required_params {both} also have a default under params; a param is "
+                "either required or has a default"
+            )
+        return self
+
+    @field_validator("prompts")
+    @classmethod
+    def _plain_path(cls, value: str) -> str:
+        # A NUL byte would make every later path operation raise.
+        if any(ord(c) < 32 for c in value):
+            raise ValueError("the prompts folder path contains control characters")
+        return value
+
+
+def _type_name(value: Any) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+_PARSERS: dict[tuple[type[NodeBase], ...], type[GraphSpec]] = {}
+
+
+def _parser() -> type[GraphSpec]:
+    """GraphSpec whose nodes are the union of the registered kinds' models, picked by
+    `kind:` (built once per set of kinds)."""
+    from ..kinds.base import kinds
+
+    models = tuple(kind.spec_model for kind in kinds().values())
+    if models not in _PARSERS:
+        union: Any = functools.reduce(operator.or_, models)
+        node = Annotated[union, Field(discriminator="kind")]
+        _PARSERS[models] = create_model(
+            "GraphSpec", __base__=GraphSpec, __module__=__name__, nodes=(dict[str, node], ...)
+        )
+    return _PARSERS[models]
+
+
+def _kind_choices() -> str:
+    from ..kinds.base import kinds
+
+    names = [f"'{name}'" for name in kinds()]
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
+
+def _loc_to_place(loc: tuple[Any, ...], tags: set[str]) -> tuple[str | None, str | None]:
+    """Turn a pydantic error location into (node, field) for the message."""
+    parts = [str(p) for p in loc]
+    if len(parts) >= 2 and parts[0] == "nodes":
+        # Drop the discriminator tag pydantic inserts after the node id.
+        rest = parts[3:] if len(parts) > 2 and parts[2] in tags else parts[2:]
+        return parts[1], ".".join(rest) or None
+    return None, ".".join(parts) or None
+
+
+def _keys(model: type[BaseModel]) -> list[str]:
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _allowed_keys(loc: tuple[Any, ...], tags: set[str]) -> list[str]:
+    """The keys the mapping holding `loc`'s last key may have: what "did you mean" offers."""
+    from ..kinds.base import kinds
+
+    parent = [str(p) for p in loc[:-1]]
+    if not parent:
+        return _keys(GraphSpec)
+    if parent[0] == "nodes" and len(parent) == 3 and parent[2] in tags:
+        return _keys(kinds()[parent[2]].spec_model)
+    if parent[0] == "defaults" and len(parent) == 1:
+        return _keys(Sampling)
+    if parent[0] == "aggregates" and len(parent) == 2:
+        return _keys(Aggregate)
+    return _keys(FieldSpec)  # anything deeper is an output field's description
+
+
+def _problem(file: str, err: Any, tags: set[str]) -> Problem:
+    """One pydantic error as a Problem, in the words of the graph file."""
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    if loc and loc[-1] == "[key]":
+        if len(loc) == 3 and loc[0] == "nodes":
+            return Problem(file, "a node id must be a string", node=str(loc[1]))
+        field = ".".join(str(p) for p in loc[:-2]) or None
+        return Problem(file, f"key {loc[-2]!r} must be a string", field=field)
+    node, field = _loc_to_place(loc, tags)
+    message = err["msg"]
+    if kind == "union_tag_invalid":
+        field, message = "kind", f"unknown kind '{ctx.get('tag')}': use {_kind_choices()}"
+    elif kind == "union_tag_not_found":
+        field, message = "kind", f"no kind given: use {_kind_choices()}"
+    elif kind == "extra_forbidden":
+        close = difflib.get_close_matches(str(loc[-1]), _allowed_keys(loc, tags), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else "misspelt, or not allowed here"
+        message = f"unknown key ({hint})"
+    elif kind == "missing":
+        message = "required but missing"
+    elif kind == "value_error" and "error" in ctx:
+        message = str(ctx["error"])
+    elif kind == "literal_error" and "input" in err:
+        message = f"{message}, got {err['input']!r}"
+    elif "input" in err and kind.endswith("_type"):
+        message = f"{message}, got {_type_name(err['input'])}"
+    return Problem(file, message, node=node, field=field)
+
+
+def load_spec(path: Path) -> GraphSpec:
+    """Parse a graph file; raise GraphError naming the file, node and field of each problem."""
+    return spec_from_raw(load_yaml(path), str(path))
+
+
+def spec_from_raw(raw: Any, file: str) -> GraphSpec:
+    """Check a parsed graph (a YAML file's contents or a dict built in Python); `file` is
+    how problems name where it came from."""
+    shape = "a graph file is a YAML mapping with name, nodes and outputs"
+    if raw is None:
+        raise GraphError([Problem(file, f"the file is empty; {shape}")])
+    if not isinstance(raw, dict):
+        raise GraphError([Problem(file, f"the top level is a {_type_name(raw)}; {shape}")])
+    nodes = raw.get("nodes")
+    if isinstance(nodes, dict) and len(nodes) > MAX_NODES:
+        message = f"{len(nodes)} nodes; a graph may have at most {MAX_NODES}"
+        raise GraphError([Problem(file, message, field="nodes")])
+    parser = _parser()
+    try:
+        return parser.model_validate(raw)
+    except ValidationError as exc:
+        from ..kinds.base import kinds
+
+        tags = set(kinds())
+        raise GraphError([_problem(file, err, tags) for err in exc.errors()]) from exc
+
+
+def __getattr__(name: str) -> Any:
+    # The built-in kinds' spec models live with their kinds; importing them here at load
+    # time would be circular (they build on NodeBase above).
+    if name in ("LLMNode", "ComputeNode"):
+        from ..kinds import compute, llm
+
+        return getattr(llm if name == "LLMNode" else compute, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

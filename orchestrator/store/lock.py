@@ -1,0 +1,91 @@
+"""One writer per run folder: an exclusive `flock` on `run.lock`, held for the whole run.
+
+The kernel drops a `flock` when its process dies, however it dies, so a lock left by a
+killed run is simply free for the next one; the file's text (pid, host, start time) is only
+there to name the holder in the refusal and to say when a dead run's lock was taken over.
+Readers (`trace`, `report`, `meta-eval`) never take it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import IO
+
+import orjson
+
+from ..errors import RunFolderError
+
+LOCK = "run.lock"
+
+
+class RunLock:
+    """Held from `acquire` until `release` (or the process's end)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / LOCK
+        self._handle: IO[bytes] | None = None
+        self.previous: dict[str, object] | None = None  # holder a dead run left behind
+
+    def acquire(self) -> None:
+        """Take the lock or raise RunFolderError naming the run that holds it."""
+        handle = open(self.path, "a+b")  # noqa: SIM115 - kept open for the whole run
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(handle)
+            handle.close()
+            raise RunFolderError(
+                f"{self.path.parent} is being written by another run ({_describe(holder)}); "
+                "wait for it to finish, or choose another --out."
+            ) from None
+        self.previous = _read_holder(handle)
+        handle.seek(0)
+        handle.truncate()
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        handle.write(orjson.dumps(holder))
+        handle.flush()
+        self._handle = handle
+
+    def release(self) -> None:
+        if self._handle is None:
+            return
+        # Emptied first: a leftover holder text must not name a finished run.
+        self._handle.seek(0)
+        self._handle.truncate()
+        fcntl.flock(self._handle, fcntl.LOCK_UN)
+        self._handle.close()
+        self._handle = None
+
+    def took_over(self) -> str | None:
+        """A sentence when this run took the lock of a run that died holding it."""
+        if not self.previous:
+            return None
+        holder = _describe(self.previous)
+        return f"took over the lock of a run that stopped without releasing it ({holder})"
+
+
+def _read_holder(handle: IO[bytes]) -> dict[str, object] | None:
+    handle.seek(0)
+    text = handle.read(4096)
+    try:
+        holder = orjson.loads(text) if text.strip() else None
+    except orjson.JSONDecodeError:
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+def _describe(holder: dict[str, object] | None) -> str:
+    if not holder:
+        return "holder unknown"
+    started = holder.get("started")
+    when = (
+        datetime.fromtimestamp(float(started)).strftime("%Y-%m-%d %H:%M:%S")
+        if isinstance(started, int | float)
+        else "?"
+    )
+    return f"pid {holder.get('pid')} on {holder.get('host')}, started {when}"

@@ -1,0 +1,144 @@
+"""Run stores: where a run keeps its results, trace, manifest and summary.
+
+`RunFolder` (folder.py) is the default: files on disk, one writer, resumable. `MemoryStore`
+keeps everything in this process — the trace in an in-memory SQLite database — for a run
+from Python that asked for no folder (`orc.run(..., out=None)`): nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from .runkey import RunKey
+from .trace import TraceStore
+
+if TYPE_CHECKING:
+    from ..data.dataset import Row
+    from ..graph.compiled import CompiledGraph
+    from .reader import RunReader
+
+
+class RunStore(Protocol):
+    """What a run writes through and is read back from: the trace writer (`trace`), the
+    resume index (`done`, `begin`, and the trace's `finished_value`) and the reader
+    (`reader`, a `RunReader`, or None for a store that keeps nothing to read back)."""
+
+    done: set[str]
+
+    def open(self, overwrite: bool) -> str | None:
+        """Take the store for this run (the writer lock); a note when a dead run's lock was
+        taken over."""
+        ...
+
+    def check_key(self, key: RunKey, static_only: bool = False) -> None:
+        """Refuse (RunFolderError) to continue a run made under another key."""
+        ...
+
+    def has_manifest(self) -> bool: ...
+
+    def begin(self) -> bool:
+        """Load what earlier runs finished; True when resuming."""
+        ...
+
+    def trace(self, run_id: str, graph_hash: str, run_key: str) -> TraceStore: ...
+
+    def write_snapshot(self, graph: CompiledGraph) -> None: ...
+
+    def write_input(self, row: Row) -> None: ...
+
+    def write_result(self, row: dict[str, Any]) -> None: ...
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Result lines already encoded (`runfolder.encode_result`) by a worker."""
+        ...
+
+    def flush(self) -> None: ...
+
+    def results(self) -> Iterator[dict[str, Any]]:
+        """Every result line so far, streamed."""
+        ...
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None: ...
+
+    def write_summary(self, summary: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def describe(self) -> str:
+        """How messages name the store."""
+        ...
+
+    def reader(self) -> RunReader | None:
+        """The run read back as typed records (`reader.RunReader`)."""
+        ...
+
+
+class MemoryStore:
+    """A run kept in memory: never resumed, never shared, nothing written to disk."""
+
+    def __init__(self) -> None:
+        self.done: set[str] = set()
+        self.lines: list[dict[str, Any]] = []
+        self.numbers: dict[str, int] = {}  # example id -> its row in the source
+        self.manifest: dict[str, Any] = {}
+        self.summary: dict[str, Any] = {}
+
+    def open(self, overwrite: bool) -> str | None:
+        return None
+
+    def check_key(self, key: RunKey, static_only: bool = False) -> None:
+        return None
+
+    def has_manifest(self) -> bool:
+        return bool(self.manifest)
+
+    def begin(self) -> bool:
+        return False
+
+    def trace(self, run_id: str, graph_hash: str, run_key: str) -> TraceStore:
+        # SQLite's in-memory database: the same queries as a run folder's trace, no file.
+        return TraceStore(Path(":memory:"), run_id, graph_hash, run_key)
+
+    def write_snapshot(self, graph: CompiledGraph) -> None:
+        return None
+
+    def write_input(self, row: Row) -> None:
+        # The rows are the caller's own data; only where each example stood is kept.
+        self.numbers[row.id] = row.number
+
+    def write_result(self, row: dict[str, Any]) -> None:
+        self.lines.append(row)
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        self.lines.extend(orjson.loads(line) for line in lines)
+
+    def flush(self) -> None:
+        return None
+
+    def results(self) -> Iterator[dict[str, Any]]:
+        return iter(self.lines)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        self.manifest = manifest
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        self.summary = summary
+
+    def close(self) -> None:
+        return None
+
+    def release(self) -> None:
+        return None
+
+    def describe(self) -> str:
+        return "memory"
+
+    def reader(self) -> RunReader | None:
+        # Nothing is written, so there is no folder to read; `RunResult` holds the records.
+        return None

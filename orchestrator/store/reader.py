@@ -1,0 +1,374 @@
+"""One reader of a run folder: its manifest, summary, result lines, inputs, snapshot and
+trace, each as the typed record it was written as (records.py).
+
+`trace`, `report`, `meta-eval`, `distill` and `RunResult` read a run through `RunReader`,
+so a field is parsed in one place; a run may still be writing the folder while it is read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from collections.abc import Iterator
+from functools import cached_property
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from ..errors import RunFolderError
+from .folder import (
+    INPUTS,
+    MANIFEST,
+    RESULTS,
+    SUMMARY,
+    TRACES,
+    check_layout,
+    iter_lines,
+    manifest_problem,
+    read_json,
+    snapshot_graph,
+    snapshot_prompts,
+)
+from .records import ATTEMPT_KINDS, InputLine, Manifest, NodeRun, ResultLine, Summary, TraceRun
+from .trace import damaged, loads, restore_raw
+
+_JSON_COLUMNS = ("value", "messages", "raw", "request")
+_ATTEMPT_COLUMNS = (
+    "number, kind, error, raw, finish_reason, latency, prompt_tokens, completion_tokens, cached"
+)
+_ADDED_ATTEMPT_COLUMNS = ("sample", "replica")  # absent from traces written before they existed
+
+
+log = logging.getLogger("orchestrator")
+
+
+def folder_writable(folder: Path) -> bool:
+    """Whether files can be made in `folder` (False on a read-only mount, even for root)."""
+    return os.access(folder, os.W_OK)
+
+
+def open_read_only(path: Path) -> sqlite3.Connection:
+    """A SQLite file of a run folder opened to read only, whether or not its folder can be
+    written; DatabaseError when it cannot be read.
+
+    A WAL-mode file (the trace) needs its -shm index, which SQLite makes next to it even
+    for a read-only connection. On a read-only folder a run that finished has left none, so
+    the file is opened `immutable`: SQLite then takes no lock and ignores any -wal file,
+    which is safe only because nothing can write there. Where the folder can be written,
+    `mode=ro` is kept: a run may be writing the file, and its -wal holds what it wrote last.
+    """
+    uri = path.resolve().as_uri()
+    try:
+        db = _connect(f"{uri}?mode=ro")
+        try:
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+    except sqlite3.OperationalError:
+        if folder_writable(path.parent):
+            raise
+    wal = path.with_name(path.name + "-wal")
+    if wal.is_file() and wal.stat().st_size:
+        log.warning(
+            "%s holds writes a run did not merge into %s; the folder is read-only, so they "
+            "are not read.",
+            wal,
+            path.name,
+        )
+    db = _connect(f"{uri}?mode=ro&immutable=1")
+    db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone()
+    return db
+
+
+def _connect(uri: str) -> sqlite3.Connection:
+    return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
+
+
+def _batched(cursor: sqlite3.Cursor, size: int = 500) -> Iterator[Any]:
+    """A query's rows a few hundred at a time, never all at once."""
+    while batch := cursor.fetchmany(size):
+        yield from batch
+
+
+class TraceReader:
+    """traces.sqlite read back as `NodeRun` models (with their `Attempt`s and schema)."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path, owned: bool = False) -> None:
+        self._db = db
+        self.path = path
+        self._owned = owned  # closed with the reader (a writer's own connection is not)
+        self._attempt_sql: str | None = None
+
+    @classmethod
+    def open(cls, path: Path) -> TraceReader:
+        """Open read-only (a run may be writing it): no schema changes, no lock taken beyond
+        SQLite's readers'."""
+        if not path.is_file():
+            raise damaged(path, FileNotFoundError("no such file"))
+        try:
+            db = open_read_only(path)
+        except sqlite3.DatabaseError as exc:
+            raise damaged(path, exc) from None
+        try:
+            db.execute("SELECT 1 FROM node_runs LIMIT 1").fetchone()
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise damaged(path, exc) from None
+        return cls(db, path, owned=True)
+
+    def __enter__(self) -> TraceReader:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def node_runs(
+        self, example_id: str | None = None, node: str | None = None
+    ) -> Iterator[NodeRun]:
+        """Node executions, oldest first (an earlier run's before a resumed one's)."""
+        try:
+            yield from self._node_runs(example_id, node)
+        except sqlite3.DatabaseError as exc:
+            # Damaged pages open fine and fail only when a query reaches them.
+            raise damaged(self.path, exc) from None
+
+    def _node_runs(self, example_id: str | None, node: str | None) -> Iterator[NodeRun]:
+        sql = "SELECT * FROM node_runs WHERE 1=1"
+        args: list[Any] = []
+        if example_id is not None:
+            sql += " AND example_id=?"
+            args.append(example_id)
+        if node is not None:
+            sql += " AND node=?"
+            args.append(node)
+        cursor = self._db.execute(sql + " ORDER BY id", args)
+        columns = [c[0] for c in cursor.description]
+        schemas: dict[str | None, dict[str, Any] | None] = {}
+        # Streamed in batches: a whole trace can hold millions of node runs.
+        for row in _batched(cursor):
+            # NULL means "not recorded" (columns a layout-1 trace lacks read the same way).
+            fields = {k: v for k, v in zip(columns, row, strict=True) if v is not None}
+            for key in _JSON_COLUMNS:
+                if key in fields:
+                    fields[key] = loads(fields[key])
+            digest = fields.pop("schema_hash", None)
+            if digest not in schemas:
+                schemas[digest] = self.schema(digest)
+            fields["schema"] = schemas[digest]
+            att = self._db.execute(self._attempts_query(), (fields["id"],))
+            names = [c[0] for c in att.description]
+            fields["attempts"] = [
+                {k: v for k, v in zip(names, a, strict=True) if v is not None}
+                for a in att.fetchall()
+            ]
+            restore_raw(fields)
+            yield self._validated(fields)
+
+    def _attempts_query(self) -> str:
+        """The attempts SELECT, over the columns this trace has (it is opened read-only, so
+        an old one is not migrated: its missing columns read as not recorded)."""
+        if self._attempt_sql is None:
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
+            added = [c for c in _ADDED_ATTEMPT_COLUMNS if c in have]
+            columns = ", ".join([_ATTEMPT_COLUMNS, *added])
+            self._attempt_sql = (
+                f"SELECT {columns} FROM attempts WHERE node_run_id=? ORDER BY number"
+            )
+        return self._attempt_sql
+
+    def _validated(self, fields: dict[str, Any]) -> NodeRun:
+        try:
+            return NodeRun.model_validate(fields)
+        except ValidationError as exc:
+            where = f"{self.path}: node run {fields.get('id')} ({fields.get('node')})"
+            kinds = {a.get("kind") for a in fields["attempts"]} - set(ATTEMPT_KINDS)
+            if kinds:
+                # A kind this version never writes: refuse rather than show it as something else.
+                raise RunFolderError(
+                    f"{where} has an attempt of kind {sorted(map(str, kinds))[0]!r}, which this "
+                    f"orchestrator does not know ({', '.join(ATTEMPT_KINDS)}): the trace was "
+                    "written by a newer orchestrator or edited by hand; upgrade to read it."
+                ) from None
+            first = exc.errors()[0]
+            raise RunFolderError(
+                f"{where} cannot be read: {'.'.join(map(str, first['loc']))}: {first['msg']}"
+            ) from None
+
+    def first_example(self) -> str | None:
+        """The id of the first example with a recorded node execution, if any."""
+        sql = "SELECT example_id FROM node_runs ORDER BY id LIMIT 1"
+        try:
+            row = self._db.execute(sql).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise damaged(self.path, exc) from None
+        return None if row is None else str(row[0])
+
+    def schema(self, digest: str | None) -> dict[str, Any] | None:
+        """A stored JSON schema by the hash a node run points at."""
+        if digest is None:
+            return None
+        row = self._db.execute("SELECT schema FROM schemas WHERE hash=?", (digest,)).fetchone()
+        return loads(row[0]) if row else None
+
+    def runs(self) -> list[TraceRun]:
+        """Every run that wrote this trace, oldest first."""
+        try:
+            cursor = self._db.execute("SELECT * FROM runs ORDER BY started")
+            rows = cursor.fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise damaged(self.path, exc) from None
+        columns = [c[0] for c in cursor.description]
+        out = []
+        for row in rows:
+            fields = {k: v for k, v in zip(columns, row, strict=True) if v is not None}
+            if "settings" in fields:
+                fields["settings"] = loads(fields["settings"])
+            out.append(TraceRun.model_validate(fields))
+        return out
+
+    def close(self) -> None:
+        if self._owned:
+            self._db.close()
+
+
+class RunReader:
+    """A run folder read as typed records; safe while a run is writing it.
+
+    Missing or unreadable manifest/summary files are notes (an interrupted run has none),
+    a folder of a newer layout is refused, and layout-1 folders (no snapshot, no inputs,
+    a trace without run keys) read with those parts empty.
+    """
+
+    def __init__(self, folder: Path | str) -> None:
+        self.path = Path(folder)
+        self.notes: list[str] = []  # what could not be read, for a reader to show
+
+    @property
+    def traces_path(self) -> Path:
+        return self.path / TRACES
+
+    @property
+    def has_trace(self) -> bool:
+        return self.traces_path.is_file()
+
+    @property
+    def has_results(self) -> bool:
+        return (self.path / RESULTS).is_file()
+
+    @property
+    def has_manifest(self) -> bool:
+        return (self.path / MANIFEST).is_file()
+
+    def _json(self, name: str) -> dict[str, Any] | None:
+        path = self.path / name
+        if not path.is_file():
+            self.notes.append(f"{name} is missing (the run may still be going or was interrupted)")
+            return None
+        try:
+            data = read_json(path)
+        except (OSError, orjson.JSONDecodeError) as exc:
+            self.notes.append(f"{name} is not valid JSON ({exc})")
+            return None
+        if not isinstance(data, dict):
+            self.notes.append(f"{name} is not a JSON object")
+            return None
+        return data
+
+    @cached_property
+    def manifest(self) -> Manifest:
+        """manifest.json (empty defaults when missing or unreadable: see `notes`)."""
+        data = self._json(MANIFEST)
+        if data is None:
+            return Manifest()
+        check_layout(data, self.path)
+        problem = manifest_problem(data)
+        if problem is not None:
+            self.notes.append(f"{MANIFEST} {problem}: it is not a run manifest")
+        try:
+            return Manifest.model_validate(data)
+        except ValidationError as exc:
+            self.notes.append(f"{MANIFEST} does not match this orchestrator's manifest ({exc})")
+            return Manifest()
+
+    @property
+    def layout_version(self) -> int:
+        return self.manifest.layout_version
+
+    @cached_property
+    def summary(self) -> Summary | None:
+        """summary.json, None when the run has not written one (or it cannot be read)."""
+        data = self._json(SUMMARY)
+        if data is None:
+            return None
+        try:
+            return Summary.model_validate(data)
+        except ValidationError as exc:
+            self.notes.append(f"{SUMMARY} does not match this orchestrator's summary ({exc})")
+            return None
+
+    def results(self) -> Iterator[ResultLine]:
+        """Every result line in file order (a resumed run's later line for an id follows)."""
+        for number, line in iter_lines(self.path / RESULTS):
+            try:
+                yield ResultLine.model_validate(line)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise RunFolderError(
+                    f"{self.path / RESULTS}:{number} is not a result line "
+                    f"({'.'.join(map(str, first['loc']))}: {first['msg']})"
+                ) from None
+
+    def latest_results(self) -> list[ResultLine]:
+        """One line per example, the latest (a resumed run's line replaces the earlier one)."""
+        by_id: dict[str, ResultLine] = {}
+        for line in self.results():
+            by_id[line.id] = line
+        return list(by_id.values())
+
+    def inputs(self) -> Iterator[InputLine]:
+        """Each example's inputs as the run read them (layout 2), once per id (a folder
+        written before that was so may repeat an id: the later line wins)."""
+        for _, line in iter_lines(self.path / INPUTS, torn_inside=True):
+            yield InputLine.model_validate(line)
+
+    @property
+    def has_inputs(self) -> bool:
+        return (self.path / INPUTS).is_file()
+
+    @property
+    def snapshot_graph(self) -> Path | None:
+        """The graph file the run used (None for a folder made before snapshots)."""
+        return snapshot_graph(self.path)
+
+    @property
+    def snapshot_prompts(self) -> Path:
+        return snapshot_prompts(self.path)
+
+    def trace(self) -> TraceReader:
+        """The trace, open to read (close it, or use it as a context manager)."""
+        return TraceReader.open(self.traces_path)
+
+    def node_runs(self, example: str | None = None, node: str | None = None) -> Iterator[NodeRun]:
+        """Node executions of the whole run, or of one example and/or node, oldest first."""
+        if not self.has_trace:
+            return
+        with self.trace() as trace:
+            yield from trace.node_runs(example, node)
+
+    def runs(self) -> list[TraceRun]:
+        """The runs recorded in the trace (one per start or resume), oldest first."""
+        if not self.has_trace:
+            return []
+        with self.trace() as trace:
+            return trace.runs()
