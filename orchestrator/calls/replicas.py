@@ -27,7 +27,7 @@ LimitMode = Literal["fixed", "vllm metrics", "latency"]
 # stays out. It raises when the replica does not answer it (probed again later).
 Admission = Callable[[str], Awaitable[str | None]]
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 
 class LimitChange(BaseModel):

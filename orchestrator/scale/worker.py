@@ -24,7 +24,7 @@ from ..store.folder import encode_result
 from ..store.trace import WHOLE, TraceRecorder, loads
 from .messages import ResumeValues, RowChunk, WorkerFailure, WorkerJob, WorkerReport
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 
 class ShardTrace(TraceRecorder):

@@ -44,7 +44,7 @@ from ..store.runkey import RunKey, server_components, static_components
 from .params import effective_params
 from .summary import output_means, run_aggregates, status_counts
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
