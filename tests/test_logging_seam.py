@@ -71,3 +71,28 @@ def test_a_module_logger_reaches_the_cli_handler(
     logging.getLogger(module).warning("the server at %s does not answer", "x")
     logging.getLogger(module).debug("not shown below INFO")
     assert shown.getvalue().splitlines() == ["warning: the server at x does not answer"]
+
+
+def test_the_library_never_prints_nor_takes_a_say_callback() -> None:
+    """Outside cli/ (the adapter that owns the terminal), a message is a log record: no
+    `print(` call, no `say` parameter through which a caller would pass one; and a `log`
+    callback (start-up progress) defaults to a logger, never to print."""
+    found = []
+    for name, tree in modules():
+        if name.startswith("cli/"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
+                found.append(f"{name}:{node.lineno}: print(")
+            if isinstance(node, ast.arguments):
+                params = [*node.posonlyargs, *node.args, *node.kwonlyargs]
+                found += [f"{name}:{p.lineno}: say parameter" for p in params if p.arg == "say"]
+                defaults = [*node.defaults, *(d for d in node.kw_defaults if d is not None)]
+                found += [
+                    f"{name}:{d.lineno}: print as a default"
+                    for d in defaults
+                    if isinstance(d, ast.Name) and d.id == "print"
+                ]
+            if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "say":
+                found.append(f"{name}:{node.lineno}: say field")
+    assert found == []

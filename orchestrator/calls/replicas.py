@@ -136,13 +136,11 @@ class ReplicaSet:
         self,
         replicas: list[Replica],
         patience: float,
-        say: Callable[[str], None],
         *,
         affinity: bool = True,
     ) -> None:
         self.replicas = replicas
         self.patience = patience
-        self.say = say
         self.affinity = affinity and len(replicas) > 1
         self.single = replicas[0] if len(replicas) == 1 else None
         self.name = " | ".join(r.url for r in replicas)

@@ -107,7 +107,6 @@ class ShardWorker:
                 refresh=self.job.refresh,
                 affinity=self.job.affinity,
                 server_wait=self.job.server_wait,
-                say=log.warning,
                 transport=self.job.transport,
                 retry=self.job.retry,
             )

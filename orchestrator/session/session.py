@@ -141,7 +141,6 @@ async def _run_locked(
         timeout=settings.timeout,
         refresh=settings.refresh,
         server_wait=settings.server_wait,
-        say=log.warning,
         transport=settings.transport,
         retry=settings.retry,
         affinity=settings.affinity,
