@@ -80,7 +80,7 @@ def main() -> None:
         from orchestrator.local import server as embedded
 
         os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")  # POST /reset_prefix_cache
-        server = embedded.start_server(port=PORT)
+        server = embedded.start_server(port=PORT, log=print)
         base_url = server.base_url
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -52,7 +52,7 @@ def main() -> None:
 
         base_url = embedded.find_running()
         if base_url is None:
-            server = embedded.start_server()
+            server = embedded.start_server(log=print)
             base_url = server.base_url
     try:
         with tempfile.TemporaryDirectory() as tmp:

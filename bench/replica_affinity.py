@@ -76,7 +76,7 @@ def main() -> None:
     servers = []
     try:
         for port in PORTS:
-            servers.append(embedded.start_server(port=port))
+            servers.append(embedded.start_server(port=port, log=print))
         urls = [s.base_url for s in servers]
         with tempfile.TemporaryDirectory() as tmp:
             data = make_rows(Path(tmp) / "rows.jsonl", args.rows)

@@ -201,7 +201,7 @@ async def test_a_cancelled_waiter_gives_its_place_up():
 
 async def started(concurrency: object, fake: FakeServer) -> ServerRegistry:
     """A registry with one endpoint at `fake`, its limit settled; ticks are the test's."""
-    registry = ServerRegistry(OpenAITransport(), concurrency=concurrency, say=lambda _: None)
+    registry = ServerRegistry(OpenAITransport(), concurrency=concurrency)
     registry.endpoint(fake.base_url, fake.model)
     await registry.start_tuning()
     await registry.tuner.stop()

@@ -167,3 +167,28 @@ def test_distilled_graph_scores_without_any_llm(tmp_path: Path) -> None:
     labels = outcome.summary["labels"]
     assert labels["reference"]["items"] == 40
     assert labels["reference"]["agreement"] >= 0.9  # it learned these very rows
+
+
+def test_distill_command_prints_the_card_and_where_it_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The terminal lines are the CLI's (the library module no longer prints): the card and
+    the folder it saved to. The training itself is stood in for; it is tested above."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    card = {
+        "split": "stratified",
+        "n_train": 6,
+        "n_test": 2,
+        "held_out": {"accuracy": 1.0, "macro_f1": 1.0, "spearman": None},
+    }
+    monkeypatch.setattr(d, "distill", lambda *args, **kwargs: card)
+    shown = CliRunner().invoke(app, ["distill", str(tmp_path), "--out", str(tmp_path / "m")])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.splitlines() == [
+        "split: stratified, train 6 / test 2 rows",
+        "held-out vs jury: accuracy 1.000, macro-F1 1.000, Spearman n/a",
+        f"saved to {tmp_path / 'm'}",
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -207,17 +208,20 @@ def scripted_probe(answers: list[bool]):
 
 async def test_watch_counts_a_lost_request_when_the_server_answers_its_probe():
     probe, calls = scripted_probe([True])
-    watch = ServerWatch("http://s/v1", probe, patience=5, say=lambda _: None)
+    watch = ServerWatch("http://s/v1", probe, patience=5)
     assert await watch.after_failure(time.monotonic()) is None
     assert calls["n"] == 1 and watch.outages == []
 
 
-async def test_watch_waits_once_for_many_callers_then_lets_them_all_retry():
+async def test_watch_waits_once_for_many_callers_then_lets_them_all_retry(
+    caplog: pytest.LogCaptureFixture,
+):
     probe, calls = scripted_probe([False, False, True])
-    said: list[str] = []
-    watch = ServerWatch("http://s/v1", probe, patience=30, say=said.append)
+    watch = ServerWatch("http://s/v1", probe, patience=30)
     failed_at = time.monotonic()
-    outages = await asyncio.gather(*(watch.after_failure(failed_at) for _ in range(20)))
+    with caplog.at_level(logging.WARNING, logger="orchestrator.calls.outage"):
+        outages = await asyncio.gather(*(watch.after_failure(failed_at) for _ in range(20)))
+    said = [r.getMessage() for r in caplog.records if r.name == "orchestrator.calls.outage"]
     assert len(watch.outages) == 1 and all(o is watch.outages[0] for o in outages)
     assert watch.outages[0].recovered
     assert calls["n"] == 3  # one probe per wait, not one per waiting request
@@ -235,7 +239,7 @@ async def test_a_probe_that_hangs_does_not_stretch_the_patience():
             await asyncio.sleep(10)  # the probe's own timeout, far past the patience
         return False
 
-    watch = ServerWatch("http://s/v1", probe, patience=1, say=lambda _: None)
+    watch = ServerWatch("http://s/v1", probe, patience=1)
     started = time.monotonic()
     with pytest.raises(ServerGone):
         await watch.after_failure(started)
@@ -244,7 +248,7 @@ async def test_a_probe_that_hangs_does_not_stretch_the_patience():
 
 async def test_watch_gives_up_after_its_patience_for_every_caller():
     probe, _ = scripted_probe([False])
-    watch = ServerWatch("http://s/v1", probe, patience=0.6, say=lambda _: None)
+    watch = ServerWatch("http://s/v1", probe, patience=0.6)
     failed_at = time.monotonic()
     tries = [watch.after_failure(failed_at) for _ in range(3)]
     outcomes = await asyncio.gather(*tries, return_exceptions=True)

@@ -45,12 +45,12 @@ async def no_metrics() -> str | None:
 
 
 def replica(name: str, limit: int, probe: Probe | None = None) -> Replica:
-    watch = ServerWatch(name, probe or Probe(), 1.0, lambda _: None)
+    watch = ServerWatch(name, probe or Probe(), 1.0)
     return Replica(f"http://{name}/v1", Limiter(limit), watch, no_metrics)
 
 
 def replica_set(*replicas: Replica, patience: float = 5.0) -> ReplicaSet:
-    return ReplicaSet(list(replicas), patience, lambda _: None, affinity=False)
+    return ReplicaSet(list(replicas), patience, affinity=False)
 
 
 def hold(target: Replica, slots: int) -> None:
@@ -270,7 +270,7 @@ async def test_with_no_live_replica_a_request_waits_for_one_and_stops_past_the_p
 
 async def test_one_replica_waits_on_its_own_limit_as_before():
     only = replica("only", 1)
-    replicas = ReplicaSet([only], 1.0, lambda _: None)
+    replicas = ReplicaSet([only], 1.0)
     assert await replicas.acquire() is only
     waiter = asyncio.ensure_future(replicas.acquire())
     await asyncio.sleep(0)

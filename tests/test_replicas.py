@@ -257,7 +257,7 @@ def replica_set(limits: list[int], affinity: bool = True) -> ReplicaSet:
         Replica(f"http://r{i}/v1", Limiter(limit), ServerWatch(f"r{i}", probe, 1.0), metrics)
         for i, limit in enumerate(limits)
     ]
-    return ReplicaSet(replicas, 1.0, lambda _: None, affinity=affinity)
+    return ReplicaSet(replicas, 1.0, affinity=affinity)
 
 
 def hold(replica: Replica, slots: int) -> None:
@@ -292,7 +292,7 @@ async def test_an_example_sticks_to_its_replica_within_the_slack_only():
 
 
 def test_the_progress_bar_shows_each_live_servers_limit():
-    registry = ServerRegistry(FakeTransport(), concurrency=24, say=lambda _: None)
+    registry = ServerRegistry(FakeTransport(), concurrency=24)
     registry.endpoint(["http://a/v1", "http://b/v1"], "m")
     assert registry.limits_text() == "limits 24/24"
     registry._replicas["http://b/v1"].up = False

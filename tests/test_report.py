@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import shutil
 import threading
@@ -481,6 +482,43 @@ def test_served_page_loads_traces_on_demand(pointwise: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_serving_says_where_through_the_log_and_the_cli_on_stdout(
+    pointwise: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The library logs the report's address (it never prints); `report --serve` prints
+    it as the command's answer. Ctrl-C is simulated at once, and the port is released."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+    from orchestrator.report.serve import ReportServer, serve_report
+
+    closed: list[ReportServer] = []
+    monkeypatch.setattr(ReportServer, "serve_forever", lambda self: _interrupt())
+    real_close = ReportServer.server_close
+    monkeypatch.setattr(
+        ReportServer, "server_close", lambda self: (closed.append(self), real_close(self))
+    )
+    with caplog.at_level(logging.INFO, logger="orchestrator.report"):
+        serve_report(pointwise, port=0)
+    assert capsys.readouterr().out == ""
+    said = [r.getMessage() for r in caplog.records if r.name == "orchestrator.report.serve"]
+    assert len(said) == 1 and re.fullmatch(
+        rf"Report of {re.escape(str(pointwise))} at http://127\.0\.0\.1:\d+/ \(Ctrl-C stops it\)",
+        said[0],
+    )
+    shown = CliRunner().invoke(app, ["report", str(pointwise), "--serve", "--port", "0"])
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"Report of .* at http://127\.0\.0\.1:\d+/ \(Ctrl-C stops it\)", shown.stdout)
+    assert len(closed) == 2
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
 
 
 # -- parts ----------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from .comparison import (
 if TYPE_CHECKING:
     from ..api.run import RunResult
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 # A string or boolean output with at most this many distinct values is a label; an integer
 # one with at most MAX_NUMERIC_LABELS (a 1–10 score), since κ over more values says little.

@@ -9,7 +9,6 @@ JSON card) is what the `distilled_score` compute node loads.
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 import time
@@ -250,32 +249,3 @@ def format_card(card: dict[str, Any]) -> str:
         f"held-out vs jury: accuracy {held['accuracy']:.3f}, macro-F1 {held['macro_f1']:.3f}, "
         f"Spearman {spearman}"
     )
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m orchestrator.analysis.distill RUN_DIR --out MODEL_DIR` (until the CLI verb
-    lands)."""
-    parser = argparse.ArgumentParser(description="Distil a jury run into a scorer.")
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--text-field", default="text")
-    parser.add_argument("--label-field", default="label")
-    parser.add_argument("--embedding-model", type=Path, default=None)
-    parser.add_argument("--test-size", type=float, default=0.25)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    card = distill(
-        args.run_dir,
-        args.out,
-        args.text_field,
-        args.label_field,
-        args.embedding_model,
-        args.test_size,
-        args.seed,
-    )
-    print(format_card(card))
-    print(f"saved to {args.out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -20,7 +20,7 @@ from .folder import BatchFolder, ExportFile
 from .lines import BatchOutputLine, ChatReply
 from .rounds import RoundOutcome, run_round
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 SHOWN_PROBLEMS = 20  # problems listed in one error; the rest are counted
 

@@ -26,7 +26,7 @@ from .folder import BatchFolder, BatchJob, output_name
 from .lines import BatchRequestLine
 from .transport import BATCH_BASE_URL, BatchTransport, deferrals_unreported
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 # Requests "in flight" at once: nothing is sent, so this only bounds how many examples the
 # engine holds; wide enough that a round walks the rows quickly.

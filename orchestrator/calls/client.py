@@ -102,7 +102,6 @@ class LLMClient:
         refresh: bool = False,
         backoff_max: float = 20.0,
         server_wait: float = DEFAULT_SERVER_WAIT,
-        say: Callable[[str], None] = print,
         transport: Transport | None = None,
         retry: RetryPolicy | None = None,
         affinity: bool = True,
@@ -121,7 +120,6 @@ class LLMClient:
             concurrency=concurrency,
             timeout=timeout,
             server_wait=self.retry.server_wait,
-            say=say,
             affinity=affinity,
         )
         self.sender = Sender(self.transport, self.retry, stats, self.servers.redact)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..graph.compiled import CompiledGraph
     from ..kinds.base import EndpointWant
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 StructuredChoice = Literal["auto", "server", "prompt"]
 

@@ -9,6 +9,7 @@ spending retries, until the server is back or the run's patience runs out).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from ..errors import OrchestratorError
 
 Probe = Callable[[], Awaitable[bool]]
+log = logging.getLogger(__name__)
 
 DEFAULT_SERVER_WAIT = 600.0  # seconds: long enough for a GPU server to restart and load
 FIRST_WAIT = 0.5  # seconds before the first re-probe; doubles up to MAX_WAIT
@@ -47,7 +49,6 @@ class ServerWatch:
     url: str
     probe: Probe
     patience: float
-    say: Callable[[str], None] = print
     outages: list[Outage] = field(default_factory=list)
     _last_ok: float = float("-inf")
     _gone: ServerGone | None = None
@@ -90,14 +91,14 @@ class ServerWatch:
         """Open an outage record for a server that others stand in for (`what` is said)."""
         outage = Outage(time.monotonic())
         self.outages.append(outage)
-        self.say(f"{self.url} does not answer; {what}.")
+        log.warning("%s does not answer; %s.", self.url, what)
         return outage
 
     def came_back(self, outage: Outage, what: str) -> None:
         """Close `outage`: the server answered its probe again."""
         outage.ended = self._last_ok = time.monotonic()
         outage.recovered = True
-        self.say(f"{self.url} answers again after {outage.seconds:.1f} s; {what}.")
+        log.warning("%s answers again after %.1f s; %s.", self.url, outage.seconds, what)
 
     async def _probe_within(self, left: float) -> bool:
         """One probe, given up as failed once the patience is spent: a probe of a server
@@ -114,9 +115,10 @@ class ServerWatch:
     async def _wait_until_back(self) -> Outage:
         outage = Outage(time.monotonic())
         self.outages.append(outage)
-        self.say(
-            f"{self.url} does not answer; waiting up to {self.patience:.0f} s for it "
-            "to come back (--server-wait)."
+        log.warning(
+            "%s does not answer; waiting up to %.0f s for it to come back (--server-wait).",
+            self.url,
+            self.patience,
         )
         delay = FIRST_WAIT
         while True:
@@ -134,5 +136,5 @@ class ServerWatch:
                 break
         outage.ended = self._last_ok = time.monotonic()
         outage.recovered = True
-        self.say(f"{self.url} is back after {outage.seconds:.1f} s; going on.")
+        log.warning("%s is back after %.1f s; going on.", self.url, outage.seconds)
         return outage

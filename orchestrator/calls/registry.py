@@ -6,7 +6,7 @@ into the trace, results, manifest or logs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -84,14 +84,12 @@ class ServerRegistry:
         concurrency: Concurrency = None,
         timeout: float = 120.0,
         server_wait: float = DEFAULT_SERVER_WAIT,
-        say: Callable[[str], None] = print,
         affinity: bool = True,
     ) -> None:
         self.transport = transport
         self.tuner = LimitTuner(concurrency)
         self.timeout = timeout
         self.server_wait = server_wait
-        self.say = say
         self.affinity = affinity
         self._replicas: dict[str, Replica] = {}
         self._sets: dict[tuple[str, ...], ReplicaSet] = {}
@@ -163,14 +161,13 @@ class ServerRegistry:
                 self._replicas[url] = Replica(
                     url,
                     Limiter(self.tuner.initial_limit()),
-                    ServerWatch(url, pool.probe, self.server_wait, self.say),
+                    ServerWatch(url, pool.probe, self.server_wait),
                     pool.metrics,
                 )
         if urls not in self._sets:
             self._sets[urls] = ReplicaSet(
                 [self._replicas[u] for u in urls],
                 self.server_wait,
-                self.say,
                 affinity=self.affinity,
             )
         return self._sets[urls]

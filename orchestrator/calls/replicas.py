@@ -27,7 +27,7 @@ LimitMode = Literal["fixed", "vllm metrics", "latency"]
 # stays out. It raises when the replica does not answer it (probed again later).
 Admission = Callable[[str], Awaitable[str | None]]
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 
 class LimitChange(BaseModel):
@@ -136,13 +136,11 @@ class ReplicaSet:
         self,
         replicas: list[Replica],
         patience: float,
-        say: Callable[[str], None],
         *,
         affinity: bool = True,
     ) -> None:
         self.replicas = replicas
         self.patience = patience
-        self.say = say
         self.affinity = affinity and len(replicas) > 1
         self.single = replicas[0] if len(replicas) == 1 else None
         self.name = " | ".join(r.url for r in replicas)

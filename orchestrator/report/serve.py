@@ -6,6 +6,7 @@ each example's trace is read from traces.sqlite when it is opened.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +21,7 @@ from .build import Page, render_page
 from .collect import DetailOptions, RunData, example_detail, example_order, load_run
 
 _EXAMPLE = re.compile(r"^/example/(\d+)\.json$")
+log = logging.getLogger(__name__)
 
 
 class ReportServer(ThreadingHTTPServer):
@@ -95,9 +97,19 @@ def make_server(run_dir: Path, port: int = 8770, full_prompts: bool = False) -> 
 
 
 def serve_report(run_dir: Path, port: int = 8770, full_prompts: bool = False) -> None:
-    """Serve the report of RUN_DIR on localhost until Ctrl-C."""
+    """Serve the report of RUN_DIR on localhost until Ctrl-C; its address is logged."""
     server = make_server(run_dir, port, full_prompts)
-    print(f"Report of {run_dir} at {server.url} (Ctrl-C stops it)", flush=True)
+    log.info("%s", serving_line(run_dir, server))
+    serve_until_interrupted(server)
+
+
+def serving_line(run_dir: Path, server: ReportServer) -> str:
+    """The line that tells the user where the report is and how to stop it."""
+    return f"Report of {run_dir} at {server.url} (Ctrl-C stops it)"
+
+
+def serve_until_interrupted(server: ReportServer) -> None:
+    """Serve until Ctrl-C, then release the port and the trace."""
     try:
         server.serve_forever()
     except KeyboardInterrupt:

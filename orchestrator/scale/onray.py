@@ -20,7 +20,7 @@ from ..errors import ConfigurationError
 from .messages import RowChunk, WorkerFailed, WorkerJob, WorkerLost, WorkerReport
 from .worker import ShardWorker
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 PUSHES_IN_FLIGHT = 8  # unconfirmed pushes per actor before the owner waits for them
 UNAVAILABLE_TRIES = 3  # an actor Ray calls "temporarily unavailable" gets this many pulls

@@ -26,7 +26,7 @@ from .messages import RowChunk, WorkerJob, WorkerLost, WorkerReport
 from .pipes import MessagePipe
 from .worker import ShardWorker
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 JOIN_SECONDS = 10.0  # how long a worker gets to exit after its last report
 PRELOAD = ["orchestrator.scale.processes"]  # what the fork server imports for every worker

@@ -24,7 +24,7 @@ from ..store.folder import encode_result
 from ..store.trace import WHOLE, TraceRecorder, loads
 from .messages import ResumeValues, RowChunk, WorkerFailure, WorkerJob, WorkerReport
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 
 class ShardTrace(TraceRecorder):
@@ -107,7 +107,6 @@ class ShardWorker:
                 refresh=self.job.refresh,
                 affinity=self.job.affinity,
                 server_wait=self.job.server_wait,
-                say=log.warning,
                 transport=self.job.transport,
                 retry=self.job.retry,
             )

@@ -44,7 +44,7 @@ from ..store.runkey import RunKey, server_components, static_components
 from .params import effective_params
 from .summary import output_means, run_aggregates, status_counts
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -141,7 +141,6 @@ async def _run_locked(
         timeout=settings.timeout,
         refresh=settings.refresh,
         server_wait=settings.server_wait,
-        say=log.warning,
         transport=settings.transport,
         retry=settings.retry,
         affinity=settings.affinity,

@@ -19,7 +19,7 @@ import orjson
 
 from ..paths import cache_root
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 FLUSH_EVERY = 1000  # queued replies that force a write even between the runner's flushes
 BUSY_SECONDS = 30.0  # how long a statement waits for another connection's lock

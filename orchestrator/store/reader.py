@@ -43,7 +43,7 @@ _ATTEMPT_COLUMNS = (
 _ADDED_ATTEMPT_COLUMNS = ("sample", "replica")  # absent from traces written before they existed
 
 
-log = logging.getLogger("orchestrator")
+log = logging.getLogger(__name__)
 
 
 def folder_writable(folder: Path) -> bool:
