@@ -6,7 +6,6 @@ import difflib
 import functools
 import operator
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -24,6 +23,8 @@ from ..errors import GraphError, Problem
 from .yamlfile import load_yaml
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     # A type hint only (it does not run): the kinds sit above the graph and hand it their
     # registry, so nothing here imports them.
     from ..kinds.base import NodeKind
