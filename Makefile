@@ -35,14 +35,17 @@ demo: venv
 test: venv sysdeps
 	$(VENV)/bin/python -m pytest -q
 
+# mypy, then the layer contract (pyproject's [tool.importlinter]): the layers' order and no
+# import cycle, function-level imports included.
 typecheck: venv
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
-# The suites that need no optional extra, and mypy, run on the oldest version of every
-# dependency in pyproject.toml's core and dev lists (uv's lowest-direct resolution: direct
-# dependencies at their floors, what they pull in at its newest), in a venv of its own built
-# from scratch: a floor the code does not work with fails here. ~4 min on 2 cores, most of
-# it the tests' own waits (timeouts, backoff) rather than CPU.
+# The suites that need no optional extra, mypy and the layer contract run on the oldest
+# version of every dependency in pyproject.toml's core and dev lists (uv's lowest-direct
+# resolution: direct dependencies at their floors, what they pull in at its newest), in a
+# venv of its own built from scratch: a floor the code does not work with fails here. ~4 min
+# on 2 cores, most of it the tests' own waits (timeouts, backoff) rather than CPU.
 FLOORS := .venv-floors
 FLOOR_TESTS := tests/test_engine.py tests/test_validation.py tests/test_faults.py \
 	tests/test_server_faults.py tests/test_run_identity.py tests/test_cli.py \
@@ -63,4 +66,5 @@ test-floors:
 		-e '.[dev]'
 	$(FLOORS)/bin/uv pip list --python $(FLOORS)/bin/python
 	$(FLOORS)/bin/mypy --cache-dir $(FLOORS)/mypy-cache
+	$(FLOORS)/bin/lint-imports --no-cache
 	$(FLOORS)/bin/python -m pytest -q -p no:cacheprovider $(FLOOR_TESTS)

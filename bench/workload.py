@@ -216,8 +216,8 @@ def run_command(
 def rendered_requests(graph: Path, data: Path) -> list[dict[str, Any]]:
     """The chat requests our run sends for each row, rendered here so the bare loop need not."""
     from orchestrator.data.dataset import read_rows
-    from orchestrator.graph.compile import compile_graph
     from orchestrator.graph.schemas import json_schema
+    from orchestrator.kinds.graphs import compile_graph
 
     compiled = compile_graph(graph)
     judge = compiled.nodes["judge"]

@@ -30,8 +30,8 @@ _EXPORTS = {
     "FakeTransport": ".calls.fake",
     "RetryPolicy": ".calls.retry",
     "Transport": ".calls.transport",
-    "CompiledGraph": ".graph.compile",
-    "compile_graph": ".graph.compile",
+    "CompiledGraph": ".graph.compiled",
+    "compile_graph": ".kinds.graphs",
     "register": ".compute.registry",
     "ConfigurationError": ".errors",
     "DamagedRunFile": ".errors",
@@ -86,8 +86,9 @@ if TYPE_CHECKING:
         RunKeyMismatch,
         ServerUnavailable,
     )
-    from .graph.compile import CompiledGraph, compile_graph
+    from .graph.compiled import CompiledGraph
     from .kinds import NodeKind, register_kind
+    from .kinds.graphs import compile_graph
     from .scale import WorkerFailed, WorkerLost
     from .session.runner import RunConfig, RunOutcome, execute
     from .session.summary import summarize

@@ -202,7 +202,7 @@ outputs: {keep: keep}
 def test_required_params_are_refused_before_any_request(tmp_path: Path) -> None:
     """Item 6: perq_distilled's model_dir is required; a run without it refuses to start
     (it used to fail every row with the same error)."""
-    from orchestrator.graph.compile import compile_graph
+    from orchestrator.kinds.graphs import compile_graph
 
     shipped = Path(__file__).parent.parent / "graphs/perq_distilled.yaml"
     # Its scorer needs the `metrics` extra: read it without loading functions.

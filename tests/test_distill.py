@@ -117,7 +117,7 @@ def test_distill_learns_a_separable_set_and_reloads_identically(tmp_path: Path) 
     texts = [r["text"] for r in rows]
     contexts = [r["context"] for r in rows]
     first = d.load_scorer(tmp_path / "model")
-    d._scorers.clear()  # force a fresh load from disk
+    distilled._scorers.clear()  # force a fresh load from disk
     second = d.load_scorer(tmp_path / "model")
     assert second is not first
     assert first.predict(texts, contexts) == second.predict(texts, contexts)

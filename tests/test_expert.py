@@ -29,8 +29,8 @@ from orchestrator.compute.expert import (
     truncate_to_tokens,
     truncate_with_server,
 )
-from orchestrator.graph.compile import compile_graph
 from orchestrator.graph.schemas import build_model
+from orchestrator.kinds.graphs import compile_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPH = ROOT / "graphs" / "expert.yaml"

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.compute import embeddings, metrics, resolve
 from orchestrator.errors import GraphError
-from orchestrator.graph.compile import compile_graph
+from orchestrator.kinds.graphs import compile_graph
 
 REF = "The quick brown fox jumps over the lazy dog near the river bank."
 # Shares no token with REF (no final period either).

@@ -35,7 +35,7 @@ from helpers import (
 )
 
 from orchestrator import RunFolderError
-from orchestrator.graph.compile import compile_graph
+from orchestrator.kinds.graphs import compile_graph
 
 TEMPLATES = {"judge.jinja": "{% include 'rubric.jinja' %}\nText: {{ text }}\n"}
 RUBRIC = "Rate the text from 1 to 10 for clarity.\n"

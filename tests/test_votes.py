@@ -13,7 +13,7 @@ from fakeserver import FakeServer, Reply, schema_responder
 
 import orchestrator
 from orchestrator.compute import votes as v
-from orchestrator.graph.compile import compile_graph
+from orchestrator.kinds.graphs import compile_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH = ROOT / "graphs" / "style_ensemble.yaml"

@@ -10,24 +10,18 @@ JSON card) is what the `distilled_score` compute node loads.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..compute.distilled import CARD_FILE, SCORER_FILE, compose
+from ..compute.distilled import Scorer as Scorer  # what `distill` trains, read back
+from ..compute.distilled import load_scorer as load_scorer
 from ..store.reader import RunReader
 
-SCORER_FILE = "scorer.joblib"
-CARD_FILE = "card.json"
 FORMAT_VERSION = 1
-
-
-def compose(text: str, context: str | None) -> str:
-    """The string the embedding model sees: the context (e.g. the platform) then the text."""
-    return f"[{context}] {text}" if context else text
 
 
 def read_labelled(
@@ -95,46 +89,6 @@ def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     if len(set(a)) < 2 or len(set(b)) < 2:
         return None  # undefined when either side is constant
     return float(spearmanr(a, b).statistic)
-
-
-@dataclass
-class Scorer:
-    """A trained classifier plus the embedding model it was trained on."""
-
-    classifier: Any
-    classes: list[int]
-    embedding_model: str | None  # None: the packaged default model
-    card: dict[str, Any]
-
-    def _encode(self, texts: list[str]) -> Any:
-        from ..compute.embeddings import encoder
-
-        return encoder(self.embedding_model).encode(texts)
-
-    def predict_proba(self, texts: Sequence[str], contexts: Sequence[str | None] | None = None):
-        """Class probabilities, one row per text, columns in `classes` order."""
-        if not contexts or not self.card.get("context_field"):
-            # A scorer trained on bare texts must see bare texts.
-            contexts = [None] * len(texts)
-        inputs = [compose(t, c) for t, c in zip(texts, contexts, strict=True)]
-        return self.classifier.predict_proba(self._encode(inputs))
-
-    def predict(
-        self, texts: Sequence[str], contexts: Sequence[str | None] | None = None
-    ) -> list[int]:
-        """The most likely label of each text."""
-        probabilities = self.predict_proba(texts, contexts)
-        return [self.classes[int(i)] for i in probabilities.argmax(axis=1)]
-
-    def score_one(self, text: str, context: str | None = None) -> dict[str, Any]:
-        """Label, expected score and class probabilities of one text (the compute node's value)."""
-        probabilities = self.predict_proba([text], [context])[0]
-        pairs = list(zip(self.classes, (float(p) for p in probabilities), strict=True))
-        return {
-            "label": self.classes[int(probabilities.argmax())],
-            "expected": round(sum(c * p for c, p in pairs), 4),
-            "probabilities": {str(c): round(p, 4) for c, p in pairs},
-        }
 
 
 def distill(
@@ -215,29 +169,6 @@ def distill(
     joblib.dump({"classifier": classifier, "classes": classes}, out / SCORER_FILE)
     (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
     return card
-
-
-_scorers: dict[tuple[str, float], Scorer] = {}
-_scorers_lock = threading.Lock()
-
-
-def load_scorer(model_dir: Path) -> Scorer:
-    """Load a saved scorer once per process (reloaded if the file changes)."""
-    import joblib
-
-    folder = Path(model_dir).expanduser().resolve()
-    path = folder / SCORER_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run `orchestrator distill` first")
-    key = (str(folder), path.stat().st_mtime)
-    with _scorers_lock:
-        if key not in _scorers:
-            saved = joblib.load(path)
-            card = json.loads((folder / CARD_FILE).read_text(encoding="utf-8"))
-            _scorers[key] = Scorer(
-                saved["classifier"], list(saved["classes"]), card.get("embedding_model"), card
-            )
-        return _scorers[key]
 
 
 def format_card(card: dict[str, Any]) -> str:

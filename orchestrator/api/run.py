@@ -32,7 +32,8 @@ from ..calls.transport import Transport
 from ..calls.tuner import Concurrency
 from ..data.sources import as_source
 from ..errors import ConfigurationError
-from ..graph.compile import CompiledGraph, compile_dict, compile_graph
+from ..graph.compiled import CompiledGraph
+from ..kinds.graphs import compile_dict, compile_graph
 from ..scale import Executor, Workers, parse_workers
 from ..session.session import RunSettings, run_session
 from ..store.folder import RunFolder

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from ..calls.retry import RetryPolicy
 from ..data.sources import FileSource
-from ..graph.compile import compile_graph
+from ..kinds.graphs import compile_graph
 from ..session.session import RunSettings, run_session
 from ..store.folder import RunFolder
 from ..store.protocol import MemoryStore, RunStore

@@ -66,7 +66,7 @@ def validate(
     prompts: Prompts = None,
 ) -> None:
     """Check a graph file without sending a request; exit 1 listing every problem."""
-    from ..graph.compile import compile_graph
+    from ..kinds.graphs import compile_graph
 
     try:
         compiled = compile_graph(_graph_path(graph), prompts_dir=prompts, trust=trust)
@@ -258,7 +258,7 @@ def _print_aggregate_errors(summary: dict[str, Any]) -> bool:
 def _compile_or_exit(
     graph: Path, *, trust: bool = False, prompts: Path | None = None
 ) -> CompiledGraph:
-    from ..graph.compile import compile_graph
+    from ..kinds.graphs import compile_graph
 
     try:
         return compile_graph(graph, prompts_dir=prompts, trust=trust)

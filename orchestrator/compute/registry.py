@@ -38,7 +38,7 @@ class ComputeFunction:
     extra: str | None = None  # the install extra that provides `requires`
     # Arguments naming a file or folder the function reads (a pickle, a model folder, a
     # calibration file): in a graph not trusted, only the user may give them, since a graph
-    # choosing them could read the user's files or load code (kinds/compute.check_arguments).
+    # choosing them could read the user's files or load code (graph/checks.check_arguments).
     reads_files: tuple[str, ...] = field(default=())
 
     @property

@@ -1,6 +1,7 @@
 """The checks a graph passes before a token is spent: cycles, names, attributes of upstream
-outputs, sampling ranges, `foreach` sources. Each problem is collected, not raised, so all
-of them are reported at once, each naming file, node and field."""
+outputs, sampling ranges, `foreach` sources, the functions nodes and aggregates name. Each
+problem is collected, not raised, so all of them are reported at once, each naming file,
+node and field."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError, nodes
 
+from ..compute import ComputeFunction, resolve
 from ..errors import GraphError, Problem
-from ..kinds.base import kind_of
 from ..shipped import shipped_root
 from .compiled import CompiledNode
 from .loaders import SealedLoader, template_sources
@@ -23,6 +24,7 @@ from .spec import (
     FieldSpec,
     GraphSpec,
     Sampling,
+    node_kind,
     sampling_problem,
 )
 from .templates import (
@@ -48,6 +50,7 @@ class Checker:
         self.path = origin.path
         self.file = origin.file
         self.spec = spec
+        self.kinds = origin.kinds
         self.problems: list[Problem] = []
         self.prompts_dir = (origin.prompts_dir or origin.path.parent / spec.prompts).resolve()
         if origin.texts is None:
@@ -272,7 +275,7 @@ def _known_fields(ck: Checker, name: str) -> dict[str, FieldSpec] | None:
     other = ck.spec.nodes.get(name)
     if other is None or other.foreach:
         return None
-    return kind_of(other).value_fields(other, ck.spec)
+    return node_kind(ck.kinds, other).value_fields(other, ck.spec)
 
 
 def check_names(
@@ -341,3 +344,74 @@ def _check_param(ck: Checker, name: str, owner: str | None, fld: str) -> None:
         owner,
         fld,
     )
+
+
+def resolve_function(
+    ck: Checker, fname: str, node: str | None, field: str
+) -> ComputeFunction | None:
+    """The function `fname` names, or None with the problem reported (a node's or an
+    aggregate's); a placeholder when the graph is compiled without its functions. A module
+    path (trusted graphs only) is looked for beside the graph file first."""
+    if not ck.functions:
+        return ComputeFunction(fname, _not_loaded)
+    try:
+        function = resolve(fname, near=ck.path.parent, trusted=ck.trusted)
+    except LookupError as exc:
+        ck.problem(str(exc), node, field)
+        return None
+    except Exception as exc:  # importing a user's module can fail in any way
+        ck.problem(f"cannot load function '{fname}': {type(exc).__name__}: {exc}", node, field)
+        return None
+    missing = function.missing()
+    if missing:
+        hint = (
+            f"pip install -e '.[{function.extra}]'"
+            if function.extra
+            else "pip install " + " ".join(missing)
+        )
+        ck.problem(
+            f"function '{fname}' needs {', '.join(missing)}, not installed: run {hint}",
+            node,
+            field,
+        )
+    return function
+
+
+def check_arguments(
+    ck: Checker,
+    function: ComputeFunction,
+    args: dict[str, Expression | Any],
+    node: str | None,
+    where: str,
+) -> None:
+    """Report `args:` that do not fit the function's signature (a node's or an aggregate's),
+    so a misspelt argument fails `validate`, not every row or the end of a run."""
+    literals = {k: v for k, v in args.items() if not isinstance(v, Expression)}
+    for arg, message in function.argument_problems(literals, set(args)).items():
+        ck.problem(message, node, f"{where}.{arg}" if arg in args else where)
+    for arg in function.reads_files if not ck.trusted else ():
+        if arg not in args:
+            continue
+        value = args[arg]
+        path = plain_path(value.source) if isinstance(value, Expression) else None
+        user_only = (
+            path is not None
+            and len(path) == 2
+            and path[0] == "params"
+            and ck.params.get(path[1]) in (None, "")
+        )
+        if not user_only:
+            # A graph choosing this path could read any file of the user's into its outputs,
+            # or load code (a pickle, a model folder's custom modules).
+            ck.problem(
+                f"'{function.name}' reads the file or folder '{arg}' names (a model, a pickle, "
+                "a calibration file; loading some runs code): in a graph you do not trust it "
+                "must be `params.NAME` with no value in the graph (under required_params, or "
+                "null), so only you give it (--param NAME=...); or run with --trust",
+                node,
+                f"{where}.{arg}",
+            )
+
+
+def _not_loaded(**_: Any) -> Any:
+    raise RuntimeError("this graph was compiled for reading only; its functions are not loaded")

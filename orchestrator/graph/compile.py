@@ -11,22 +11,22 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
 from ..errors import GraphError, Problem
-from ..kinds.base import kind_of
-from ..kinds.compute import check_arguments, resolve_function
 from .checks import (
     Checker,
     NodeScope,
+    check_arguments,
     check_attributes,
     check_cycles,
     check_foreach,
     check_names,
     check_sampling,
     node_sources,
+    resolve_function,
 )
 from .compiled import CompiledAggregate, CompiledGraph, CompiledNode, GraphOrigin
 from .loaders import SealedLoader, all_sources, has_dynamic_reference
@@ -36,6 +36,7 @@ from .spec import (
     GraphSpec,
     NodeBase,
     load_spec,
+    node_kind,
     spec_from_raw,
 )
 from .templates import (
@@ -43,6 +44,9 @@ from .templates import (
     Expression,
 )
 from .yamlfile import check_plain_shape
+
+if TYPE_CHECKING:
+    from .spec import Kinds
 
 RESERVED = frozenset({"params", "run", "id", "status", "error", "results"})
 RESULT_RESERVED = frozenset({"id", "status", "error"})
@@ -61,11 +65,13 @@ def _hash_graph(source: bytes, templates: dict[str, str]) -> str:
 def compile_graph(
     path: Path | str,
     *,
+    kinds: Kinds,
     prompts_dir: Path | str | None = None,
     functions: bool = True,
     trust: bool = False,
 ) -> CompiledGraph:
-    """Load, check and compile a graph file; raise GraphError listing every problem.
+    """Load, check and compile a graph file whose nodes are of `kinds` (orchestrator.kinds
+    passes every registered one); raise GraphError listing every problem.
 
     `prompts_dir` overrides the graph's own `prompts:` folder (a run folder's snapshot keeps
     its templates beside the graph); it is the caller's choice, so it may be anywhere. With
@@ -75,15 +81,20 @@ def compile_graph(
     """
     path = Path(path)
     origin = GraphOrigin(
-        path, str(path), prompts_dir=Path(prompts_dir) if prompts_dir else None, trusted=trust
+        path,
+        str(path),
+        prompts_dir=Path(prompts_dir) if prompts_dir else None,
+        trusted=trust,
+        kinds=kinds,
     )
-    return _compile_guarded(origin, lambda: load_spec(path), functions)
+    return _compile_guarded(origin, lambda: load_spec(path, kinds), functions)
 
 
 def compile_dict(
     spec: dict[str, Any],
     prompts: dict[str, str] | None = None,
     *,
+    kinds: Kinds,
     name: str = "<graph dict>",
     trust: bool = False,
 ) -> CompiledGraph:
@@ -96,13 +107,21 @@ def compile_dict(
         text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
     except yaml.YAMLError as exc:
         raise GraphError([Problem(name, f"the graph is not plain data: {exc}")]) from None
-    origin = GraphOrigin(Path.cwd() / "graph.yaml", name, texts=dict(prompts or {}), trusted=trust)
+    origin = GraphOrigin(
+        Path.cwd() / "graph.yaml", name, texts=dict(prompts or {}), trusted=trust, kinds=kinds
+    )
     origin.source = text.encode("utf-8")
-    return _compile_guarded(origin, lambda: spec_from_raw(spec, name), functions=True)
+    return _compile_guarded(origin, lambda: spec_from_raw(spec, name, kinds), functions=True)
 
 
 def compile_source(
-    source: bytes, templates: dict[str, str], *, path: Path, label: str, trust: bool = False
+    source: bytes,
+    templates: dict[str, str],
+    *,
+    kinds: Kinds,
+    path: Path,
+    label: str,
+    trust: bool = False,
 ) -> CompiledGraph:
     """A graph compiled again from what an earlier compile read (the file's bytes and every
     template it can render), reading no graph or template file: what a worker process or
@@ -110,10 +129,12 @@ def compile_source(
     graphs only) are imported near `path`, as for the file."""
     from .yamlfile import load_yaml_text
 
-    origin = GraphOrigin(path, label, texts=dict(templates), source=source, trusted=trust)
+    origin = GraphOrigin(
+        path, label, texts=dict(templates), source=source, trusted=trust, kinds=kinds
+    )
     return _compile_guarded(
         origin,
-        lambda: spec_from_raw(load_yaml_text(source.decode("utf-8"), label), label),
+        lambda: spec_from_raw(load_yaml_text(source.decode("utf-8"), label), label, kinds),
         functions=True,
     )
 
@@ -243,7 +264,7 @@ def _compile_node(
     ck: Checker, name: str, node: NodeBase, inputs: set[str], node_names: set[str]
 ) -> CompiledNode:
     """What every node has (`foreach`, `when`, `after`), then its kind compiles the rest."""
-    kind = kind_of(node)
+    kind = node_kind(ck.kinds, node)
     cn = kind.compiled(name=name, spec=node, deps=set(), kind=kind)
     known = inputs | node_names
     item_names = {node.as_, f"{node.as_}_index"} if node.foreach else set()

@@ -12,7 +12,9 @@ from .spec import Aggregate, GraphSpec, NodeBase
 from .templates import Expression
 
 if TYPE_CHECKING:
+    # Type hints only (they do not run): the kinds sit above the graph.
     from ..kinds.base import NodeKind
+    from .spec import Kinds
 
 
 @dataclass
@@ -72,7 +74,9 @@ class CompiledGraph:
     @classmethod
     def load(cls, path: Path | str, *, trust: bool = False) -> CompiledGraph:
         """Load and check a graph file (same as `orchestrator.load_graph`)."""
-        from .compile import compile_graph
+        # With every registered kind, which only the kinds' own package knows: the one
+        # upward import left in graph/ (pyproject's import-linter contract names it).
+        from ..kinds.graphs import compile_graph
 
         return compile_graph(path, trust=trust)
 
@@ -86,7 +90,7 @@ class CompiledGraph:
         trust: bool = False,
     ) -> CompiledGraph:
         """A graph built in Python: the file's structure as a dict, templates by name."""
-        from .compile import compile_dict
+        from ..kinds.graphs import compile_dict  # as in `load`
 
         return compile_dict(spec, prompts, name=name, trust=trust)
 
@@ -114,3 +118,6 @@ class GraphOrigin:
     source: bytes | None = None  # as hashed and snapshotted; a file's bytes when None
     # The user trusts the graph (--trust): it may import modules and read any prompts folder.
     trusted: bool = False
+    # The node kinds its nodes are parsed and compiled with (orchestrator/kinds registers
+    # them; the graph package imports none).
+    kinds: Kinds = field(kw_only=True)

@@ -23,8 +23,15 @@ from ..errors import GraphError, Problem
 from .yamlfile import load_yaml
 
 if TYPE_CHECKING:
-    from ..kinds.compute import ComputeNode as ComputeNode
-    from ..kinds.llm import LLMNode as LLMNode
+    from collections.abc import Mapping
+
+    # A type hint only (it does not run): the kinds sit above the graph and hand it their
+    # registry, so nothing here imports them.
+    from ..kinds.base import NodeKind
+
+    # The node kinds a graph is parsed and compiled with, by `kind:` tag, in the order
+    # errors list them.
+    Kinds = Mapping[str, NodeKind[Any, Any]]
 
 MAX_NODES = 1_000  # more is a runaway or hostile file, not a protocol
 
@@ -199,12 +206,10 @@ def _type_name(value: Any) -> str:
 _PARSERS: dict[tuple[type[NodeBase], ...], type[GraphSpec]] = {}
 
 
-def _parser() -> type[GraphSpec]:
-    """GraphSpec whose nodes are the union of the registered kinds' models, picked by
-    `kind:` (built once per set of kinds)."""
-    from ..kinds.base import kinds
-
-    models = tuple(kind.spec_model for kind in kinds().values())
+def _parser(kinds: Kinds) -> type[GraphSpec]:
+    """GraphSpec whose nodes are the union of `kinds`' models, picked by `kind:` (built once
+    per set of kinds)."""
+    models = tuple(kind.spec_model for kind in kinds.values())
     if models not in _PARSERS:
         union: Any = functools.reduce(operator.or_, models)
         node = Annotated[union, Field(discriminator="kind")]
@@ -214,19 +219,25 @@ def _parser() -> type[GraphSpec]:
     return _PARSERS[models]
 
 
-def _kind_choices() -> str:
-    from ..kinds.base import kinds
+def node_kind(kinds: Kinds, node: NodeBase) -> NodeKind[Any, Any]:
+    """The kind among `kinds` whose spec model parsed `node`."""
+    for kind in kinds.values():
+        if type(node) is kind.spec_model:
+            return kind
+    raise KeyError(f"no kind among {', '.join(kinds)} parses {type(node).__name__}")
 
-    names = [f"'{name}'" for name in kinds()]
+
+def _kind_choices(kinds: Kinds) -> str:
+    names = [f"'{name}'" for name in kinds]
     return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
 
 
-def _loc_to_place(loc: tuple[Any, ...], tags: set[str]) -> tuple[str | None, str | None]:
+def _loc_to_place(loc: tuple[Any, ...], kinds: Kinds) -> tuple[str | None, str | None]:
     """Turn a pydantic error location into (node, field) for the message."""
     parts = [str(p) for p in loc]
     if len(parts) >= 2 and parts[0] == "nodes":
         # Drop the discriminator tag pydantic inserts after the node id.
-        rest = parts[3:] if len(parts) > 2 and parts[2] in tags else parts[2:]
+        rest = parts[3:] if len(parts) > 2 and parts[2] in kinds else parts[2:]
         return parts[1], ".".join(rest) or None
     return None, ".".join(parts) or None
 
@@ -235,15 +246,13 @@ def _keys(model: type[BaseModel]) -> list[str]:
     return [info.alias or name for name, info in model.model_fields.items()]
 
 
-def _allowed_keys(loc: tuple[Any, ...], tags: set[str]) -> list[str]:
+def _allowed_keys(loc: tuple[Any, ...], kinds: Kinds) -> list[str]:
     """The keys the mapping holding `loc`'s last key may have: what "did you mean" offers."""
-    from ..kinds.base import kinds
-
     parent = [str(p) for p in loc[:-1]]
     if not parent:
         return _keys(GraphSpec)
-    if parent[0] == "nodes" and len(parent) == 3 and parent[2] in tags:
-        return _keys(kinds()[parent[2]].spec_model)
+    if parent[0] == "nodes" and len(parent) == 3 and parent[2] in kinds:
+        return _keys(kinds[parent[2]].spec_model)
     if parent[0] == "defaults" and len(parent) == 1:
         return _keys(Sampling)
     if parent[0] == "aggregates" and len(parent) == 2:
@@ -251,7 +260,7 @@ def _allowed_keys(loc: tuple[Any, ...], tags: set[str]) -> list[str]:
     return _keys(FieldSpec)  # anything deeper is an output field's description
 
 
-def _problem(file: str, err: Any, tags: set[str]) -> Problem:
+def _problem(file: str, err: Any, kinds: Kinds) -> Problem:
     """One pydantic error as a Problem, in the words of the graph file."""
     loc = tuple(err["loc"])
     kind = err["type"]
@@ -261,14 +270,14 @@ def _problem(file: str, err: Any, tags: set[str]) -> Problem:
             return Problem(file, "a node id must be a string", node=str(loc[1]))
         field = ".".join(str(p) for p in loc[:-2]) or None
         return Problem(file, f"key {loc[-2]!r} must be a string", field=field)
-    node, field = _loc_to_place(loc, tags)
+    node, field = _loc_to_place(loc, kinds)
     message = err["msg"]
     if kind == "union_tag_invalid":
-        field, message = "kind", f"unknown kind '{ctx.get('tag')}': use {_kind_choices()}"
+        field, message = "kind", f"unknown kind '{ctx.get('tag')}': use {_kind_choices(kinds)}"
     elif kind == "union_tag_not_found":
-        field, message = "kind", f"no kind given: use {_kind_choices()}"
+        field, message = "kind", f"no kind given: use {_kind_choices(kinds)}"
     elif kind == "extra_forbidden":
-        close = difflib.get_close_matches(str(loc[-1]), _allowed_keys(loc, tags), n=1)
+        close = difflib.get_close_matches(str(loc[-1]), _allowed_keys(loc, kinds), n=1)
         hint = f"did you mean '{close[0]}'?" if close else "misspelt, or not allowed here"
         message = f"unknown key ({hint})"
     elif kind == "missing":
@@ -282,14 +291,15 @@ def _problem(file: str, err: Any, tags: set[str]) -> Problem:
     return Problem(file, message, node=node, field=field)
 
 
-def load_spec(path: Path) -> GraphSpec:
-    """Parse a graph file; raise GraphError naming the file, node and field of each problem."""
-    return spec_from_raw(load_yaml(path), str(path))
+def load_spec(path: Path, kinds: Kinds) -> GraphSpec:
+    """Parse a graph file whose nodes are of `kinds`; raise GraphError naming the file, node
+    and field of each problem."""
+    return spec_from_raw(load_yaml(path), str(path), kinds)
 
 
-def spec_from_raw(raw: Any, file: str) -> GraphSpec:
-    """Check a parsed graph (a YAML file's contents or a dict built in Python); `file` is
-    how problems name where it came from."""
+def spec_from_raw(raw: Any, file: str, kinds: Kinds) -> GraphSpec:
+    """Check a parsed graph (a YAML file's contents or a dict built in Python) whose nodes
+    are of `kinds`; `file` is how problems name where it came from."""
     shape = "a graph file is a YAML mapping with name, nodes and outputs"
     if raw is None:
         raise GraphError([Problem(file, f"the file is empty; {shape}")])
@@ -299,21 +309,8 @@ def spec_from_raw(raw: Any, file: str) -> GraphSpec:
     if isinstance(nodes, dict) and len(nodes) > MAX_NODES:
         message = f"{len(nodes)} nodes; a graph may have at most {MAX_NODES}"
         raise GraphError([Problem(file, message, field="nodes")])
-    parser = _parser()
+    parser = _parser(kinds)
     try:
         return parser.model_validate(raw)
     except ValidationError as exc:
-        from ..kinds.base import kinds
-
-        tags = set(kinds())
-        raise GraphError([_problem(file, err, tags) for err in exc.errors()]) from exc
-
-
-def __getattr__(name: str) -> Any:
-    # The built-in kinds' spec models live with their kinds; importing them here at load
-    # time would be circular (they build on NodeBase above).
-    if name in ("LLMNode", "ComputeNode"):
-        from ..kinds import compute, llm
-
-        return getattr(llm if name == "LLMNode" else compute, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        raise GraphError([_problem(file, err, kinds) for err in exc.errors()]) from exc

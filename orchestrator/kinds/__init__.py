@@ -1,6 +1,7 @@
 """Node kinds: each owns its spec model, its compile step and its executor (see base.py).
 
-The built-in kinds, `llm` and `compute`, are registered on first use of the registry.
+The built-in kinds, `llm` and `compute`, are registered here, when the package is first
+imported, so they come first; graphs.py compiles graphs with every registered kind.
 """
 
 from .base import (
@@ -14,6 +15,11 @@ from .base import (
     register_kind,
     unregister_kind,
 )
+from .compute import ComputeKind
+from .llm import LLMKind
+
+for _builtin in (LLMKind(), ComputeKind()):  # this order is the order errors list them in
+    register_kind(_builtin)
 
 __all__ = [
     "EndpointWant",

@@ -96,26 +96,10 @@ class NodeKind(ABC, Generic[SpecT, NodeT]):
 
 _KINDS: dict[str, NodeKind[Any, Any]] = {}
 _BY_MODEL: dict[type[NodeBase], NodeKind[Any, Any]] = {}
-_builtins_loaded = False
-
-
-def _load_builtins() -> None:
-    # Imported on first use, not at import time: the built-in kinds import the checks and
-    # the graph, which import this module.
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    _builtins_loaded = True
-    from .compute import ComputeKind
-    from .llm import LLMKind
-
-    for kind in (LLMKind(), ComputeKind()):  # this order is the order errors list them in
-        register_kind(kind)
 
 
 def register_kind(kind: NodeKind[Any, Any], *, replace: bool = False) -> NodeKind[Any, Any]:
     """Make `kind:` <kind.name> a node kind graphs may use; returns the kind."""
-    _load_builtins()
     name = kind.name
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"a kind name is lower-case letters, digits and _, got {name!r}")
@@ -146,14 +130,13 @@ def unregister_kind(name: str) -> None:
 
 
 def kinds() -> dict[str, NodeKind[Any, Any]]:
-    """Every registered kind by name, in registration order (built-ins first)."""
-    _load_builtins()
+    """Every registered kind by name, in registration order (built-ins first): the registry
+    graphs are parsed and compiled with (see graphs.py)."""
     return dict(_KINDS)
 
 
 def get_kind(name: str) -> NodeKind[Any, Any]:
     """The kind registered under `name`; KeyError naming the registered ones if none."""
-    _load_builtins()
     found = _KINDS.get(name)
     if found is None:
         raise KeyError(f"no node kind '{name}' (registered: {', '.join(_KINDS)})")
@@ -162,5 +145,4 @@ def get_kind(name: str) -> NodeKind[Any, Any]:
 
 def kind_of(spec: NodeBase) -> NodeKind[Any, Any]:
     """The kind whose spec model parsed `spec`."""
-    _load_builtins()
     return _BY_MODEL[type(spec)]

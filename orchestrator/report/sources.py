@@ -75,7 +75,7 @@ def find_file(raw: str | None, run_dir: Path) -> Path | None:
 def load_graph(manifest: Manifest, run: RunReader, seen_nodes: Iterable[str]) -> GraphInfo:
     """Nodes and edges from the run's graph file; the trace's node names when it is gone."""
     from ..errors import GraphError
-    from ..graph.compile import compile_graph
+    from ..kinds.graphs import compile_graph
 
     info = manifest.graph
     fallback = [NodeInfo(name, "?") for name in dict.fromkeys(seen_nodes)]

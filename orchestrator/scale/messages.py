@@ -16,8 +16,8 @@ from ..calls.registry import StructuredMode
 from ..calls.tuner import Concurrency
 from ..data.dataset import Row
 from ..errors import OrchestratorError
-from ..graph.compile import compile_source
 from ..graph.compiled import CompiledGraph
+from ..kinds.graphs import compile_source
 from ..store.trace import TraceBatch
 
 # (node, foreach item) -> the stored JSON of its finished value, for one example.

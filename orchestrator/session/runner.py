@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from ..data.sources import FileSource
-from ..graph.compile import compile_graph
+from ..kinds.graphs import compile_graph
 from ..store.folder import RunFolder
 from .session import RunSettings, run_session
 

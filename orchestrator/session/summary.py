@@ -138,7 +138,7 @@ def summarize(
     `trust=True` lets either import its own modules (see `load_graph`).
     """
     from ..errors import DamagedRunFile, RunFolderError
-    from ..graph.compile import compile_graph
+    from ..kinds.graphs import compile_graph
     from ..store.folder import MANIFEST, RunFolder, not_a_run_folder, read_only, write_json
     from ..store.lock import RunLock
     from ..store.reader import RunReader

@@ -1,0 +1,47 @@
+"""Graphs compiled with every registered node kind: what everything above the kinds calls.
+
+The graph package parses and compiles with whatever kinds it is handed (it imports none,
+being below them); these hand it the registry, built-ins and any `register_kind` added.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..graph import compile as _compile
+from ..graph.compiled import CompiledGraph
+from .base import kinds
+
+
+def compile_graph(
+    path: Path | str,
+    *,
+    prompts_dir: Path | str | None = None,
+    functions: bool = True,
+    trust: bool = False,
+) -> CompiledGraph:
+    """`graph.compile.compile_graph` with every registered kind (`orc.compile_graph`)."""
+    return _compile.compile_graph(
+        path, kinds=kinds(), prompts_dir=prompts_dir, functions=functions, trust=trust
+    )
+
+
+def compile_dict(
+    spec: dict[str, Any],
+    prompts: dict[str, str] | None = None,
+    *,
+    name: str = "<graph dict>",
+    trust: bool = False,
+) -> CompiledGraph:
+    """`graph.compile.compile_dict` with every registered kind."""
+    return _compile.compile_dict(spec, prompts, kinds=kinds(), name=name, trust=trust)
+
+
+def compile_source(
+    source: bytes, templates: dict[str, str], *, path: Path, label: str, trust: bool = False
+) -> CompiledGraph:
+    """`graph.compile.compile_source` with every registered kind (a worker's compile)."""
+    return _compile.compile_source(
+        source, templates, kinds=kinds(), path=path, label=label, trust=trust
+    )

@@ -1,0 +1,53 @@
+"""The layer contract (pyproject's [tool.importlinter]) holds, so `make test` fails on a new
+upward import or import cycle as `make typecheck` does; a planted one is caught."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("importlinter")
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def lint(root: Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` over the package and contract under `root` (it reads pyproject.toml
+    from, and finds the package in, its working folder)."""
+    return subprocess.run(
+        [str(LINT), "--no-cache"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root), "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_layer_contract_holds() -> None:
+    done = lint(ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_an_upward_import_inside_a_function_breaks_it(tmp_path: Path) -> None:
+    # Lazy imports count: they run, so they are dependencies like any other.
+    shutil.copytree(
+        ROOT / "orchestrator",
+        tmp_path / "orchestrator",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    spec = tmp_path / "orchestrator" / "graph" / "spec.py"
+    spec.write_text(
+        spec.read_text()
+        + "\n\ndef _planted() -> None:\n    from ..session import session  # noqa: F401\n"
+    )
+    done = lint(tmp_path)
+    assert done.returncode != 0
+    assert "orchestrator.graph.spec -> orchestrator.session.session" in done.stdout
