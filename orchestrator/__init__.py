@@ -42,10 +42,13 @@ _EXPORTS = {
     "ReadOnlyRunFolder": ".errors",
     "RunFolderError": ".errors",
     "RunKeyMismatch": ".errors",
+    "ServerGone": ".errors",
     "ServerUnavailable": ".errors",
+    "StorageError": ".errors",
+    "WorkerFailed": ".errors",
+    "WorkerLost": ".errors",
     "NodeKind": ".kinds",
     "register_kind": ".kinds",
-    "ServerGone": ".calls.outage",
     "Attempt": ".store.records",
     "Manifest": ".store.records",
     "NodeRun": ".store.records",
@@ -59,8 +62,6 @@ _EXPORTS = {
     "summarize": ".session.summary",
     "MemoryStore": ".store.protocol",
     "RunStore": ".store.protocol",
-    "WorkerFailed": ".scale",
-    "WorkerLost": ".scale",
 }
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
     from .analysis.ratings import ratings_across_runs
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .calls.fake import FakeAnswer, FakeTransport
-    from .calls.outage import ServerGone
     from .calls.retry import RetryPolicy
     from .calls.transport import Transport
     from .compute.registry import register
@@ -84,12 +84,15 @@ if TYPE_CHECKING:
         ReadOnlyRunFolder,
         RunFolderError,
         RunKeyMismatch,
+        ServerGone,
         ServerUnavailable,
+        StorageError,
+        WorkerFailed,
+        WorkerLost,
     )
     from .graph.compiled import CompiledGraph
     from .kinds import NodeKind, register_kind
     from .kinds.graphs import compile_graph
-    from .scale import WorkerFailed, WorkerLost
     from .session.runner import RunConfig, RunOutcome, execute
     from .session.summary import summarize
     from .store.protocol import MemoryStore, RunStore
@@ -132,6 +135,7 @@ __all__ = [
     "RunStore",
     "ServerGone",
     "ServerUnavailable",
+    "StorageError",
     "Summary",
     "Transport",
     "WorkerFailed",

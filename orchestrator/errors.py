@@ -1,9 +1,99 @@
-"""Error types that name the place a problem comes from (file, node, field, row)."""
+"""Every error orchestrator raises on purpose, in one place, under one root.
+
+Catch `OrchestratorError` to catch them all. The whole family, each with when it is raised
+(`+ Base`: a second Python base kept so that code catching that base still catches it):
+
+    OrchestratorError ......... the root; never raised itself
+    ├── ConfigurationError .... settings that cannot work together: no server to talk to, an
+    │                           unknown or missing param, an optional extra that is missing
+    ├── GraphError ............ a graph file that cannot be run; `.problems` lists every
+    │                           problem found (file, node, field), not just the first
+    ├── SchemaError ........... + ValueError. An output field spec that cannot become a JSON
+    │                           schema (`.field` is its dotted path); compiling reports it as
+    │                           one problem of a GraphError
+    ├── UnsafeTemplateError ... + jinja2.TemplateError. A template or expression that reaches
+    │                           for Python internals or leaves its folder
+    ├── RenderLimitError ...... + jinja2.exceptions.SecurityError. A render over its time,
+    │                           output or macro-depth limit. These two keep Jinja's types
+    │                           because Jinja raises and catches them as its own: its
+    │                           sandbox, `validate` and a node's render all catch
+    │                           TemplateError, and a render failure fails its example
+    ├── UntrustedFunction ..... + LookupError. A module:function an untrusted graph names
+    │                           (`--trust` / `trust=True` allows it); nothing was imported
+    ├── DatasetError .......... a dataset that cannot be read at all (a bad row only fails
+    │                           that example)
+    ├── LabelError ............ + ValueError. A human-labels file (`meta-eval`) that cannot
+    │                           be used; the message names the file and line
+    ├── NodeError ............. a node that could not produce a value: its example fails,
+    │                           the run goes on (raise it from a compute function)
+    ├── RunFolderError ........ a run folder that cannot be used: another run's, locked by
+    │   │                       a writer, of a newer layout, or one of the below
+    │   ├── RunKeyMismatch .... it holds a run of another judge (graph, params, data,
+    │   │                       model…); `.changes` says what differs
+    │   ├── DamagedRunFile .... one of its files does not hold what a run writes (damaged,
+    │   │                       or edited by hand); `.path` names it. Nothing is resumed
+    │   │                       or reported from it
+    │   ├── ReadOnlyRunFolder . a command had to write into a folder that cannot be written;
+    │   │                       the message says how to write elsewhere
+    │   └── StorageError ...... the disk failed a read or write of one of its files (disk
+    │                           full, I/O error, file system gone); `.path` names the file,
+    │                           `.disk_full` says which. Work written before is kept: fix
+    │                           the cause and run again to resume
+    ├── ServerUnavailable ..... a server that cannot be used at all (unreachable, does not
+    │   │                       serve the model…); nothing ran
+    │   └── ServerError ....... the same, raised by the client while it prepares the servers
+    ├── ServerGone ............ a server stayed unreachable mid-run for longer than the run's
+    │                           patience (`server_wait`); the run stops, finished work is kept
+    ├── LLMCallError .......... one LLM call out of tries; `.attempts` holds every try. Fails
+    │                           its node (or is its value, with `on_error: record`)
+    ├── RequestFailed ......... one try of one request failed; the retry policy decides what
+    │   │                       comes next and the trace keeps it as an attempt. Never
+    │   │                       escapes a call: a call out of tries is an LLMCallError
+    │   ├── MalformedReply .... HTTP 200 whose body is not a usable completion; retried
+    │   ├── ReplyTooLarge ..... a reply longer than the request's max_tokens allows; not
+    │   │                       retried (the same server would answer the same)
+    │   ├── DeadlineExceeded .. no complete reply within the request's deadline (`timeout`)
+    │   ├── RetryAfterTooLong . the server asked to be retried later than `server_wait`
+    │   ├── BatchUnsupported .. a request a batch file cannot carry (/tokenize, /detokenize):
+    │   │                       the node that needs it fails; run that graph live
+    │   └── FakeTransientError  a fault `FakeTransport` was told to inject (tests, dry runs)
+    ├── BatchImportError ...... a batch output file that cannot be imported as it is;
+    │                           `.problems` names each line, nothing was imported
+    ├── WorkerLost ............ a worker (process or Ray actor) stopped answering mid-run;
+    │                           what the others finished is kept for a resume
+    ├── WorkerFailed .......... a worker could not start or hit an error of its own
+    └── EmbeddedServerError ... + RuntimeError. The embedded vLLM server could not be
+        │                       prepared or started; the message says what to do
+        └── PortTaken ......... its port is held by another program or server; another
+                                port would do
+
+Not errors, so not in the tree:
+
+- `batch.transport.Deferred` is a BaseException, as asyncio's CancelledError is: the
+  control-flow signal of a request that waits for the next batch file. No layer may take it
+  for a failure (retried, recorded, written as a failed result), so it is no error at all.
+- `graph.yamlfile._TooBig` is private to the YAML reader, which turns it into a Problem of
+  a GraphError; it never leaves that module.
+
+Where the store meets the file system (orchestrator/store/disk.py), an OSError or
+sqlite3.Error becomes a StorageError or DamagedRunFile naming the file, so neither escapes
+`orc.run` or a command. The response cache is the exception by design: it only saves
+requests, so a cache file that cannot be used costs its replies (a warning), never the run.
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from jinja2 import TemplateError
+from jinja2.exceptions import SecurityError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .store.records import Attempt
 
 # Line breaks and other control characters (Unicode category Cc, plus the Unicode line and
 # paragraph separators) that would split a problem over several lines or drive the terminal.
@@ -44,11 +134,11 @@ class Problem:
 class OrchestratorError(Exception):
     """The root of every error orchestrator raises on purpose: catch this to catch them all.
 
-    Subclasses say whose fault it is: the graph (GraphError), the data (DatasetError), the
-    run folder (RunFolderError), the settings (ConfigurationError), the server
-    (ServerUnavailable before a run starts, ServerGone when it stops answering mid-run), or
-    one node of one example (NodeError; that example fails, the run goes on).
+    The module docstring draws the whole family and says when each is raised.
     """
+
+
+# -- settings, graphs, data ------------------------------------------------------------
 
 
 class ConfigurationError(OrchestratorError):
@@ -63,8 +153,32 @@ class GraphError(OrchestratorError):
         super().__init__("\n".join(str(p) for p in problems))
 
 
+class SchemaError(OrchestratorError, ValueError):
+    """A field spec that cannot become a schema; `field` is the dotted path to it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class UnsafeTemplateError(TemplateError, OrchestratorError):
+    """A template or expression that reaches for Python internals or leaves its folder."""
+
+
+class RenderLimitError(SecurityError, OrchestratorError):
+    """A render that went over its time, output or macro-depth limit."""
+
+
+class UntrustedFunction(OrchestratorError, LookupError):
+    """A module path an untrusted graph may not import."""
+
+
 class DatasetError(OrchestratorError):
     """A dataset file that cannot be read at all (a bad row only fails that example)."""
+
+
+class LabelError(OrchestratorError, ValueError):
+    """A labels file that cannot be used; the message names the file and line."""
 
 
 class NodeError(OrchestratorError):
@@ -74,6 +188,9 @@ class NodeError(OrchestratorError):
         self.node = node
         self.message = message
         super().__init__(f"node '{node}': {message}")
+
+
+# -- run folders -----------------------------------------------------------------------
 
 
 class RunFolderError(OrchestratorError):
@@ -89,12 +206,8 @@ class RunKeyMismatch(RunFolderError):
         self.changes = changes
 
 
-class ServerUnavailable(OrchestratorError):
-    """The server cannot be used at all (unreachable, refuses the model…); nothing ran."""
-
-
 class DamagedRunFile(RunFolderError):
-    """A file of a run folder that does not hold what a run writes there (damaged, or edited
+    """A file of a run folder that does not hold what a run writes (damaged, or edited
     by hand): `path` names it. Nothing is resumed or reported from it."""
 
     def __init__(self, message: str, path: str) -> None:
@@ -105,3 +218,109 @@ class DamagedRunFile(RunFolderError):
 class ReadOnlyRunFolder(RunFolderError):
     """A command had to write inside a run folder that cannot be written (a read-only mount,
     no rights); the message says how to write elsewhere."""
+
+
+class StorageError(RunFolderError):
+    """The disk failed a read or write of a run folder's file (full, an I/O error, a file
+    system gone). `path` names the file, `problem` says what failed (without the advice),
+    `disk_full` whether the disk was full. What was written before is kept."""
+
+    def __init__(self, problem: str, advice: str, path: str | Path, disk_full: bool = False):
+        super().__init__(f"{problem}; {advice}")
+        self.problem = problem
+        self.path = str(path)
+        self.disk_full = disk_full
+
+
+# -- servers and calls -----------------------------------------------------------------
+
+
+class ServerUnavailable(OrchestratorError):
+    """The server cannot be used at all (unreachable, refuses the model…); nothing ran."""
+
+
+class ServerError(ServerUnavailable):
+    """The server cannot be used at all (unreachable, refuses the model…)."""
+
+
+class ServerGone(OrchestratorError):
+    """The server stayed unreachable for longer than the run's patience; the run stops and
+    keeps what finished."""
+
+
+class LLMCallError(OrchestratorError):
+    """A call that exhausted its budget; carries every attempt for the trace."""
+
+    def __init__(self, message: str, attempts: list[Attempt]) -> None:
+        self.attempts = attempts
+        super().__init__(message)
+
+
+class RequestFailed(OrchestratorError):
+    """One try of one request failed; the retry policy decides what comes next. Never
+    escapes a call (a call out of tries raises LLMCallError)."""
+
+
+class MalformedReply(RequestFailed):
+    """HTTP 200 whose body is not a usable completion (e.g. no choices); retried like a 5xx."""
+
+
+class ReplyTooLarge(RequestFailed):
+    """A reply larger than the request's max_tokens allows: the server does not keep to it
+    (its `usage` may say anything). Not retried: the same server would answer the same."""
+
+
+class DeadlineExceeded(RequestFailed):
+    """No complete reply within the request's deadline (`--timeout`): connect, wait and the
+    whole body together, so a server that drips its reply cannot hold a call forever."""
+
+
+class RetryAfterTooLong(RequestFailed):
+    """The server asked to be retried later than the run is willing to wait."""
+
+
+class BatchUnsupported(RequestFailed):
+    """A call a batch file cannot carry (vLLM's /tokenize, /detokenize)."""
+
+
+class FakeTransientError(RequestFailed):
+    """A fault the fake transport raises; transient (retried), an outage never."""
+
+    def __init__(self, message: str = "fake transient fault", retry_after: float | None = None):
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+# -- batch files, workers, the embedded server -----------------------------------------
+
+
+SHOWN_PROBLEMS = 20  # problems listed in one BatchImportError; the rest are counted
+
+
+class BatchImportError(OrchestratorError):
+    """An output file that cannot be imported as it is; `problems` names each line."""
+
+    def __init__(self, output: Path, problems: list[str], hint: str) -> None:
+        self.problems = problems
+        shown = problems[:SHOWN_PROBLEMS]
+        more = len(problems) - len(shown)
+        text = "\n".join(f"  {p}" for p in shown) + (f"\n  … and {more} more" if more else "")
+        super().__init__(f"{output}: {len(problems)} problem(s), nothing imported:\n{text}\n{hint}")
+
+
+class WorkerLost(OrchestratorError):
+    """A worker stopped answering (killed, crashed, its machine gone): the run stops, and
+    what the other workers finished is kept for a resume."""
+
+
+class WorkerFailed(OrchestratorError):
+    """A worker could not start or run (its error is in the message); the run stops."""
+
+
+class EmbeddedServerError(OrchestratorError, RuntimeError):
+    """The embedded server could not be prepared or started; the message says what to do."""
+
+
+class PortTaken(EmbeddedServerError):
+    """The port is held by another program or by another process's embedded server; another
+    port would do."""

@@ -39,6 +39,7 @@ from test_kill_resume import (
     wait_until,
 )
 
+from orchestrator.errors import StorageError
 from orchestrator.session import session
 from orchestrator.store.cache import ResponseCache
 from orchestrator.store.trace import NodeRecord, TraceStore
@@ -246,8 +247,12 @@ def test_a_write_that_times_out_on_the_lock_loses_nothing(tmp_path: Path, kind: 
     store._db.execute("PRAGMA busy_timeout=50")
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
-    with pytest.raises(sqlite3.OperationalError, match="locked"):
+    # The trace says which file it could not write (StorageError, the lock as its cause).
+    refused = sqlite3.OperationalError if kind == "cache" else StorageError
+    with pytest.raises(refused, match="locked") as caught:
         store.flush()
+    if kind == "trace":
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
     holder.execute("COMMIT")
     holder.close()
     store.flush()

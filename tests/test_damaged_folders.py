@@ -21,7 +21,7 @@ from typer.testing import CliRunner, Result
 
 import orchestrator as orc
 from orchestrator.cli import app
-from orchestrator.errors import OrchestratorError, RunFolderError
+from orchestrator.errors import OrchestratorError, RunFolderError, StorageError
 
 pytestmark = pytest.mark.reliability
 
@@ -416,7 +416,9 @@ def test_a_full_disk_leaves_the_manifest_saying_so(
     folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
 ) -> None:
     """The second write of results.jsonl (or of the trace) finds the disk full, and so does
-    the manifest's tmp file from then on."""
+    the manifest's tmp file from then on. The disk is played where the store meets it (the
+    open results file, the trace's SQLite connection), so the store's own handling runs:
+    `orc.run` raises a StorageError naming the file, the disk's error as its cause."""
     import sqlite3
 
     from orchestrator.store import folder as runfolder
@@ -426,24 +428,42 @@ def test_a_full_disk_leaves_the_manifest_saying_so(
     out = tmp_path / "new"
     calls = {"n": 0}
 
-    def failing(real: Any, pending: str, error: Exception) -> Any:
+    class Full:
+        """A file or connection whose writes find the disk full; the rest as it was."""
+
+        def __init__(self, real: Any, method: str, error: Exception) -> None:
+            self._real, self._method, self._error = real, method, error
+
+        def __getattr__(self, name: str) -> Any:
+            if name == self._method:
+                raise_it = self._error
+
+                def refuse(*args: Any, **kwargs: Any) -> Any:
+                    raise raise_it
+
+                return refuse
+            return getattr(self._real, name)
+
+    def failing(real: Any, pending: str, handle: str, method: str, error: Exception) -> Any:
         def flush(self: Any) -> None:
             if getattr(self, pending):
                 calls["n"] += 1
-                if calls["n"] > 1:
-                    raise error
+                if calls["n"] == 2:
+                    setattr(self, handle, Full(getattr(self, handle), method, error))
             real(self)
 
         return flush
 
     if writer == "results":
         full: Exception = OSError(errno.ENOSPC, "No space left on device")
-        patched = failing(runfolder.RunFolder.flush, "_pending", full)
+        patched = failing(runfolder.RunFolder.flush, "_pending", "_results", "write", full)
         monkeypatch.setattr(runfolder.RunFolder, "flush", patched)
+        named = out / "results.jsonl"
     else:
         full = sqlite3.OperationalError("database or disk is full")
-        patched = failing(trace.TraceStore.flush, "_pending_runs", full)
+        patched = failing(trace.TraceStore.flush, "_pending_runs", "_db", "executemany", full)
         monkeypatch.setattr(trace.TraceStore, "flush", patched)
+        named = out / "traces.sqlite"
     real_write_bytes = Path.write_bytes
 
     def write_bytes(path: Path, data: bytes) -> int:
@@ -453,7 +473,7 @@ def test_a_full_disk_leaves_the_manifest_saying_so(
         return real_write_bytes(path, data)
 
     monkeypatch.setattr(Path, "write_bytes", write_bytes)
-    with FakeServer() as server, pytest.raises((OSError, sqlite3.Error)) as caught:
+    with FakeServer() as server, pytest.raises(StorageError) as caught:
         orc.run(
             root / "g" / "graph.yaml",
             root / "rows.jsonl",
@@ -462,7 +482,9 @@ def test_a_full_disk_leaves_the_manifest_saying_so(
             cache=False,
             concurrency=1,
         )
-    assert caught.value is full
+    assert caught.value.__cause__ is full
+    assert caught.value.disk_full and caught.value.path == str(named)
+    assert str(named) in str(caught.value) and "disk is full" in str(caught.value)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "error"
     assert "disk is full" in manifest["error"] and str(out) in manifest["error"]

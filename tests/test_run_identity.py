@@ -399,7 +399,10 @@ def test_full_disk_leaves_an_error_manifest_and_resumes(graph: Path, tmp_path: P
             command, capture_output=True, text=True, env=env, preexec_fn=limit_files, timeout=120
         )
         assert full.returncode == 1, full.stdout + full.stderr
-        assert "could not be written" in full.stderr and "re-run" in full.stderr
+        # The file the disk refused is named (the store's StorageError), and the resume.
+        assert f"could not write {out}{os.sep}" in full.stderr, full.stderr
+        assert f"finished work up to the last write is in {out}" in full.stderr
+        assert "re-run the same command to resume" in full.stderr
         assert "Traceback" not in full.stderr
         assert manifest(out)["status"] == "error"
         done_before = len(results(out))

@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 from ..compute.statistics import LEVELS
+from ..errors import LabelError
 from ..store.reader import RunReader
 from .metaeval_stats import (
     Bootstrap,
@@ -40,10 +41,6 @@ SHOWN_MISSING = 20  # ids listed per section; the count is always complete
 TRUTH_FIELDS = ("score", "choice", "winner")
 NO_CEILING = "one human label per example: no human–human agreement to compare the run with"
 NO_PAIRS = "no example has two human labels and a result: no human–human agreement"
-
-
-class LabelError(ValueError):
-    """A labels file that cannot be used; the message names the file and line."""
 
 
 def _expand(item: dict[str, Any], where: str) -> list[dict[str, Any]]:

@@ -199,7 +199,9 @@ async def arun(
     instance this process finds or starts (docs/scale.md).
     A node's own `base_url` is refused unless listed in `allow_servers` (or given by you in
     `params`); `trust=True` (or a graph loaded with it) trusts the graph's servers, modules
-    and prompts folder (docs/RELIABILITY.md, threat model)."""
+    and prompts folder (docs/RELIABILITY.md, threat model).
+    What it raises on purpose is an `OrchestratorError` (the tree: orchestrator/errors.py):
+    a disk that fails a file of `out` is a `StorageError` naming the file, never OSError."""
     compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph, trust=trust)
     if base_url is None and transport is not None:
         base_url = FAKE_BASE_URL  # a transport of its own needs no server to be found

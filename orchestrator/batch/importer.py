@@ -14,26 +14,13 @@ from pydantic import BaseModel, ValidationError
 
 from ..calls.errors import MalformedReply
 from ..calls.reply import parse_reply
-from ..errors import OrchestratorError
+from ..errors import BatchImportError
 from ..store.cache import ResponseCache
 from .folder import BatchFolder, ExportFile
 from .lines import BatchOutputLine, ChatReply
 from .rounds import RoundOutcome, run_round
 
 log = logging.getLogger(__name__)
-
-SHOWN_PROBLEMS = 20  # problems listed in one error; the rest are counted
-
-
-class BatchImportError(OrchestratorError):
-    """An output file that cannot be imported as it is; `problems` names each line."""
-
-    def __init__(self, output: Path, problems: list[str], hint: str) -> None:
-        self.problems = problems
-        shown = problems[:SHOWN_PROBLEMS]
-        more = len(problems) - len(shown)
-        text = "\n".join(f"  {p}" for p in shown) + (f"\n  … and {more} more" if more else "")
-        super().__init__(f"{output}: {len(problems)} problem(s), nothing imported:\n{text}\n{hint}")
 
 
 class Reply(BaseModel):

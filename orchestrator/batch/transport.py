@@ -11,6 +11,7 @@ from typing import Any
 
 from ..calls.reply import Reply, parse_reply
 from ..calls.transport import ServedModel
+from ..errors import BatchUnsupported
 from .lines import BatchRequestLine, custom_id
 
 # What a batch round's endpoints are called (no one listens; nothing is sent).
@@ -56,10 +57,6 @@ class BatchConnection:
 
     async def close(self) -> None:
         return None
-
-
-class BatchUnsupported(Exception):
-    """A call a batch file cannot carry (vLLM's /tokenize, /detokenize)."""
 
 
 class BatchTransport:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import DeadlineExceeded, MalformedReply, RetryAfterTooLong
+from ..errors import DeadlineExceeded, FakeTransientError, MalformedReply, RetryAfterTooLong
 from .reply import Choice, Reply
 from .transport import ServedModel
 
@@ -19,14 +19,6 @@ Fault = Literal["transient", "malformed", "truncated"]
 FAKE_MODEL = "fake-model"
 # What a run with a fake transport and no base_url is said to talk to (no one listens).
 FAKE_BASE_URL = "in-process://fake/v1"
-
-
-class FakeTransientError(Exception):
-    """A fault the fake transport raises; transient (retried), an outage never."""
-
-    def __init__(self, message: str = "fake transient fault", retry_after: float | None = None):
-        self.retry_after = retry_after
-        super().__init__(message)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..errors import OrchestratorError
+from ..errors import ServerGone
 
 Probe = Callable[[], Awaitable[bool]]
 log = logging.getLogger(__name__)
@@ -22,11 +22,6 @@ log = logging.getLogger(__name__)
 DEFAULT_SERVER_WAIT = 600.0  # seconds: long enough for a GPU server to restart and load
 FIRST_WAIT = 0.5  # seconds before the first re-probe; doubles up to MAX_WAIT
 MAX_WAIT = 2.0  # so a server that comes back is noticed within this many seconds
-
-
-class ServerGone(OrchestratorError):
-    """The server stayed unreachable for longer than the run's patience; the run stops and
-    keeps what finished."""
 
 
 @dataclass

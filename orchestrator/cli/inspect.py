@@ -254,8 +254,8 @@ def distill(
             test_size=test_size,
             seed=seed,
         )
-    except (ValueError, FileNotFoundError, ImportError) as exc:
-        fail(str(exc))
+    except (ValueError, FileNotFoundError, ImportError, OrchestratorError) as exc:
+        fail(str(exc))  # OrchestratorError: the run folder is damaged, or its disk failed
         return
     console.print(format_card(card))
     console.print(f"saved to {out}", markup=False, highlight=False, soft_wrap=True)
@@ -294,8 +294,8 @@ def meta_eval(
             resamples=resamples,
             seed=seed,
         )
-    except (ValueError, FileNotFoundError) as exc:
-        fail(str(exc))
+    except (ValueError, FileNotFoundError, OrchestratorError) as exc:
+        fail(str(exc))  # OrchestratorError: the run folder is damaged, or its disk failed
         return
     console.print(format_table(result))
     console.print(f"written to {folder / 'meta_eval.json'}")

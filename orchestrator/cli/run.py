@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,7 +13,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..calls.outage import DEFAULT_SERVER_WAIT, ServerGone
-from ..errors import GraphError, OrchestratorError, RunFolderError, RunKeyMismatch
+from ..errors import (
+    GraphError,
+    OrchestratorError,
+    RunFolderError,
+    RunKeyMismatch,
+    StorageError,
+)
 
 if TYPE_CHECKING:
     from ..api.run import RunResult
@@ -359,6 +364,12 @@ def _execute(
             code=3,
         )
         raise
+    except StorageError as exc:  # the disk failed a file of the run folder (store/disk.py)
+        fail(
+            f"{exc.problem}; finished work up to the last write is in {out}. Fix the cause "
+            "(e.g. free disk space), then re-run the same command to resume."
+        )
+        raise
     except OrchestratorError as exc:  # graph, data, run folder, server, settings
         fail(str(exc))
         raise
@@ -367,14 +378,6 @@ def _execute(
             f"Interrupted. Finished examples are saved; re-run the same command to resume ({out})."
         )
         raise typer.Exit(130) from None
-    except (sqlite3.Error, OSError) as exc:
-        what = "a database of the run" if isinstance(exc, sqlite3.Error) else "a file"
-        fail(
-            f"{what} could not be written ({exc}); finished work up to the last write is in "
-            f"{out}. Fix the cause (e.g. free disk space), then re-run the same command "
-            "to resume."
-        )
-        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     _print_summary(result.manifest, out)

@@ -26,6 +26,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from ..errors import UntrustedFunction
+
 
 @dataclass(frozen=True)
 class ComputeFunction:
@@ -166,10 +168,6 @@ def _load_builtins() -> None:
 
 
 ENTRY_POINT_GROUP = "orchestrator.functions"
-
-
-class UntrustedFunction(LookupError):
-    """A module path an untrusted graph may not import."""
 
 
 def _entry_point(name: str, module_name: str, attr: str) -> importlib.metadata.EntryPoint | None:

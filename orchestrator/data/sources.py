@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -97,7 +98,8 @@ def _with_ids(records: Iterable[Any], location: str, limit: int | None) -> Itera
 
 
 class FileSource:
-    """A JSONL, CSV or JSON file (see `dataset.read_rows`), or a Parquet file (pyarrow)."""
+    """A JSONL, CSV or JSON file (see `dataset.read_rows`), or a Parquet file (pyarrow). A
+    read the disk refuses or fails is a DatasetError naming the file, never an OSError."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -106,10 +108,22 @@ class FileSource:
     def _is_parquet(self) -> bool:
         return self.path.suffix.lower() in (".parquet", ".pq")
 
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            raise DatasetError(
+                f"dataset {self.path} cannot be read ({exc.strerror or exc}): check the file "
+                "and the disk it is on"
+            ) from exc
+
     def rows(self, limit: int | None = None) -> Iterator[Row]:
-        if self._is_parquet():
-            return _with_ids(self._parquet_records(), self.location, limit)
-        return read_rows(self.path, limit)
+        with self._reading():
+            if self._is_parquet():
+                yield from _with_ids(self._parquet_records(), self.location, limit)
+            else:
+                yield from read_rows(self.path, limit)
 
     def _parquet_records(self) -> Iterator[dict[str, Any]]:
         parquet = _import("pyarrow.parquet", "pyarrow", "a Parquet file")
@@ -118,20 +132,22 @@ class FileSource:
                 yield from batch.to_pylist()
 
     def count(self, limit: int | None = None) -> int | None:
-        if self._is_parquet():
-            parquet = _import("pyarrow.parquet", "pyarrow", "a Parquet file")
-            with parquet.ParquetFile(self.path) as handle:
-                return _capped(handle.metadata.num_rows, limit)
-        if not self.path.is_file():
-            return None
-        with self.path.open("rb") as handle:
-            total = sum(1 for line in handle if line.strip())
+        with self._reading():
+            if self._is_parquet():
+                parquet = _import("pyarrow.parquet", "pyarrow", "a Parquet file")
+                with parquet.ParquetFile(self.path) as handle:
+                    return _capped(handle.metadata.num_rows, limit)
+            if not self.path.is_file():
+                return None
+            with self.path.open("rb") as handle:
+                total = sum(1 for line in handle if line.strip())
         if self.path.suffix.lower() == ".csv":
             total = max(total - 1, 0)
         return _capped(total, limit)
 
     def fingerprint(self) -> str:
-        return file_hash(self.path)
+        with self._reading():
+            return file_hash(self.path)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "file", "path": str(self.path)}

@@ -15,7 +15,6 @@ from typing import Any
 
 from jinja2 import (
     Template,
-    TemplateError,
     nodes,
     pass_context,
 )
@@ -25,15 +24,13 @@ from jinja2.runtime import Context, LoopContext, Macro
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.utils import Namespace
 
+from ..errors import RenderLimitError, UnsafeTemplateError
+
 # What one `*`, `**` or `%` in a template or expression may build; more is refused.
 MAX_REPEAT_ITEMS = 1_000_000
 
 
 MAX_POWER_BITS = 100_000
-
-
-class UnsafeTemplateError(TemplateError):
-    """A template or expression that reaches for Python internals or leaves its folder."""
 
 
 # What one render of a prompt may cost. A real prompt renders in well under a millisecond;
@@ -43,10 +40,6 @@ RENDER_SECONDS = 2.0
 MAX_RENDER_CHARS = 10_000_000  # ~2.5M tokens, more than any model's context
 MAX_MACRO_DEPTH = 50  # a macro calling itself (or others) deeper is a recursion that won't end
 _PACE = 256  # loop items between two looks at the clock (one look costs ~50 ns)
-
-
-class RenderLimitError(SecurityError):
-    """A render that went over its time, output or macro-depth limit."""
 
 
 # The deadline of the render under way in this thread or task (None: not rendering a prompt,

@@ -13,19 +13,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from ..errors import SchemaError
 from .spec import FieldSpec
 
 _SCALARS: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
 # Lists and objects inside one another; the shipped graphs nest at most 3 deep.
 MAX_SCHEMA_DEPTH = 10
-
-
-class SchemaError(ValueError):
-    """A field spec that cannot become a schema; `field` is the dotted path to it."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(message)
 
 
 def _model_name(path: str) -> str:

@@ -18,6 +18,8 @@ import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from orchestrator.errors import EmbeddedServerError
+from orchestrator.errors import PortTaken as PortTaken
 from orchestrator.paths import cache_root, sha256_file
 
 Log = Callable[[str], None]
@@ -73,15 +75,6 @@ if hasattr(model.config, "quantization_config"):
 model.save_pretrained(out)
 tokenizer.save_pretrained(out)
 """
-
-
-class EmbeddedServerError(RuntimeError):
-    """The embedded server could not be prepared or started; the message says what to do."""
-
-
-class PortTaken(EmbeddedServerError):
-    """The port is held by another program or by another process's embedded server; another
-    port would do."""
 
 
 def default_model_dir() -> Path:

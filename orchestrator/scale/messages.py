@@ -15,22 +15,14 @@ from ..calls.counters import RunStats
 from ..calls.registry import StructuredMode
 from ..calls.tuner import Concurrency
 from ..data.dataset import Row
-from ..errors import OrchestratorError
+from ..errors import WorkerFailed as WorkerFailed
+from ..errors import WorkerLost as WorkerLost
 from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_source
 from ..store.trace import TraceBatch
 
 # (node, foreach item) -> the stored JSON of its finished value, for one example.
 ResumeValues = dict[tuple[str, int], bytes | None]
-
-
-class WorkerLost(OrchestratorError):
-    """A worker stopped answering (killed, crashed, its machine gone): the run stops, and
-    what the other workers finished is kept for a resume."""
-
-
-class WorkerFailed(OrchestratorError):
-    """A worker could not start or run (its error is in the message); the run stops."""
 
 
 class GraphRecipe(BaseModel):

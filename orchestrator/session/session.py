@@ -35,6 +35,7 @@ from ..data.dataset import Row, check_fields
 from ..data.sources import RowSource
 from ..engine.flush import Flusher, drive, fewer_gc_passes
 from ..engine.scheduler import Engine, EngineOptions, engine_window
+from ..errors import StorageError
 from ..graph.compiled import CompiledGraph
 from ..scale import Executor, JobParts, ScaleChoice, WorkerPool, Workers
 from ..store.cache import ResponseCache, default_cache_path, open_cache
@@ -189,21 +190,24 @@ async def _run_locked(
         raise
     try:
         resuming = store.begin()
+        store.write_snapshot(graph)
     except BaseException:
         # Nothing has run yet; asyncio would report a client left open.
         await client.close()
-        with suppress(sqlite3.Error):
+        with suppress(StorageError, sqlite3.Error):
             trace.close()
+        with suppress(StorageError):
+            store.close()  # the files `begin` opened
         if cache is not None:
             cache.close()
         raise
     if resuming:
         log.info("Resuming %s: %d examples already done.", store.describe(), len(store.done))
-    store.write_snapshot(graph)
     manifest = _manifest(graph, source, settings, run_id, run_key, cache, resuming)
     manifest["servers"] = servers
     manifest["model"] = settings.model or next((e.model for e in endpoints.values()), None)
     flush = Flusher(cache, trace, store)
+    last_write: BaseException | None = None  # the run's last writes failed (a full disk)
     scale = ScaleChoice(settings.workers, settings.executor, settings.ray_address)
     pool = WorkerPool(scale) if scale.sharded else None
     try:
@@ -280,7 +284,8 @@ async def _run_locked(
         for step in (flush, store.close):
             try:
                 step()
-            except (OSError, sqlite3.Error) as exc:
+            except (StorageError, OSError, sqlite3.Error) as exc:
+                last_write = last_write or exc
                 manifest["status"] = "error"
                 manifest["error"] = manifest.get("error") or _error_text(exc, store, True)
         cache_errors = [flush.cache_error, *(pool.cache_errors if pool else [])]
@@ -300,11 +305,14 @@ async def _run_locked(
             store.write_manifest(manifest)
         finally:
             await client.close()
-            with suppress(sqlite3.Error):
+            with suppress(StorageError, sqlite3.Error):
                 trace.close()
             if cache is not None:
                 with suppress(sqlite3.Error):
                     cache.close()
+    if last_write is not None:
+        # Every example ran, but what the last writes held is lost: not a finished run.
+        raise last_write
     # Aggregates (Elo, agreement…) need every line at once; most graphs have none.
     aggregates = {}
     if graph.aggregates:
@@ -322,6 +330,11 @@ async def _run_locked(
 def _error_text(exc: BaseException, store: RunStore, writing: bool = False) -> str:
     """What the manifest says ended the run (`writing`: while the run folder was written);
     a full disk is named as such, whichever file of the folder found it."""
+    if isinstance(exc, StorageError):
+        # It names the file and what failed; the manifest says how the run goes on.
+        if exc.disk_full:
+            return f"{exc.problem}; free some space, then run the same command again to resume"
+        return f"{exc.problem}; fix the cause, then run the same command again to resume"
     full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or (
         isinstance(exc, sqlite3.OperationalError) and "full" in str(exc)
     )

@@ -2,7 +2,9 @@
 
 Only replies that passed validation are stored, so a cache hit is always usable. A damaged
 cache file costs its replies, never the run: it is named once and the run goes on without
-it (see `open_cache` and `ResponseCache.damaged`).
+it (see `open_cache` and `ResponseCache.damaged`). So, unlike a run folder's files, it
+keeps SQLite's and the OS's own errors: the few that pass (a lock held too long, a full
+disk) are caught by its callers, which go on without the replies (disk.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import orjson
 
 from ..paths import cache_root
+from .disk import is_damage
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +56,6 @@ def damaged_message(path: Path, exc: BaseException) -> str:
         f"the response cache {path} cannot be read ({exc}); the run goes on without it. "
         "Delete or move the file to start a new cache."
     )
-
-
-def _is_damage(exc: sqlite3.Error) -> bool:
-    """Whether SQLite says the file itself is bad (not a database, malformed pages), as
-    opposed to a lock or a full disk, which pass and are retried by the runner."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is None:  # raised by the sqlite3 module itself, not by the library
-        return False
-    # Extended codes (SQLITE_CORRUPT_INDEX, …) keep the primary code in their low byte.
-    return (code & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
 def open_cache(path: Path, replace: bool = False) -> ResponseCache | None:
@@ -158,7 +151,7 @@ class ResponseCache:
                     "SELECT value FROM responses WHERE key = ?", (key,)
                 ).fetchone()
             except sqlite3.DatabaseError as exc:
-                if not _is_damage(exc):
+                if not is_damage(exc):  # a lock or a full disk: retried by the runner
                     raise
                 self._give_up(exc)
                 return None
@@ -231,7 +224,7 @@ class ResponseCache:
                     self._db.execute("ROLLBACK")
                 raise
         except sqlite3.DatabaseError as exc:
-            if not _is_damage(exc):
+            if not is_damage(exc):  # a lock or a full disk: retried by the runner
                 raise
             self._give_up(exc)
             return

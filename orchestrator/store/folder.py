@@ -18,6 +18,7 @@ import orjson
 from pydantic import ValidationError
 
 from ..errors import DamagedRunFile, ReadOnlyRunFolder, RunFolderError, RunKeyMismatch
+from .disk import on_disk, storage_error
 from .lock import LOCK, RunLock
 from .runkey import RunKey
 from .trace import TraceStore, check_intact
@@ -66,7 +67,8 @@ OWN_NAMES = frozenset(
 def write_json(path: Path, data: Any) -> None:
     """Replace `path` atomically (a tmp file renamed over it); when the tmp file cannot be
     written (a full disk), `path` is rewritten in place rather than left saying something
-    untrue, and no empty tmp file stays behind."""
+    untrue, and no empty tmp file stays behind. OSError when neither works: a caller
+    writing outside a run folder (`summarize --out`) says what that means for it."""
     blob = orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str)
     tmp = path.with_suffix(path.suffix + ".tmp")
     try:
@@ -117,20 +119,24 @@ def iter_lines(path: Path, torn_inside: bool = False) -> Iterator[tuple[int, dic
     """(line number, JSON object) one at a time, skipping a torn last line of a killed run
     (it lacks its newline). Any other line that is not a JSON object is damage
     (DamagedRunFile); `torn_inside` also skips undecodable lines inside the file, which an
-    inputs.jsonl written before torn tails were cut can hold."""
-    if not path.is_file():
-        return
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            try:
-                value = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                if torn_inside or not line.endswith(b"\n"):
-                    continue
-                raise damaged_line(path, number, "JSON") from None
-            if not isinstance(value, dict):
-                raise damaged_line(path, number, "a JSON object")
-            yield number, value
+    inputs.jsonl written before torn tails were cut can hold. A read the disk fails is a
+    StorageError naming the file."""
+    try:
+        if not path.is_file():
+            return
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                try:
+                    value = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    if torn_inside or not line.endswith(b"\n"):
+                        continue
+                    raise damaged_line(path, number, "JSON") from None
+                if not isinstance(value, dict):
+                    raise damaged_line(path, number, "a JSON object")
+                yield number, value
+    except OSError as exc:
+        raise storage_error(path, exc, writing=False) from exc
 
 
 def _iter_lines(path: Path, torn_inside: bool = False) -> Iterator[dict[str, Any]]:
@@ -221,7 +227,10 @@ def is_run_folder(path: Path) -> bool:
 
 
 class RunFolder:
-    """Opens a run folder for one writer, resuming it only under the same run key."""
+    """Opens a run folder for one writer, resuming it only under the same run key.
+
+    Every read and write of its files goes through `disk.on_disk`: a disk that fails one
+    raises StorageError (or DamagedRunFile) naming the file, never OSError."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -248,11 +257,12 @@ class RunFolder:
         The lock comes before anything is deleted or rewritten, so a second run can neither
         wipe nor interleave with the first.
         """
-        if self.path.exists() and not self.path.is_dir():
-            raise RunFolderError(
-                f"--out {self.path} is a file, not a folder; choose a folder path for the run."
-            )
-        problem = not_a_run_folder(self.path) if self.path.is_dir() else None
+        with on_disk(self.path, writing=False):
+            if self.path.exists() and not self.path.is_dir():
+                raise RunFolderError(
+                    f"--out {self.path} is a file, not a folder; choose a folder path for the run."
+                )
+            problem = not_a_run_folder(self.path) if self.path.is_dir() else None
         if problem is not None:
             if overwrite:
                 raise RunFolderError(
@@ -270,11 +280,12 @@ class RunFolder:
             advice = "a run writes its folder; choose a writable --out (copy it there to resume)"
             refused = read_only(self.path, exc, advice)
             if refused is None:
-                raise
+                raise storage_error(self.path, exc) from exc
             raise refused from None
         try:
             if overwrite:
-                self._clear()
+                with on_disk(self.path):
+                    self._clear()
             elif self.manifest_path.is_file():
                 manifest = self._read_manifest()
                 version = check_layout(manifest, self.path)
@@ -367,16 +378,21 @@ class RunFolder:
 
     def begin(self) -> bool:
         """Keep finished examples (failed ones are tried again); True when resuming."""
-        resuming = self.manifest_path.is_file()
+        with on_disk(self.manifest_path, writing=False):
+            resuming = self.manifest_path.is_file()
         tmp = self.results_path.with_suffix(".jsonl.tmp")
-        with tmp.open("wb") as kept:
-            for row in iter_results(self.path):
-                if row.get("status") == "ok":
-                    self.done.add(str(row["id"]))
-                    kept.write(orjson.dumps(row) + b"\n")
-        os.replace(tmp, self.results_path)
-        self._results = self.results_path.open("ab")
-        self._inputs = self._open_inputs()
+        with on_disk(tmp):
+            with tmp.open("wb") as kept:
+                # A read of results.jsonl the disk fails names that file (iter_lines).
+                for row in iter_results(self.path):
+                    if row.get("status") == "ok":
+                        self.done.add(str(row["id"]))
+                        kept.write(orjson.dumps(row) + b"\n")
+            os.replace(tmp, self.results_path)
+        with on_disk(self.results_path):
+            self._results = self.results_path.open("ab")
+        with on_disk(self.inputs_path):
+            self._inputs = self._open_inputs()
         return resuming
 
     def _open_inputs(self) -> IO[bytes]:
@@ -401,15 +417,16 @@ class RunFolder:
     def write_snapshot(self, graph: CompiledGraph) -> None:
         """The graph file and every template it can render, as this run read them."""
         root = self.path / SNAPSHOT
-        if root.exists():
-            shutil.rmtree(root)
-        prompts = root / SNAPSHOT_PROMPTS
-        prompts.mkdir(parents=True)
-        (root / SNAPSHOT_GRAPH).write_bytes(graph.source)
-        for name, source in graph.templates.items():
-            target = prompts.joinpath(*PurePosixPath(name).parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(source, encoding="utf-8")
+        with on_disk(root):
+            if root.exists():
+                shutil.rmtree(root)
+            prompts = root / SNAPSHOT_PROMPTS
+            prompts.mkdir(parents=True)
+            (root / SNAPSHOT_GRAPH).write_bytes(graph.source)
+            for name, source in graph.templates.items():
+                target = prompts.joinpath(*PurePosixPath(name).parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(source, encoding="utf-8")
 
     # -- writing ------------------------------------------------------------------------
 
@@ -441,20 +458,24 @@ class RunFolder:
     def flush(self) -> None:
         """Append the queued lines and push them to the OS, so a crash cannot tear them."""
         if self._pending_inputs and self._inputs is not None:
-            self._inputs.write(b"".join(self._pending_inputs))
-            self._inputs.flush()
+            with on_disk(self.inputs_path):
+                self._inputs.write(b"".join(self._pending_inputs))
+                self._inputs.flush()
             self._pending_inputs.clear()
         if self._pending and self._results is not None:
-            self._results.write(b"".join(self._pending))
-            self._results.flush()
+            with on_disk(self.results_path):
+                self._results.write(b"".join(self._pending))
+                self._results.flush()
             self._pending.clear()
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         manifest["updated"] = time.time()
-        write_json(self.manifest_path, manifest)
+        with on_disk(self.manifest_path):
+            write_json(self.manifest_path, manifest)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        write_json(self.summary_path, summary)
+        with on_disk(self.summary_path):
+            write_json(self.summary_path, summary)
 
     def close(self) -> None:
         """Write what is queued and close the files; the lock is released by `release`."""

@@ -4,6 +4,9 @@ The kernel drops a `flock` when its process dies, however it dies, so a lock lef
 killed run is simply free for the next one; the file's text (pid, host, start time) is only
 there to name the holder in the refusal and to say when a dead run's lock was taken over.
 Readers (`trace`, `report`, `meta-eval`) never take it.
+
+`acquire` lets an OSError through (the lock file cannot be made: a read-only folder, a
+full disk): each caller says what that means for it (disk.py). `release` never fails.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import fcntl
 import os
 import socket
 import time
+from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
 from typing import IO
@@ -32,7 +36,8 @@ class RunLock:
         self.previous: dict[str, object] | None = None  # holder a dead run left behind
 
     def acquire(self) -> None:
-        """Take the lock or raise RunFolderError naming the run that holds it."""
+        """Take the lock or raise RunFolderError naming the run that holds it (OSError when
+        the lock file cannot be made or written)."""
         handle = open(self.path, "a+b")  # noqa: SIM115 - kept open for the whole run
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -43,23 +48,36 @@ class RunLock:
                 f"{self.path.parent} is being written by another run ({_describe(holder)}); "
                 "wait for it to finish, or choose another --out."
             ) from None
-        self.previous = _read_holder(handle)
-        handle.seek(0)
-        handle.truncate()
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
-        handle.write(orjson.dumps(holder))
-        handle.flush()
+        except BaseException:
+            handle.close()
+            raise
+        try:
+            self.previous = _read_holder(handle)
+            handle.seek(0)
+            handle.truncate()
+            holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+            handle.write(orjson.dumps(holder))
+            handle.flush()
+        except BaseException:
+            handle.close()  # a holder text that cannot be written (a full disk) frees the lock
+            raise
         self._handle = handle
 
     def release(self) -> None:
-        if self._handle is None:
+        """Give the lock up; never fails (the kernel drops it with the handle anyway)."""
+        handle, self._handle = self._handle, None
+        if handle is None:
             return
-        # Emptied first: a leftover holder text must not name a finished run.
-        self._handle.seek(0)
-        self._handle.truncate()
-        fcntl.flock(self._handle, fcntl.LOCK_UN)
-        self._handle.close()
-        self._handle = None
+        try:
+            # Emptied first: a leftover holder text must not name a finished run.
+            with suppress(OSError):
+                handle.seek(0)
+                handle.truncate()
+            with suppress(OSError):
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        finally:
+            with suppress(OSError):
+                handle.close()
 
     def took_over(self) -> str | None:
         """A sentence when this run took the lock of a run that died holding it."""

@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 class RunStore(Protocol):
     """What a run writes through and is read back from: the trace writer (`trace`), the
     resume index (`done`, `begin`, and the trace's `finished_value`) and the reader
-    (`reader`, a `RunReader`, or None for a store that keeps nothing to read back)."""
+    (`reader`, a `RunReader`, or None for a store that keeps nothing to read back).
+
+    What goes wrong raises from the library's tree: RunFolderError and below, StorageError
+    naming the file when the disk fails a read or write (disk.py); never a bare OSError or
+    sqlite3.Error, which `orc.run` would otherwise let through."""
 
     done: set[str]
 

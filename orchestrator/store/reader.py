@@ -3,6 +3,8 @@ trace, each as the typed record it was written as (records.py).
 
 `trace`, `report`, `meta-eval`, `distill` and `RunResult` read a run through `RunReader`,
 so a field is parsed in one place; a run may still be writing the folder while it is read.
+A read the disk fails is a StorageError naming the file, a file SQLite cannot read a
+DamagedRunFile (disk.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import orjson
 from pydantic import ValidationError
 
 from ..errors import RunFolderError
+from .disk import damaged, storage_error
 from .folder import (
     INPUTS,
     MANIFEST,
@@ -34,7 +37,7 @@ from .folder import (
     snapshot_prompts,
 )
 from .records import ATTEMPT_KINDS, InputLine, Manifest, NodeRun, ResultLine, Summary, TraceRun
-from .trace import damaged, loads, restore_raw
+from .trace import loads, restore_raw
 
 _JSON_COLUMNS = ("value", "messages", "raw", "request")
 _ATTEMPT_COLUMNS = (
@@ -109,17 +112,17 @@ class TraceReader:
     def open(cls, path: Path) -> TraceReader:
         """Open read-only (a run may be writing it): no schema changes, no lock taken beyond
         SQLite's readers'."""
-        if not path.is_file():
-            raise damaged(path, FileNotFoundError("no such file"))
         try:
+            if not path.is_file():
+                raise damaged(path, FileNotFoundError("no such file"))
             db = open_read_only(path)
-        except sqlite3.DatabaseError as exc:
-            raise damaged(path, exc) from None
+        except (sqlite3.DatabaseError, OSError) as exc:
+            raise storage_error(path, exc, writing=False) from exc
         try:
             db.execute("SELECT 1 FROM node_runs LIMIT 1").fetchone()
         except sqlite3.DatabaseError as exc:
             db.close()
-            raise damaged(path, exc) from None
+            raise storage_error(path, exc, writing=False) from exc
         return cls(db, path, owned=True)
 
     def __enter__(self) -> TraceReader:
@@ -141,7 +144,7 @@ class TraceReader:
             yield from self._node_runs(example_id, node)
         except sqlite3.DatabaseError as exc:
             # Damaged pages open fine and fail only when a query reaches them.
-            raise damaged(self.path, exc) from None
+            raise storage_error(self.path, exc, writing=False) from exc
 
     def _node_runs(self, example_id: str | None, node: str | None) -> Iterator[NodeRun]:
         sql = "SELECT * FROM node_runs WHERE 1=1"
@@ -211,7 +214,7 @@ class TraceReader:
         try:
             row = self._db.execute(sql).fetchone()
         except sqlite3.DatabaseError as exc:
-            raise damaged(self.path, exc) from None
+            raise storage_error(self.path, exc, writing=False) from exc
         return None if row is None else str(row[0])
 
     def schema(self, digest: str | None) -> dict[str, Any] | None:
@@ -227,7 +230,7 @@ class TraceReader:
             cursor = self._db.execute("SELECT * FROM runs ORDER BY started")
             rows = cursor.fetchall()
         except sqlite3.DatabaseError as exc:
-            raise damaged(self.path, exc) from None
+            raise storage_error(self.path, exc, writing=False) from exc
         columns = [c[0] for c in cursor.description]
         out = []
         for row in rows:

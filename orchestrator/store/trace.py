@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..errors import DamagedRunFile
+from .disk import damaged, storage_error
 from .records import WHOLE, Attempt, NodeRun
 
 if TYPE_CHECKING:
@@ -234,26 +234,33 @@ class TraceStore(TraceRecorder):
         self, path: Path, run_id: str = "", graph_hash: str = "", run_key: str = ""
     ) -> None:
         self.path = path
+        db: sqlite3.Connection | None = None
         try:
-            self._db = sqlite3.connect(
+            db = self._db = sqlite3.connect(
                 path, timeout=30, isolation_level=None, check_same_thread=False
             )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
             self._add_missing_columns()
+            last = db.execute("SELECT MAX(id) FROM node_runs").fetchone()[0]
+            # Nothing to resume from means no lookups at all on a fresh run.
+            resumable = bool(run_key) and (
+                db.execute(
+                    "SELECT 1 FROM node_runs WHERE run_key=? AND status IN ('ok','skipped')"
+                    " LIMIT 1",
+                    (run_key,),
+                ).fetchone()
+                is not None
+            )
         except sqlite3.DatabaseError as exc:
-            raise damaged(path, exc) from None
-        last = self._db.execute("SELECT MAX(id) FROM node_runs").fetchone()[0]
+            if db is not None:
+                db.close()
+            # A file SQLite cannot open is damaged, as far as a run can tell; a disk that
+            # failed (full, an I/O error) is said as such.
+            raise storage_error(path, exc, writing=False) from exc
         super().__init__(run_id, graph_hash, run_key, first_id=(last or 0) + 1)
-        # Nothing to resume from means no lookups at all on a fresh run.
-        self._resumable = bool(run_key) and (
-            self._db.execute(
-                "SELECT 1 FROM node_runs WHERE run_key=? AND status IN ('ok','skipped') LIMIT 1",
-                (run_key,),
-            ).fetchone()
-            is not None
-        )
+        self._resumable = resumable
 
     @classmethod
     def reader(cls, path: Path) -> TraceReader:
@@ -264,6 +271,12 @@ class TraceStore(TraceRecorder):
 
     def start_run(self, **fields: Any) -> None:
         settings = fields.pop("settings", None)
+        try:
+            self._start_run(settings, fields)
+        except sqlite3.Error as exc:
+            raise storage_error(self.path, exc) from exc
+
+    def _start_run(self, settings: Any, fields: dict[str, Any]) -> None:
         self._db.execute(
             "INSERT OR REPLACE INTO runs (run_id, started, graph, graph_hash, model, base_url,"
             " server, structured, settings, run_key) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -282,9 +295,19 @@ class TraceStore(TraceRecorder):
         )
 
     def flush(self) -> None:
-        """Write every queued record in one transaction."""
+        """Write every queued record in one transaction; StorageError (DamagedRunFile for a
+        file SQLite finds damaged) naming the trace when it cannot, the records kept."""
         if not self._pending_runs:
             return
+        try:
+            self._write_pending()
+        except sqlite3.Error as exc:
+            raise storage_error(self.path, exc) from exc
+        self._pending_runs.clear()
+        self._pending_attempts.clear()
+        self._pending_schemas.clear()
+
+    def _write_pending(self) -> None:
         self._db.execute("BEGIN")
         try:
             self._db.executemany(
@@ -311,9 +334,6 @@ class TraceStore(TraceRecorder):
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
-        self._pending_runs.clear()
-        self._pending_attempts.clear()
-        self._pending_schemas.clear()
 
     def add(self, batch: TraceBatch) -> None:
         """Queue a worker's rows (`TraceRecorder.take`) as if recorded here: its node runs
@@ -332,13 +352,16 @@ class TraceStore(TraceRecorder):
         if not self._resumable:
             return {}
         found: dict[tuple[str, int], bytes | None] = {}
-        # Oldest first, so the latest execution of a node wins, as in `finished_value`.
-        for node, item, value in self._db.execute(
-            "SELECT node, item, value FROM node_runs WHERE example_id=?"
-            " AND status IN ('ok','skipped') AND run_key=? ORDER BY id",
-            (example_id, self.run_key),
-        ):
-            found[node, item] = value
+        try:
+            # Oldest first, so the latest execution of a node wins, as in `finished_value`.
+            for node, item, value in self._db.execute(
+                "SELECT node, item, value FROM node_runs WHERE example_id=?"
+                " AND status IN ('ok','skipped') AND run_key=? ORDER BY id",
+                (example_id, self.run_key),
+            ):
+                found[node, item] = value
+        except sqlite3.DatabaseError as exc:
+            raise storage_error(self.path, exc, writing=False) from exc
         return found
 
     def _add_missing_columns(self) -> None:
@@ -361,11 +384,14 @@ class TraceStore(TraceRecorder):
         """
         if not self._resumable:
             return False, None
-        row = self._db.execute(
-            "SELECT status, value FROM node_runs WHERE example_id=? AND node=? AND item=?"
-            " AND status IN ('ok','skipped') AND run_key=? ORDER BY id DESC LIMIT 1",
-            (example_id, node, item, self.run_key),
-        ).fetchone()
+        try:
+            row = self._db.execute(
+                "SELECT status, value FROM node_runs WHERE example_id=? AND node=? AND item=?"
+                " AND status IN ('ok','skipped') AND run_key=? ORDER BY id DESC LIMIT 1",
+                (example_id, node, item, self.run_key),
+            ).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise storage_error(self.path, exc, writing=False) from exc
         if row is None:
             return False, None
         return True, loads(row[1])
@@ -386,17 +412,11 @@ class TraceStore(TraceRecorder):
             yield run.model_dump()
 
     def close(self) -> None:
-        self.flush()
-        self._db.close()
-
-
-def damaged(path: Path, exc: BaseException | str) -> DamagedRunFile:
-    """The error for a trace that cannot be read: the folder, not the command, is at fault."""
-    return DamagedRunFile(
-        f"{path} cannot be read ({exc}): the run folder {path.parent} is damaged and cannot "
-        "be resumed or reported; keep it aside and start a new --out (or --overwrite it).",
-        str(path),
-    )
+        """Write what is queued and close; the file is closed even when the write fails."""
+        try:
+            self.flush()
+        finally:
+            self._db.close()
 
 
 def check_intact(path: Path) -> None:
@@ -407,6 +427,6 @@ def check_intact(path: Path) -> None:
         with closing(sqlite3.connect(path, timeout=30)) as db:
             found = db.execute("PRAGMA quick_check(1)").fetchone()[0]
     except sqlite3.DatabaseError as exc:
-        raise damaged(path, exc) from None
+        raise storage_error(path, exc, writing=False) from exc
     if found != "ok":
         raise damaged(path, f"integrity check: {found}")
