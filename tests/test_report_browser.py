@@ -86,6 +86,11 @@ class Page:
         self.tab.goto(self.tab.url.split("#")[0])
         self.tab.wait_for_function("window.__reportReady === true")
         self.tab.fill("#q", example)
+        # The filter runs 120 ms after typing and redraws the rows: a click before then can
+        # land on a row as it is replaced (the example view then never opens).
+        self.tab.wait_for_function(
+            "q => document.querySelector('#examples-table').dataset.query === q", arg=example
+        )
         self.tab.wait_for_selector(f'#examples-table tbody tr[data-id="{example}"]')
         self.tab.click(f'#examples-table tbody tr[data-id="{example}"]')
         self.tab.wait_for_selector("#example-view .node-card")
@@ -268,7 +273,9 @@ def test_filters_search_and_sort(browser: Any, pointwise: Path) -> None:
         assert len(kept) == sum(s >= threshold for s in scores)
         page.tab.click("#reset")
         page.tab.fill("#q", "formal-re")
-        page.tab.wait_for_timeout(300)
+        page.tab.wait_for_function(
+            "() => document.querySelector('#examples-table').dataset.query === 'formal-re'"
+        )
         assert page.table_ids() == ["review-formal-restyle"]
         assert page.errors == []
     finally:

@@ -192,6 +192,9 @@
 
   function renderTable() {
     compute();
+    // The search the rows on show answer (typing waits 120 ms before filtering): a reader of
+    // the page (a test) can tell the table has caught up before it clicks a row.
+    $('#examples-table').dataset.query = state.q;
     const pages = Math.max(1, Math.ceil(view.length / PAGE));
     state.page = Math.min(state.page, pages - 1);
     const start = state.page * PAGE;
