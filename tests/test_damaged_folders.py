@@ -67,10 +67,10 @@ def assert_one_line_error(result: Result, *names: str) -> str:
     return line
 
 
-def run_again(folder: Path, server: FakeServer, *extra: str, root: Path | None = None) -> Result:
-    """`run` into `folder` of the graph and data beside it (or in `root`)."""
+def run_args(folder: Path, server: FakeServer, root: Path | None = None) -> list[str]:
+    """The `run` command line into `folder` of the graph and data beside it (or in `root`)."""
     root = root or folder.parent
-    return invoke(
+    return [
         "run",
         str(root / "g" / "graph.yaml"),
         "--data",
@@ -81,8 +81,12 @@ def run_again(folder: Path, server: FakeServer, *extra: str, root: Path | None =
         server.base_url,
         "--cache",
         str(root / "cache.sqlite"),
-        *extra,
-    )
+    ]
+
+
+def run_again(folder: Path, server: FakeServer, *extra: str, root: Path | None = None) -> Result:
+    """`run` into `folder` in this process (see run_args)."""
+    return invoke(*run_args(folder, server, root), *extra)
 
 
 # -- item 6: --overwrite replaces only a run's folder ---------------------------------------
@@ -194,20 +198,8 @@ def test_run_on_a_damaged_results_line_leaves_no_unclosed_session(folder: Path) 
     """The error comes before the client is built: no aiohttp session is left unclosed (a
     child process, where asyncio reports one on stderr)."""
     damage_results(folder, "list")
-    root = folder.parent
     with FakeServer() as server:
-        done = orchestrator_command(
-            "run",
-            str(root / "g" / "graph.yaml"),
-            "--data",
-            str(root / "rows.jsonl"),
-            "--out",
-            str(folder),
-            "--base-url",
-            server.base_url,
-            "--cache",
-            str(root / "cache.sqlite"),
-        )
+        done = orchestrator_command(*run_args(folder, server))
     assert done.returncode == 1, done.stderr
     assert f"{folder / 'results.jsonl'}:4" in done.stderr
     assert "Traceback" not in done.stderr and "Unclosed" not in done.stderr

@@ -374,20 +374,25 @@ def test_the_cli_says_where_the_disk_failed_and_that_the_run_resumes(
     assert "re-run the same command to resume" in line, line
 
 
+def fail_to_open(broken: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening `broken` meets an I/O error (a failing disk); every other file opens."""
+    real_open = Path.open
+
+    def refuse(path: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if path == broken:
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refuse)
+
+
 def test_a_read_the_disk_fails_is_a_storage_error_naming_the_file(
     graph: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "run"
     orc.run(graph, data, out=out, transport=orc.FakeTransport())
     results = out / "results.jsonl"
-    real_open = Path.open
-
-    def refuse(path: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        if path == results:
-            raise OSError(errno.EIO, "Input/output error", str(path))
-        return real_open(path, mode, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "open", refuse)
+    fail_to_open(results, monkeypatch)
     with pytest.raises(StorageError) as caught:
         list(orc.RunReader(out).results())
     assert caught.value.path == str(results)
@@ -400,14 +405,7 @@ def test_a_read_the_disk_fails_is_a_storage_error_naming_the_file(
 def test_a_dataset_the_disk_fails_is_a_dataset_error(
     graph: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_open = Path.open
-
-    def refuse(path: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        if path == data:
-            raise OSError(errno.EIO, "Input/output error", str(path))
-        return real_open(path, mode, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "open", refuse)
+    fail_to_open(data, monkeypatch)
     with pytest.raises(DatasetError, match=f"dataset {data} cannot be read"):
         orc.run(graph, data, out=tmp_path / "run", transport=orc.FakeTransport())
 
@@ -420,14 +418,7 @@ def test_meta_eval_names_a_results_file_the_disk_fails(
     orc.run(graph, data, out=out, transport=orc.FakeTransport())
     labels = write_rows(tmp_path / "labels.jsonl", [{"id": r["id"], "score": 5} for r in ROWS])
     results = out / "results.jsonl"
-    real_open = Path.open
-
-    def refuse(path: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        if path == results:
-            raise OSError(errno.EIO, "Input/output error", str(path))
-        return real_open(path, mode, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "open", refuse)
+    fail_to_open(results, monkeypatch)
     done = CliRunner().invoke(app, ["meta-eval", str(out), "--labels", str(labels)])
     assert done.exit_code == 1, done.output
     assert isinstance(done.exception, SystemExit), done.exception
