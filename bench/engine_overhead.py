@@ -12,19 +12,29 @@ The Python API (`orchestrator.run`) and the `orchestrator run` command (in this 
 timed too, each as a ratio to the runner path of the same round: target within 5%.
 
     python bench/engine_overhead.py --rows 5000 --concurrency 64
+
+`--against REF` is the A/B between two versions of orchestrator instead: a git worktree at
+REF and this checkout each run the same `orchestrator.run` (in a fresh child process per run,
+after a warm-up) against one loopback server, in alternating order, `--rounds` times; the
+median of the per-round ratios head/REF is the figure (target >= 0.95: a refactor may cost
+at most 5% of the client's throughput).
+
+    python bench/engine_overhead.py --against d339576 --rounds 15 --rows 5000
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loopback import Loopback
+from loopback import ROOT, Loopback
+from tree_ab import timed_run_in_tree
 from workload import (
     Timing,
     rendered_requests,
@@ -52,7 +62,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--against", metavar="REF", help="A/B against this git commit")
+    parser.add_argument("--rounds", type=int, default=15, help="paired rounds with --against")
     args = parser.parse_args()
+    if args.against:
+        against(args.against, args.rounds, args.rows, args.concurrency)
+        return
 
     with tempfile.TemporaryDirectory() as tmp, Loopback(latency=0.0) as server:
         folder = Path(tmp)
@@ -119,6 +134,66 @@ def main() -> None:
         f"aiohttp {rates['ours'] / rates['bare_aiohttp']:.2f}, "
         f"aiohttp + post {rates['ours'] / rates['bare_post']:.2f} (target >= 0.90), "
         f"post + orjson {rates['ours'] / rates['bare_bytes']:.2f}"
+    )
+
+
+def against(ref: str, rounds: int, rows: int, concurrency: int) -> None:
+    """Paired rounds of this checkout vs a worktree at `ref`, alternating which goes first."""
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", ref],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp, Loopback(latency=0.0) as server:
+        folder = Path(tmp)
+        base = folder / f"tree-{commit}"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--quiet", "--detach", str(base), ref],
+            check=True,
+        )
+        try:
+            data = write_rows(folder / "rows.jsonl", rows)
+            warm = write_rows(folder / "warm.jsonl", min(rows, 300), seed=11)
+            graph = write_judge_graph(folder)
+            trees = {commit: base, "head": ROOT}
+            ratios: list[float] = []
+            rates: dict[str, list[float]] = {name: [] for name in trees}
+            for i in range(rounds):
+                # Alternate the order so a drift within a round favours neither side.
+                order = list(trees) if i % 2 == 0 else list(reversed(trees))
+                for name in order:
+                    seconds, done = timed_run_in_tree(
+                        trees[name],
+                        graph,
+                        data,
+                        warm,
+                        folder / f"{name}{i}",
+                        server.base_url,
+                        concurrency,
+                    )
+                    if done != rows:
+                        raise SystemExit(f"{name}: {done} requests counted, expected {rows}")
+                    rates[name].append(done / seconds)
+                ratios.append(rates["head"][-1] / rates[commit][-1])
+                print(
+                    f"round {i + 1:2d}: {commit} {rates[commit][-1]:6.0f} req/s   "
+                    f"head {rates['head'][-1]:6.0f} req/s   head/{commit} {ratios[-1]:.3f}",
+                    flush=True,
+                )
+        finally:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)],
+                check=False,
+            )
+    print(
+        f"{rows} rows, concurrency {concurrency}, {rounds} paired rounds, instant loopback "
+        f"server; medians: {commit} {statistics.median(rates[commit]):.0f} req/s, "
+        f"head {statistics.median(rates['head']):.0f} req/s"
+    )
+    print(
+        f"median of per-round ratios head/{commit}: {statistics.median(ratios):.3f} "
+        f"(range {min(ratios):.3f}-{max(ratios):.3f}; target >= 0.95)"
     )
 
 

@@ -34,6 +34,11 @@ def run_bench(script: str, *args: str) -> list[str]:
             r"aiohttp \+ post \d+\.\d\d",
         ),
         (
+            "engine_overhead.py",
+            ["--against", "HEAD", "--rounds", "1", "--rows", "100", "--concurrency", "8"],
+            r"median of per-round ratios head/\w+: \d+\.\d{3} \(range",
+        ),
+        (
             "latency_hiding.py",
             ["--latency", "0.02", "--concurrency", "1", "8", "--seconds", "0.5"],
             r"in-run ratio orchestrator/ideal at concurrency 1: \d+\.\d\d, 8: \d+\.\d\d",
