@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from ..calls.counters import RunStats
 from ..calls.registry import StructuredMode
-from ..calls.tuner import Concurrency
 from ..data.dataset import Row
+from ..engine.plan import RunPlan
 from ..errors import WorkerFailed as WorkerFailed
 from ..errors import WorkerLost as WorkerLost
 from ..graph.compiled import CompiledGraph
@@ -25,7 +25,8 @@ from ..store.trace import TraceBatch
 ResumeValues = dict[tuple[str, int], bytes | None]
 
 
-class GraphRecipe(BaseModel):
+@dataclass(frozen=True)
+class GraphRecipe:
     """A compiled graph as the bytes it was compiled from, so a worker compiles the very
     same graph without reading a file (it may be on another machine)."""
 
@@ -51,7 +52,11 @@ class GraphRecipe(BaseModel):
         """The graph again; WorkerFailed if it hashes differently (a worker must never run
         a graph the run key does not name)."""
         graph = compile_source(
-            self.source, self.templates, path=self.path, label=self.label, trust=self.trusted
+            self.source,
+            self.templates,
+            path=self.path,
+            label=self.label,
+            trust=self.trusted,
         )
         if graph.content_hash != self.content_hash:
             raise WorkerFailed(
@@ -74,29 +79,19 @@ class EndpointPlan(BaseModel):
     check_joins: bool
 
 
-class WorkerJob(BaseModel):
-    """Everything a worker needs to run the engine on the rows it is handed."""
+@dataclass(frozen=True, kw_only=True)
+class WorkerJob:
+    """Everything a worker needs to run the engine on the rows it is handed: the run's plan
+    whole (with this worker's share of a fixed concurrency, and the cache file the owner
+    opened), the graph, and the facts the owner resolved before any worker started."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
+    plan: RunPlan
     graph: GraphRecipe
     endpoints: list[EndpointPlan]
-    params: dict[str, Any]
-    # This worker's in-flight limit per server: a fixed `--concurrency` split between the
-    # workers, or "auto"/None, each worker tuning its own limit from the server's load.
-    concurrency: Concurrency
     window: int  # examples this worker keeps in flight
-    timeout: float
-    server_wait: float
-    refresh: bool
-    affinity: bool = True  # an example's calls prefer the replica of its earlier calls
-    cache: Path | None  # the response cache file; None runs without one
     run_id: str
     graph_hash: str
     run_key: str
-    # The seams of RunSettings; they must pickle to reach a worker.
-    transport: Any = Field(default=None, repr=False)
-    retry: Any = Field(default=None, repr=False)
 
 
 # The two records below go back and forth several times a second with thousands of rows
