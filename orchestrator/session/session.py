@@ -128,17 +128,7 @@ async def _plan(
     the whole run key checked, the trace and the store opened for writing."""
     runtime = build_runtime(plan)
     run_id = uuid.uuid4().hex[:12]
-    servers_plan = plan.servers
-    choice = ServerChoice(
-        servers_plan.base_url,
-        servers_plan.model,
-        servers_plan.api_key,
-        plan.calls.structured,
-        plan.params,
-        servers_plan.server_id,
-        allowed=None if servers_plan.trust_servers else servers_plan.allow_servers,
-        given_params=given_params,
-    )
+    choice = _server_choice(plan, given_params)
     try:
         endpoints, servers = await prepare_endpoints(graph, runtime.client, choice)
         run_key = RunKey.from_components(
@@ -168,6 +158,46 @@ async def _plan(
                 }
             )
         raise
+    resuming = await _begin(graph, store, runtime, trace)
+    run = _Run(
+        graph=graph,
+        source=source,
+        store=store,
+        plan=plan,
+        runtime=runtime,
+        choice=choice,
+        endpoints=endpoints,
+        servers=servers,
+        run_id=run_id,
+        run_key=run_key,
+        trace=trace,
+        resuming=resuming,
+    )
+    run.manifest = _manifest(graph, source, plan, run_id, run_key, runtime.cache, resuming)
+    run.manifest["servers"] = servers
+    run.manifest["model"] = plan.servers.model or next((e.model for e in endpoints.values()), None)
+    return run
+
+
+def _server_choice(plan: RunPlan, given_params: frozenset[str]) -> ServerChoice:
+    """The servers the user named, as the endpoint choice reads them."""
+    servers = plan.servers
+    return ServerChoice(
+        servers.base_url,
+        servers.model,
+        servers.api_key,
+        plan.calls.structured,
+        plan.params,
+        servers.server_id,
+        allowed=None if servers.trust_servers else servers.allow_servers,
+        given_params=given_params,
+    )
+
+
+async def _begin(
+    graph: CompiledGraph, store: RunStore, runtime: ProcessRuntime, trace: TraceStore
+) -> bool:
+    """The store opened for writing with the graph's snapshot; True when it resumes."""
     try:
         resuming = store.begin()
         store.write_snapshot(graph)
@@ -181,24 +211,7 @@ async def _plan(
         raise
     if resuming:
         log.info("Resuming %s: %d examples already done.", store.describe(), len(store.done))
-    run = _Run(
-        graph,
-        source,
-        store,
-        plan,
-        runtime,
-        choice,
-        endpoints,
-        servers,
-        run_id,
-        run_key,
-        trace,
-        resuming,
-    )
-    run.manifest = _manifest(graph, source, plan, run_id, run_key, runtime.cache, resuming)
-    run.manifest["servers"] = servers
-    run.manifest["model"] = plan.servers.model or next((e.model for e in endpoints.values()), None)
-    return run
+    return resuming
 
 
 async def _execute(run: _Run, console: Console | None) -> SessionOutcome:
