@@ -56,7 +56,9 @@ FLOOR_TESTS := tests/test_engine.py tests/test_validation.py tests/test_faults.p
 	tests/test_params.py tests/test_authoring.py tests/test_failure_reasons.py \
 	tests/test_functions_doc.py tests/test_compare.py tests/test_reply.py tests/test_wire.py \
 	tests/test_trust.py tests/test_server_identity.py tests/test_damaged_folders.py \
-	tests/test_reply_size.py
+	tests/test_reply_size.py \
+	tests/test_workers.py::test_a_kind_and_a_function_registered_in_a_function_body_run_on_workers \
+	tests/test_workers.py::test_what_a_graph_brings_to_workers_is_never_written_to_its_run_folder
 
 test-floors:
 	rm -rf $(FLOORS)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from orchestrator import RunConfig, RunOutcome, execute
+import orchestrator as orc
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -54,12 +54,27 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def run_graph(graph: Path, data: Path, out: Path, base_url: str, **kwargs: Any) -> RunOutcome:
-    """Run synchronously with a private cache unless the test passes its own."""
+@dataclass
+class Ran:
+    """A finished run as the tests read it: what `orc.run` returned, and the manifest and
+    summary as the run folder holds them (plain dicts, as a reader of the files sees them)."""
+
+    result: orc.RunResult
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+    folder: Path
+
+
+def run_graph(graph: Path, data: Path, out: Path, base_url: str, **kwargs: Any) -> Ran:
+    """`orc.run` of a graph file over a data file into `out`, with a private cache unless
+    the test passes its own (`use_cache=False`: none)."""
     kwargs.setdefault("cache", out.parent / "cache.sqlite")
-    kwargs.setdefault("progress", False)
-    config = RunConfig(graph=graph, data=data, out=out, base_url=base_url, **kwargs)
-    return asyncio.run(execute(config))
+    if not kwargs.pop("use_cache", True):
+        kwargs["cache"] = False
+    result = orc.run(graph, data, out=out, base_url=base_url, **kwargs)
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    return Ran(result, manifest, summary, out)
 
 
 def results(out: Path) -> dict[str, dict[str, Any]]:

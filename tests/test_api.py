@@ -243,3 +243,40 @@ def test_a_graph_of_compute_nodes_only_needs_no_server(
     with pytest.raises(orc.ConfigurationError, match="no server to talk to"):
         orc.run(orc.Graph.from_dict(spec(), PROMPTS), ROWS)
     assert looked  # that one did look for the embedded server
+
+
+def test_execute_and_run_config_remain_a_deprecated_shim_over_run(tmp_path: Path):
+    """`execute(RunConfig(...))` (public before `orc.run`) still runs, says it is
+    deprecated, and leaves the folder `orc.run` leaves with the same settings."""
+    path = write_graph(tmp_path / "g", spec(), PROMPTS)
+    data = write_rows(tmp_path / "rows.jsonl", ROWS)
+    fake = orc.FakeTransport()
+    config = orc.RunConfig(
+        graph=str(path),
+        data=str(data),
+        out=str(tmp_path / "old"),
+        base_url="http://fake/v1",
+        transport=fake,
+        use_cache=False,
+        params={"scale": 5},
+        progress=False,
+    )
+    with pytest.warns(DeprecationWarning, match="orchestrator.run"):
+        old = asyncio.run(orc.execute(config))
+    new = orc.run(
+        path,
+        data,
+        out=tmp_path / "new",
+        base_url="http://fake/v1",
+        transport=fake,
+        params={"scale": 5},
+    )
+    assert isinstance(old, orc.RunOutcome) and old.folder == tmp_path / "old"
+    assert old.manifest["status"] == "complete" == new.manifest.status
+    assert old.manifest["run_key"]["digest"] == new.manifest.run_key.digest
+    assert old.manifest["parameters"] == new.manifest.parameters
+    assert old.summary == json.loads((tmp_path / "new" / "summary.json").read_text())
+    old_lines = [json.loads(x) for x in (tmp_path / "old" / "results.jsonl").read_text().split()]
+    assert {line["id"]: line["score"] for line in old_lines} == {
+        line.id: line.outputs["score"] for line in new.results
+    }

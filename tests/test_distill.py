@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
 import random
 from pathlib import Path
 
 import pytest
+from helpers import run_graph
 
-import orchestrator
 from orchestrator.analysis import distill as d
 from orchestrator.compute import distilled, embeddings
 
@@ -145,18 +144,13 @@ def test_distilled_graph_scores_without_any_llm(tmp_path: Path) -> None:
     _need_model()
     run = synthetic_run(tmp_path / "run", rows=40)
     d.distill(run, tmp_path / "model", test_size=0.25)
-    outcome = asyncio.run(
-        orchestrator.execute(
-            orchestrator.RunConfig(
-                graph=ROOT / "graphs" / "perq_distilled.yaml",
-                data=run / "results.jsonl",
-                out=tmp_path / "scored",
-                base_url="http://127.0.0.1:9/v1",  # nothing listens: no request may be sent
-                cache=tmp_path / "cache.sqlite",
-                progress=False,
-                params={"model_dir": str(tmp_path / "model")},
-            )
-        )
+    outcome = run_graph(
+        ROOT / "graphs" / "perq_distilled.yaml",
+        run / "results.jsonl",
+        tmp_path / "scored",
+        "http://127.0.0.1:9/v1",  # nothing listens: no request may be sent
+        cache=tmp_path / "cache.sqlite",
+        params={"model_dir": str(tmp_path / "model")},
     )
     rows = [json.loads(x) for x in (outcome.folder / "results.jsonl").read_text().splitlines()]
     ok = [r for r in rows if r["status"] == "ok"]

@@ -13,7 +13,8 @@ import pytest
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, results, run_graph, user_text, write_graph, write_rows
 
-from orchestrator import GraphError, RetryPolicy, RunConfig, RunFolderError, execute
+import orchestrator as orc
+from orchestrator import GraphError, RetryPolicy, RunFolderError
 
 JUDGE_OUT = {"reason": "string", "score": {"type": "integer", "min": 1, "max": 10}}
 GRAPH: dict[str, Any] = {
@@ -210,17 +211,11 @@ def test_resume_after_interrupt_requests_nothing_finished(graph: Path, tmp_path:
 
     out = tmp_path / "run"
     with FakeServer(by_text({"t5": hang})) as server:
-        config = RunConfig(
-            graph=graph,
-            data=data,
-            out=out,
-            base_url=server.base_url,
-            use_cache=False,
-            progress=False,
-        )
 
         async def interrupted() -> None:
-            task = asyncio.create_task(execute(config))
+            task = asyncio.create_task(
+                orc.arun(graph, data, out=out, base_url=server.base_url, cache=False)
+            )
             for _ in range(200):
                 await asyncio.sleep(0.05)
                 if (

@@ -14,10 +14,9 @@ from typing import Any
 import httpx
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
-from helpers import is_canary, orchestrator_command, results, run_graph, write_rows
+from helpers import Ran, is_canary, orchestrator_command, results, run_graph, write_rows
 from pydantic import ValidationError
 
-from orchestrator import RunOutcome
 from orchestrator.compute.expert import (
     NO_LOGPROBS,
     SCORE_KEYS,
@@ -37,7 +36,7 @@ GRAPH = ROOT / "graphs" / "expert.yaml"
 EXAMPLES = ROOT / "examples" / "expert.jsonl"
 
 
-def run(graph: Path, data: Path, out: Path, base_url: str, **kwargs: Any) -> RunOutcome:
+def run(graph: Path, data: Path, out: Path, base_url: str, **kwargs: Any) -> Ran:
     """A run without the response cache, so every request the graph makes reaches the server."""
     return run_graph(graph, data, out, base_url, use_cache=False, **kwargs)
 

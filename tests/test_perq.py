@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
+from helpers import run_graph
 
-import orchestrator
 from orchestrator.compute import agreement as ag
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,17 +174,8 @@ def jury_responder(scores_by_seed: dict[int, int | None]):
 
 def test_jury_graph_end_to_end_with_a_failing_judge(tmp_path: Path) -> None:
     with FakeServer(jury_responder({1: 2, 2: 3, 3: None})) as server:
-        outcome = asyncio.run(
-            orchestrator.execute(
-                orchestrator.RunConfig(
-                    graph=GRAPH,
-                    data=EXAMPLES,
-                    out=tmp_path / "run",
-                    base_url=server.base_url,
-                    cache=tmp_path / "cache.sqlite",
-                    progress=False,
-                )
-            )
+        outcome = run_graph(
+            GRAPH, EXAMPLES, tmp_path / "run", server.base_url, cache=tmp_path / "cache.sqlite"
         )
         seeds = {r.get("seed") for r in server.requests if r.get("seed") is not None}
     rows = [json.loads(x) for x in (outcome.folder / "results.jsonl").read_text().splitlines()]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_workers
 from fakeserver import FakeServer, schema_responder
 from test_kill_resume import (
     NODES,
@@ -37,6 +38,9 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.reliability
 
 EXAMPLES = 60
+
+# A kind and a function registered inside a function body (see test_workers.py).
+registered_in_a_body = test_workers.registered_in_a_body
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -136,3 +140,20 @@ def _wait_for_workers(out: Path, thread: threading.Thread) -> list[int]:
 
     _wait_for(lambda: len(listed()) == 2, thread)
     return [int(w["pid"]) for w in listed()]
+
+
+def test_ray_actors_run_kinds_and_functions_registered_in_a_function_body(
+    tmp_path: Path, registered_in_a_body: str
+) -> None:
+    """On Ray as with local workers: the actors never ran the code that registered them,
+    the graph brings them along."""
+    rows = [{"id": f"e{i}", "text": f"score {i % 10 + 1}"} for i in range(12)]
+    graph = test_workers.local_graph()
+    with FakeServer(test_workers.scored_by_text) as server:
+        one = orc.run(graph, rows, base_url=server.base_url)
+        on_ray = orc.run(graph, rows, base_url=server.base_url, executor="ray", workers=2)
+    assert on_ray.manifest.status == "complete"
+    assert len(on_ray.manifest.model_extra["workers"]) == 2
+    outputs = {line.id: line.outputs for line in on_ray.results}
+    assert outputs == {line.id: line.outputs for line in one.results}
+    assert outputs["e3"] == {"score": 4, "bonus": 104, "tag": f"{registered_in_a_body}4"}

@@ -7,7 +7,6 @@ itself is exercised in test_report_browser.py.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -24,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 from fakeserver import FakeServer, Reply
+from helpers import run_graph
 
-import orchestrator
 from orchestrator.compute.expert import aspect_credit
 from orchestrator.report import build_report, make_server
 from orchestrator.report.collect import PROMPT_LIMIT
@@ -114,18 +113,12 @@ def judge_responder(body: dict[str, Any]) -> Reply:
 def run(
     graph: Path, data: Path, out: Path, server: FakeServer, params: dict[str, Any] | None = None
 ) -> Path:
-    config = orchestrator.RunConfig(
-        graph=graph,
-        data=data,
-        out=out,
-        base_url=server.base_url,
-        cache=out.parent / f"{out.name}-cache.sqlite",
-        progress=False,
-        params=params or {},
-    )
+    cache = out.parent / f"{out.name}-cache.sqlite"
     # In a thread of its own: playwright's sync API keeps an event loop in this one.
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, orchestrator.execute(config)).result()
+        pool.submit(
+            run_graph, graph, data, out, server.base_url, cache=cache, params=params or {}
+        ).result()
     return out
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from collections import Counter
@@ -10,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
+from helpers import run_graph
 
-import orchestrator
 from orchestrator.compute import votes as v
 from orchestrator.kinds.graphs import compile_graph
 
@@ -236,18 +235,13 @@ def _always(verdict: str):
 def _run(
     tmp_path: Path, server: FakeServer, name: str = "run", **params: object
 ) -> tuple[list[dict], dict]:
-    outcome = asyncio.run(
-        orchestrator.execute(
-            orchestrator.RunConfig(
-                graph=GRAPH,
-                data=EXAMPLES,
-                out=tmp_path / name,
-                base_url=server.base_url,
-                cache=tmp_path / "cache.sqlite",
-                progress=False,
-                params=dict(params),
-            )
-        )
+    outcome = run_graph(
+        GRAPH,
+        EXAMPLES,
+        tmp_path / name,
+        server.base_url,
+        cache=tmp_path / "cache.sqlite",
+        params=dict(params),
     )
     lines = (outcome.folder / "results.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines], outcome.summary

@@ -8,6 +8,7 @@ log, the command's exit code and words.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -15,12 +16,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
-from fakeserver import FakeServer, latency_responder, schema_responder
-from helpers import requests_per_call
+from fakeserver import FakeServer, Reply, latency_responder, schema_responder
+from helpers import is_canary, requests_per_call, user_text
 from test_kill_resume import (
     NODES,
     ROOT,
@@ -416,3 +419,154 @@ def test_workers_see_the_environment_as_it_is_when_their_run_starts(
     assert {line.outputs["mark"] for line in second.results} == {"second"}
     assert {line.outputs["mark"] for line in third.results} == {"unset"}
     assert {w["pid"] for w in second.manifest.workers} != {w["pid"] for w in first.manifest.workers}
+
+
+# -- registries travel with the graph --------------------------------------------------------
+
+LOCAL_PROMPTS = {"judge.jinja": "Rate this text:\n{{ text }}"}
+
+
+LOCAL_NODES = {
+    "bonus": {
+        "kind": "compute",
+        "function": "plus_bonus_in_a_body",
+        "args": {"score": "judge.score"},
+    },
+    "tag": {"kind": "tag_in_a_body", "key": "judge.score"},
+}
+
+
+def local_graph(uses: tuple[str, ...] = ("bonus", "tag")) -> orc.Graph:
+    """judge (LLM) -> `bonus`, a compute function, and/or `tag`, a node kind, each named by
+    what the test registers inside its own body."""
+    return orc.graph_from_dict(
+        {
+            "name": "local-registries",
+            "inputs": ["text"],
+            "nodes": {
+                "judge": {
+                    "kind": "llm",
+                    "prompt": "judge.jinja",
+                    "output": {"score": {"type": "integer", "min": 1, "max": 10}},
+                },
+                **{name: LOCAL_NODES[name] for name in uses},
+            },
+            "outputs": {"score": "judge.score", **{name: name for name in uses}},
+        },
+        LOCAL_PROMPTS,
+    )
+
+
+@pytest.fixture
+def registered_in_a_body() -> Iterator[str]:
+    """A compute function and a node kind registered the way a user's `main()` would:
+    defined inside a function, each a closure over one of its local variables, so no
+    fresh process can import them. Yields the text the kind prefixes its values with."""
+    from orchestrator.compute import registry
+    from orchestrator.graph.checks import NodeScope
+    from orchestrator.graph.compiled import CompiledNode
+    from orchestrator.graph.spec import NodeBase
+    from orchestrator.graph.templates import Expression
+    from orchestrator.kinds import RunServices, evaluate, register_kind, unregister_kind
+    from orchestrator.store.trace import NodeRecord
+
+    bonus = 100
+    prefix = "band-"
+
+    @orc.register("plus_bonus_in_a_body")
+    def plus_bonus(score: int) -> int:
+        return score + bonus
+
+    class TagNode(NodeBase):
+        kind: Literal["tag_in_a_body"]
+        key: str
+
+    @dataclass
+    class CompiledTag(CompiledNode):
+        spec: TagNode
+        key: Expression | None = None
+
+    class TagKind(orc.NodeKind[TagNode, CompiledTag]):
+        name = "tag_in_a_body"
+        spec_model = TagNode
+        compiled = CompiledTag
+
+        def compile(self, cn: CompiledTag, scope: NodeScope) -> None:
+            cn.key = scope.expression(cn.spec.key, "key")
+
+        async def execute(
+            self, cn: CompiledTag, ctx: dict[str, Any], example: str, item: int, run: RunServices
+        ) -> Any:
+            assert cn.key is not None
+            value = f"{prefix}{evaluate(cn.key, ctx, cn.name, 'key')}"
+            run.trace.record(NodeRecord(example_id=example, node=cn.name, item=item, value=value))
+            return value
+
+    register_kind(TagKind())
+    try:
+        yield prefix
+    finally:
+        unregister_kind("tag_in_a_body")
+        registry._REGISTRY.pop("plus_bonus_in_a_body", None)
+
+
+def scored_by_text(body: dict[str, Any]) -> Reply:
+    """The judge gives each text the number in it as its score."""
+    if is_canary(body):
+        return schema_responder(body)
+    return Reply(content=json.dumps({"score": int(user_text(body).split()[-1])}))
+
+
+@pytest.mark.parametrize("uses", [("bonus",), ("tag",), ("bonus", "tag")])
+def test_a_kind_and_a_function_registered_in_a_function_body_run_on_workers(
+    tmp_path: Path, registered_in_a_body: str, uses: tuple[str, ...]
+) -> None:
+    """What works in one process works with workers: a worker process never ran the code
+    that registered them, the graph brings them along (they used to fail the run with
+    `WorkerFailed … unknown compute function`, or unknown kind)."""
+    rows = [{"id": f"e{i}", "text": f"score {i % 10 + 1}"} for i in range(24)]
+    graph = local_graph(uses)
+    with FakeServer(scored_by_text) as server:
+        one = orc.run(graph, rows, base_url=server.base_url, workers=1)
+        two = orc.run(graph, rows, base_url=server.base_url, workers=2, out=tmp_path / "run")
+
+    assert two.manifest.status == "complete"
+    assert len({w["pid"] for w in two.manifest.model_extra["workers"]}) == 2
+    every = {
+        f"e{i}": {
+            "score": i % 10 + 1,
+            "bonus": i % 10 + 101,
+            "tag": f"{registered_in_a_body}{i % 10 + 1}",
+        }
+        for i in range(24)
+    }
+    expected = {
+        example: {k: v for k, v in outputs.items() if k in ("score", *uses)}
+        for example, outputs in every.items()
+    }
+    assert {line.id: line.outputs for line in one.results} == expected
+    assert {line.id: line.outputs for line in two.results} == expected
+
+
+def test_what_a_graph_brings_to_workers_is_never_written_to_its_run_folder(
+    tmp_path: Path, registered_in_a_body: str
+) -> None:
+    """The kinds and functions go to workers pickled by value; loading such bytes runs
+    code, so none of them may reach a run folder, which others open."""
+    from orchestrator.scale.messages import pack_registries
+
+    rows = [{"id": f"e{i}", "text": f"score {i % 10 + 1}"} for i in range(8)]
+    graph = local_graph()
+    packed = pack_registries(graph)
+    assert b"<locals>" in packed  # pickled by value: what the folder must never hold
+    out = tmp_path / "run"
+    with FakeServer(scored_by_text) as server:
+        result = orc.run(graph, rows, base_url=server.base_url, workers=2, out=out)
+    assert result.manifest.status == "complete"
+    files = [path for path in out.rglob("*") if path.is_file()]
+    assert files
+    for path in files:
+        data = path.read_bytes()
+        assert b"<locals>" not in data, path
+        assert b"cloudpickle" not in data, path
+        assert packed not in data, path

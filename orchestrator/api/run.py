@@ -35,7 +35,8 @@ from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_dict, compile_graph
 from ..scale import Executor, Workers, parse_workers
-from ..session.session import RunSettings, run_session
+from ..session.plan import make_plan
+from ..session.session import run_session
 from ..store.folder import RunFolder
 from ..store.protocol import MemoryStore, RunStore
 from ..store.reader import RunReader
@@ -205,7 +206,7 @@ async def arun(
     compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph, trust=trust)
     if base_url is None and transport is not None:
         base_url = FAKE_BASE_URL  # a transport of its own needs no server to be found
-    settings = RunSettings(
+    plan = make_plan(
         base_url=(base_url if isinstance(base_url, str) else tuple(base_url))
         if base_url
         else _default_base_url(compiled),
@@ -237,7 +238,7 @@ async def arun(
         import_ray()  # a missing extra is said before the folder or a server is touched
     store: RunStore = RunFolder(out) if out is not None else MemoryStore()
     console = Console(stderr=True) if progress else None
-    outcome = await run_session(compiled, as_source(data), store, settings, console)
+    outcome = await run_session(compiled, as_source(data), store, plan, console)
     return RunResult(
         manifest=Manifest.model_validate(outcome.manifest),
         summary=Summary.model_validate(outcome.summary),

@@ -19,7 +19,8 @@ from pydantic import BaseModel
 from ..calls.retry import RetryPolicy
 from ..data.sources import FileSource
 from ..kinds.graphs import compile_graph
-from ..session.session import RunSettings, run_session
+from ..session.plan import make_plan
+from ..session.session import run_session
 from ..store.folder import RunFolder
 from ..store.protocol import MemoryStore, RunStore
 from .folder import BatchFolder, BatchJob, output_name
@@ -69,7 +70,7 @@ async def run_round(
         return None if found is None else found["reply"]
 
     transport = BatchTransport(lookup)
-    settings = RunSettings(
+    plan = make_plan(
         base_url=BATCH_BASE_URL,
         model=job.model,
         server_id=identity,
@@ -86,7 +87,7 @@ async def run_round(
     scratch = store if store is not None else MemoryStore()
     try:
         with deferrals_unreported():
-            await run_session(graph, FileSource(job.data), scratch, settings)
+            await run_session(graph, FileSource(job.data), scratch, plan)
     finally:
         replies.close()
     lines = list(scratch.results())

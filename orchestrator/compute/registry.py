@@ -244,6 +244,12 @@ def _import_near(module_name: str, near: Path | None) -> ModuleType:
         sys.path[:] = saved
 
 
+def registered(name: str) -> ComputeFunction | None:
+    """The function registered under `name` in this process (`register("name")`), if any:
+    what another process cannot find unless it is sent (graph/compiled.py)."""
+    return _REGISTRY.get(name)
+
+
 def names() -> list[str]:
     """The functions that ship with orchestrator (not those users register by name)."""
     _load_builtins()

@@ -59,6 +59,7 @@ class Checker:
                 # Refused before a template is read: nothing of that folder may reach a prompt.
                 raise GraphError([Problem(self.file, refused, field="prompts")])
         self.functions = functions
+        self.known_functions = origin.known_functions
         self.trusted = origin.trusted
         # node -> {name it uses -> first field that uses it}: places cycles precisely.
         self.refs: dict[str, dict[str, str]] = {}
@@ -355,7 +356,9 @@ def resolve_function(
     if not ck.functions:
         return ComputeFunction(fname, _not_loaded)
     try:
-        function = resolve(fname, near=ck.path.parent, trusted=ck.trusted)
+        function = ck.known_functions.get(fname) or resolve(
+            fname, near=ck.path.parent, trusted=ck.trusted
+        )
     except LookupError as exc:
         ck.problem(str(exc), node, field)
         return None

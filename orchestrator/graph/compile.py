@@ -9,12 +9,13 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
+from ..compute import ComputeFunction
 from ..errors import GraphError, Problem
 from .checks import (
     Checker,
@@ -122,15 +123,23 @@ def compile_source(
     path: Path,
     label: str,
     trust: bool = False,
+    known_functions: Mapping[str, ComputeFunction] | None = None,
 ) -> CompiledGraph:
     """A graph compiled again from what an earlier compile read (the file's bytes and every
     template it can render), reading no graph or template file: what a worker process or
-    another machine runs (orchestrator/scale). Functions named by module path (trusted
-    graphs only) are imported near `path`, as for the file."""
+    another machine runs (orchestrator/scale). `known_functions` are found by name first
+    (those the graph brought with it); functions named by module path (trusted graphs
+    only) are imported near `path`, as for the file."""
     from .yamlfile import load_yaml_text
 
     origin = GraphOrigin(
-        path, label, texts=dict(templates), source=source, trusted=trust, kinds=kinds
+        path,
+        label,
+        texts=dict(templates),
+        source=source,
+        trusted=trust,
+        kinds=kinds,
+        known_functions=dict(known_functions or {}),
     )
     return _compile_guarded(
         origin,

@@ -3,11 +3,12 @@ schemas) in a runnable order, and what identifies it (source, template closure, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..compute import ComputeFunction
+from ..compute import ComputeFunction, registered
 from .spec import Aggregate, GraphSpec, NodeBase
 from .templates import Expression
 
@@ -94,17 +95,41 @@ class CompiledGraph:
 
         return compile_dict(spec, prompts, name=name, trust=trust)
 
+    def _functions(self) -> list[ComputeFunction]:
+        """Every function its nodes and aggregates run."""
+        functions = [fn for cn in self.nodes.values() for fn in cn.kind.functions(cn)]
+        return functions + [agg.function for agg in self.aggregates.values()]
+
     def user_functions(self) -> dict[str, Any]:
         """Functions named by module path (not built-ins): their code is part of a run's
         identity."""
         found: dict[str, Any] = {}
-        functions = [fn for cn in self.nodes.values() for fn in cn.kind.functions(cn)]
-        functions += [agg.function for agg in self.aggregates.values()]
-        for function in functions:
+        for function in self._functions():
             module = getattr(function.fn, "__module__", "") or ""
             if not module.startswith("orchestrator."):
                 found[function.name] = function.fn
         return found
+
+    def registries(self) -> GraphRegistries:
+        """The node kinds and registered functions this graph was compiled with, to compile
+        it again in another process (a worker, a Ray actor) whose own registries may lack
+        them. A function named by module path is left out: the other process imports it
+        as this one did (beside the graph file, which only this process's path may reach)."""
+        return GraphRegistries(
+            kinds={cn.kind.name: cn.kind for cn in self.nodes.values()},
+            functions={fn.name: fn for fn in self._functions() if registered(fn.name) is fn},
+        )
+
+
+@dataclass(frozen=True)
+class GraphRegistries:
+    """What a graph's compile looked up in the process-wide registries: the kinds of its
+    nodes, and its functions by the name the graph gives them. It goes to workers pickled
+    by value (a kind or function registered inside `main()` included) over their pipes;
+    it is never written to a run or batch folder, where loading it would run code."""
+
+    kinds: dict[str, NodeKind[Any, Any]] = field(default_factory=dict)
+    functions: dict[str, ComputeFunction] = field(default_factory=dict)
 
 
 @dataclass
@@ -121,3 +146,6 @@ class GraphOrigin:
     # The node kinds its nodes are parsed and compiled with (orchestrator/kinds registers
     # them; the graph package imports none).
     kinds: Kinds = field(kw_only=True)
+    # Functions found by name before the registries are asked: those a worker's graph
+    # brought with it (GraphRegistries), which its own process may never have registered.
+    known_functions: Mapping[str, ComputeFunction] = field(default_factory=dict, kw_only=True)

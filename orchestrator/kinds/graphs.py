@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..graph import compile as _compile
-from ..graph.compiled import CompiledGraph
+from ..graph.compiled import CompiledGraph, GraphRegistries
 from .base import kinds
 
 
@@ -39,9 +39,24 @@ def compile_dict(
 
 
 def compile_source(
-    source: bytes, templates: dict[str, str], *, path: Path, label: str, trust: bool = False
+    source: bytes,
+    templates: dict[str, str],
+    *,
+    path: Path,
+    label: str,
+    trust: bool = False,
+    brought: GraphRegistries | None = None,
 ) -> CompiledGraph:
-    """`graph.compile.compile_source` with every registered kind (a worker's compile)."""
+    """`graph.compile.compile_source` with every registered kind (a worker's compile), and
+    the kinds and functions the graph `brought` from the process that first compiled it
+    (which this one may never have registered: a closure inside the user's `main()`)."""
+    brought = brought or GraphRegistries()
     return _compile.compile_source(
-        source, templates, kinds=kinds(), path=path, label=label, trust=trust
+        source,
+        templates,
+        kinds={**kinds(), **brought.kinds},
+        path=path,
+        label=label,
+        trust=trust,
+        known_functions=brought.functions,
     )

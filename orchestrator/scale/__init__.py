@@ -2,20 +2,19 @@
 actors (`--ray`) — each running the async engine on the rows it is handed, while the
 process that started the run keeps its one run folder, lock and run key (docs/scale.md)."""
 
+from ..engine.plan import Executor, Workers
 from .messages import WorkerFailed, WorkerLost
 from .pool import (
-    Executor,
-    JobParts,
+    ResolvedRun,
     ScaleChoice,
     WorkerPool,
-    Workers,
     parse_workers,
     run_options,
 )
 
 __all__ = [
     "Executor",
-    "JobParts",
+    "ResolvedRun",
     "ScaleChoice",
     "WorkerFailed",
     "WorkerLost",

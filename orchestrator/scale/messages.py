@@ -5,19 +5,22 @@ work it hands back. Everything here pickles; nothing holds a socket or a file.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import cloudpickle
+from pydantic import BaseModel, Field
 
 from ..calls.counters import RunStats
 from ..calls.registry import StructuredMode
-from ..calls.tuner import Concurrency
 from ..data.dataset import Row
+from ..engine.plan import RunPlan
+from ..errors import ConfigurationError
 from ..errors import WorkerFailed as WorkerFailed
 from ..errors import WorkerLost as WorkerLost
-from ..graph.compiled import CompiledGraph
+from ..graph.compiled import CompiledGraph, GraphRegistries
 from ..kinds.graphs import compile_source
 from ..store.trace import TraceBatch
 
@@ -25,9 +28,25 @@ from ..store.trace import TraceBatch
 ResumeValues = dict[tuple[str, int], bytes | None]
 
 
-class GraphRecipe(BaseModel):
+def pack_registries(graph: CompiledGraph) -> bytes:
+    """The graph's kinds and functions as bytes a worker can load; ConfigurationError
+    naming them when one cannot be pickled (a closure over an open file or a lock)."""
+    registries = graph.registries()
+    try:
+        return cloudpickle.dumps(registries, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # cloudpickle raises whatever the object's reducer raises
+        names = ", ".join([*registries.kinds, *registries.functions])
+        raise ConfigurationError(
+            f"the graph {graph.label} cannot be sent to a worker: its kinds and functions "
+            f"({names}) must pickle to run with workers > 1 ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+@dataclass(frozen=True)
+class GraphRecipe:
     """A compiled graph as the bytes it was compiled from, so a worker compiles the very
-    same graph without reading a file (it may be on another machine)."""
+    same graph without reading a file (it may be on another machine), with the node kinds
+    and functions it was compiled with: the worker's own registries may lack them."""
 
     source: bytes
     templates: dict[str, str]
@@ -35,6 +54,10 @@ class GraphRecipe(BaseModel):
     label: str
     content_hash: str
     trusted: bool = False  # the user's trust goes with the graph (its own modules import)
+    # The graph's GraphRegistries as cloudpickle wrote them: by reference what a worker can
+    # import, by value what it cannot (a kind or function defined inside the user's
+    # `main()`, a closure). Only ever sent to workers, never stored: loading it runs code.
+    registries: bytes = field(default=b"", repr=False)
 
     @classmethod
     def of(cls, graph: CompiledGraph) -> GraphRecipe:
@@ -45,13 +68,20 @@ class GraphRecipe(BaseModel):
             label=graph.label,
             content_hash=graph.content_hash,
             trusted=graph.trusted,
+            registries=pack_registries(graph),
         )
 
     def compile(self) -> CompiledGraph:
         """The graph again; WorkerFailed if it hashes differently (a worker must never run
         a graph the run key does not name)."""
+        brought = pickle.loads(self.registries) if self.registries else GraphRegistries()
         graph = compile_source(
-            self.source, self.templates, path=self.path, label=self.label, trust=self.trusted
+            self.source,
+            self.templates,
+            path=self.path,
+            label=self.label,
+            trust=self.trusted,
+            brought=brought,
         )
         if graph.content_hash != self.content_hash:
             raise WorkerFailed(
@@ -74,29 +104,19 @@ class EndpointPlan(BaseModel):
     check_joins: bool
 
 
-class WorkerJob(BaseModel):
-    """Everything a worker needs to run the engine on the rows it is handed."""
+@dataclass(frozen=True, kw_only=True)
+class WorkerJob:
+    """Everything a worker needs to run the engine on the rows it is handed: the run's plan
+    whole (with this worker's share of a fixed concurrency, and the cache file the owner
+    opened), the graph, and the facts the owner resolved before any worker started."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
+    plan: RunPlan
     graph: GraphRecipe
     endpoints: list[EndpointPlan]
-    params: dict[str, Any]
-    # This worker's in-flight limit per server: a fixed `--concurrency` split between the
-    # workers, or "auto"/None, each worker tuning its own limit from the server's load.
-    concurrency: Concurrency
     window: int  # examples this worker keeps in flight
-    timeout: float
-    server_wait: float
-    refresh: bool
-    affinity: bool = True  # an example's calls prefer the replica of its earlier calls
-    cache: Path | None  # the response cache file; None runs without one
     run_id: str
     graph_hash: str
     run_key: str
-    # The seams of RunSettings; they must pickle to reach a worker.
-    transport: Any = Field(default=None, repr=False)
-    retry: Any = Field(default=None, repr=False)
 
 
 # The two records below go back and forth several times a second with thousands of rows

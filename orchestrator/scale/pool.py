@@ -7,15 +7,16 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from ..calls.counters import RunStats
 from ..calls.endpoints import ServerChoice, node_api_key
 from ..calls.registry import Endpoint
 from ..calls.tuner import Concurrency
 from ..data.dataset import Row
+from ..engine.plan import RunPlan, ScalePlan, Workers
 from ..engine.scheduler import engine_window
 from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
@@ -23,9 +24,6 @@ from ..store.protocol import RunStore
 from ..store.trace import TraceStore
 from .coordinator import Coordinator, WorkerLink
 from .messages import EndpointPlan, GraphRecipe, WorkerJob
-
-Executor = Literal["local", "ray"]
-Workers = int | Literal["auto"]
 
 
 class _Disposable(WorkerLink, Protocol):
@@ -58,44 +56,27 @@ def run_options(workers: str | None, ray: str | None) -> dict[str, Any]:
     return options
 
 
-@dataclass
-class ScaleChoice:
-    """How many workers, where: local processes, or actors on a Ray cluster."""
-
-    workers: Workers = 1
-    executor: Executor = "local"
-    ray_address: str | None = None
-
-    @property
-    def sharded(self) -> bool:
-        """False for the plain in-process run: one worker (or `auto` on one core), no Ray."""
-        if self.executor == "ray":
-            return True
-        return (os.cpu_count() or 1) > 1 if self.workers == "auto" else self.workers != 1
+# The name this package gave the scale settings before RunPlan held them.
+ScaleChoice = ScalePlan
 
 
-@dataclass(kw_only=True)
-class JobParts:
-    """What a session decided that every worker must share."""
+@dataclass(frozen=True, kw_only=True)
+class ResolvedRun:
+    """What the run's owner decided before any worker starts, which every worker shares:
+    the plan (params filled in), the graph, each node's endpoint, the cache file it opened
+    (None: none), the run's ids and key, and what its servers may hold in flight."""
 
+    plan: RunPlan
     graph: CompiledGraph
     endpoints: dict[str, Endpoint]
     choice: ServerChoice
-    params: dict[str, Any]
-    concurrency: Concurrency
     in_flight: int  # requests every server of the run together may hold (the owner's limits)
-    timeout: float
-    server_wait: float
-    refresh: bool
-    affinity: bool
     cache: Path | None
     run_id: str
     run_key: str
-    transport: Any = None
-    retry: Any = None
 
 
-def _api_key(parts: JobParts, node: str) -> str:
+def _api_key(parts: ResolvedRun, node: str) -> str:
     """The key the run's own client uses for this node (decided where the run started)."""
     compiled = parts.graph.nodes[node]
     want = compiled.kind.endpoint_want(compiled.spec)
@@ -104,16 +85,17 @@ def _api_key(parts: JobParts, node: str) -> str:
     return node_api_key(want, parts.choice)
 
 
-def worker_job(parts: JobParts, count: int) -> WorkerJob:
+def worker_job(parts: ResolvedRun, count: int) -> WorkerJob:
     """The job of each of `count` workers: a fixed per-server limit split between them (so
     `--concurrency N` stays what each server sees in total; a tuned limit is each worker's
     own, and they all read the same server load), the graph as compiled."""
-    concurrency: Concurrency = parts.concurrency
+    plan = parts.plan
+    concurrency: Concurrency = plan.calls.concurrency
     held = parts.in_flight  # a tuned limit: each worker's may grow to the ceiling
     if isinstance(concurrency, int):
         concurrency = max(1, math.ceil(concurrency / count))
         held = math.ceil(held / count)  # every server's fixed limit split the same way
-    plans = [
+    endpoints = [
         EndpointPlan(
             node=node,
             urls=endpoint.urls,
@@ -125,22 +107,20 @@ def worker_job(parts: JobParts, count: int) -> WorkerJob:
         )
         for node, endpoint in parts.endpoints.items()
     ]
+    share = replace(
+        plan,
+        calls=replace(plan.calls, concurrency=concurrency),
+        # The file the owner opened, or none if it could not be opened.
+        cache=replace(plan.cache, use=parts.cache is not None, path=parts.cache),
+    )
     return WorkerJob(
+        plan=share,
         graph=GraphRecipe.of(parts.graph),
-        endpoints=plans,
-        params=parts.params,
-        concurrency=concurrency,
+        endpoints=endpoints,
         window=engine_window(held),
-        timeout=parts.timeout,
-        server_wait=parts.server_wait,
-        refresh=parts.refresh,
-        affinity=parts.affinity,
-        cache=parts.cache,
         run_id=parts.run_id,
         graph_hash=parts.graph.content_hash,
         run_key=parts.run_key,
-        transport=parts.transport,
-        retry=parts.retry,
     )
 
 
@@ -148,14 +128,14 @@ def worker_job(parts: JobParts, count: int) -> WorkerJob:
 class WorkerPool:
     """Runs a session's rows on workers and keeps what the manifest records of them."""
 
-    choice: ScaleChoice
+    choice: ScalePlan
     outages: list[dict[str, Any]] = field(default_factory=list)
     cache_errors: list[str] = field(default_factory=list)
     workers: list[dict[str, Any]] = field(default_factory=list)
 
     async def run(
         self,
-        parts: JobParts,
+        parts: ResolvedRun,
         rows: Iterable[Row],
         store: RunStore,
         trace: TraceStore,
@@ -175,7 +155,7 @@ class WorkerPool:
             for link in links:
                 await link.dispose()
 
-    async def _start(self, parts: JobParts) -> tuple[WorkerJob, list[_Disposable]]:
+    async def _start(self, parts: ResolvedRun) -> tuple[WorkerJob, list[_Disposable]]:
         if self.choice.executor == "ray":
             from .onray import actor_count, connect, start_actors
 

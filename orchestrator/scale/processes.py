@@ -6,8 +6,9 @@ owner would copy its threads' locks (the SQLite connections, the logging module)
 whatever state they were. The fork server is a clean process that imports orchestrator once
 (`PRELOAD`), so the first run with workers in a Python session pays that import and every
 later run's workers start without it. Like a Ray worker, a worker imports the user's
-modules afresh, so a graph's functions must be importable, not defined in a notebook cell;
-and it takes the owner's environment as it is when the run starts (see `worker_main`).
+modules afresh: the kinds and functions registered in the owner come with the graph
+(messages.GraphRecipe), a function named by module path must be importable; and it
+takes the owner's environment as it is when the run starts (see `worker_main`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ import asyncio
 import logging
 import os
 import socket
-import sqlite3
 from contextlib import ExitStack, suppress
 from dataclasses import replace
 from typing import Any
@@ -18,8 +17,8 @@ from ..calls.client import Endpoint, LLMClient
 from ..calls.counters import RunStats
 from ..calls.outage import ServerGone
 from ..engine.flush import CacheFlusher, fewer_gc_passes
-from ..engine.scheduler import Engine, EngineOptions
-from ..store.cache import ResponseCache, open_cache
+from ..engine.runtime import ProcessRuntime, build_runtime
+from ..engine.scheduler import Engine
 from ..store.folder import encode_result
 from ..store.trace import WHOLE, TraceRecorder, loads
 from .messages import ResumeValues, RowChunk, WorkerFailure, WorkerJob, WorkerReport
@@ -71,8 +70,7 @@ class ShardWorker:
         self.pid = os.getpid()
         self.host = socket.gethostname()
         self.stats = RunStats()
-        self.cache: ResponseCache | None = None
-        self.client: LLMClient | None = None
+        self.runtime: ProcessRuntime | None = None
         self.engine: Engine | None = None
         self.trace = ShardTrace(job.run_id, job.graph_hash, job.run_key)
         self.failure: WorkerFailure | None = None
@@ -96,28 +94,10 @@ class ShardWorker:
         self._for_life.enter_context(fewer_gc_passes())
         try:
             graph = self.job.graph.compile()
-            if self.job.cache is not None:
-                self.cache = open_cache(self.job.cache, replace=self.job.refresh)
-            self._flush_cache = CacheFlusher(self.cache)
-            self.client = LLMClient(
-                cache=self.cache,
-                stats=self.stats,
-                concurrency=self.job.concurrency,
-                timeout=self.job.timeout,
-                refresh=self.job.refresh,
-                affinity=self.job.affinity,
-                server_wait=self.job.server_wait,
-                transport=self.job.transport,
-                retry=self.job.retry,
-            )
-            self.engine = Engine(
-                graph,
-                self.client,
-                self.trace,
-                _endpoints(self.client, self.job),
-                self.stats,
-                EngineOptions(params=self.job.params, window=self.job.window),
-            )
+            self.runtime = build_runtime(self.job.plan, self.stats)
+            self._flush_cache = CacheFlusher(self.runtime.cache)
+            endpoints = _endpoints(self.runtime.client, self.job)
+            self.engine = self.runtime.engine(graph, self.trace, endpoints, self.job.window)
         except Exception as exc:
             self._fail(WorkerFailure("error", f"{self.describe()} could not start: {exc}"))
 
@@ -207,10 +187,7 @@ class ShardWorker:
             return
         self._ended = True
         report.cache_error = self._flush_cache.error
-        if self.client is not None:
-            report.outages = self.client.outages()
-            await self.client.close()
-        if self.cache is not None:
-            with suppress(sqlite3.Error):
-                self.cache.close()
+        if self.runtime is not None:
+            report.outages = self.runtime.client.outages()
+            await self.runtime.close()
         self._for_life.close()

@@ -1,2 +1,3 @@
-"""One run, whoever asked for it: the run's params checked, its composition (`session.py`), the
-`execute` entry of the CLI (`runner.py`), and what it reports at the end (summary, failures)."""
+"""One run, whoever asked for it: the run plan built from the caller's settings (`plan.py`),
+the run in phases (`session.py`), the run's params checked, what it reports at the end
+(summary, failures), and the deprecated `execute(RunConfig)` shim (`runner.py`)."""

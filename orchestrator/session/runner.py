@@ -1,32 +1,62 @@
-"""`orchestrator run` in library form: a graph file over a data file into a run folder.
-
-A thin layer over `session.run_session`, kept for the CLI and for callers of `execute`.
+"""Deprecated: `execute(RunConfig(...))`, the library form of `orchestrator run` before
+`orc.run`. Kept importable from `orchestrator` (public names) as a thin shim: the config is
+turned into a `RunPlan` and run by the session, the path `orc.run` takes. Nothing inside the
+package uses it; new code calls `orc.run(graph, data, out=...)`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import warnings
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from ..calls.endpoints import StructuredChoice
+from ..calls.outage import DEFAULT_SERVER_WAIT
+from ..calls.retry import RetryPolicy
+from ..calls.transport import Transport
+from ..calls.tuner import Concurrency
 from ..data.sources import FileSource
 from ..kinds.graphs import compile_graph
 from ..store.folder import RunFolder
-from .session import RunSettings, run_session
+from .plan import Executor, RunPlan, Workers, make_plan
+from .session import run_session
 
 
 @dataclass(kw_only=True)
-class RunConfig(RunSettings):
-    """Everything `orchestrator run` takes from the command line: the settings of a run plus
-    the graph file, the data file and the run folder."""
+class RunConfig:
+    """Deprecated (use `orc.run`): everything `orchestrator run` took from the command line,
+    flat, as `make_plan` names it, plus the graph file, the data file and the run folder."""
 
     graph: Path
     data: Path
     out: Path
     progress: bool = True
     trust: bool = False  # the graph's modules, prompts folder and servers (`--trust`)
+    base_url: str | tuple[str, ...]
+    model: str | None = None
+    server_id: str | None = None
+    api_key: str = field(default="EMPTY", repr=False)
+    concurrency: Concurrency = None
+    affinity: bool = True
+    limit: int | None = None
+    cache: Path | None = None
+    use_cache: bool = True
+    refresh: bool = False
+    overwrite: bool = False
+    structured: StructuredChoice = "auto"
+    params: dict[str, Any] = field(default_factory=dict)
+    timeout: float = 120.0
+    server_wait: float = DEFAULT_SERVER_WAIT
+    workers: Workers = 1
+    executor: Executor = "local"
+    ray_address: str | None = None
+    allow_servers: tuple[str, ...] = ()
+    trust_servers: bool = False
+    transport: Transport | None = field(default=None, repr=False)
+    retry: RetryPolicy | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Strings are paths too: `RunConfig(graph="graphs/x.yaml", ...)` must just work.
@@ -34,21 +64,35 @@ class RunConfig(RunSettings):
         if self.cache is not None:
             self.cache = Path(self.cache)
 
+    def plan(self) -> RunPlan:
+        """The run plan these settings make (`--trust` trusts the graph's servers too)."""
+        own = {"graph", "data", "out", "progress", "trust"}
+        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in own}
+        flat["trust_servers"] = self.trust_servers or self.trust
+        return make_plan(**flat)
+
 
 @dataclass
 class RunOutcome:
+    """Deprecated (use `orc.run`, which returns a `RunResult`)."""
+
     manifest: dict[str, Any]
     summary: dict[str, Any]
     folder: Path
 
 
 async def execute(config: RunConfig, console: Console | None = None) -> RunOutcome:
-    """Run a graph file over a dataset file into a run folder (resuming it when possible)."""
+    """Deprecated (use `orc.run`): run a graph file over a dataset file into a run folder
+    (resuming it when possible)."""
+    warnings.warn(
+        "orchestrator.execute(RunConfig(...)) is deprecated: use orchestrator.run(graph, "
+        "data, out=...) or orchestrator.arun",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     console = console or Console()
     graph = compile_graph(config.graph, trust=config.trust)
-    if config.trust:
-        config = replace(config, trust_servers=True)
     folder = RunFolder(config.out)
     show = console if config.progress and console.is_terminal else None
-    outcome = await run_session(graph, FileSource(config.data), folder, config, show)
+    outcome = await run_session(graph, FileSource(config.data), folder, config.plan(), show)
     return RunOutcome(outcome.manifest, outcome.summary, folder.path)

@@ -1,8 +1,10 @@
-"""One run, whoever asked for it (the CLI or the Python API): take the store, check the run
-key, ask the servers, run the engine over the rows, write the manifest and summary.
+"""One run, whoever asked for it (the Python API, and the CLI through it), in five phases:
+lock the store, check the run key, plan (ask the servers, record what will run), execute
+(the engine here, or the workers), finalize (manifest, summary, every file closed).
 
-This is the composition root: it builds the client, cache, trace and engine for one run and
-owns the order of their start and end. Messages go to the `orchestrator` logger.
+This is the composition root: it turns a `RunPlan` into the run's cache, client and engine
+(through `build_runtime`, as every worker does), its trace and its store, and owns the
+order of their start and end. Messages go to the `orchestrator` logger.
 """
 
 from __future__ import annotations
@@ -15,150 +17,120 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from .. import __version__
-from ..calls.client import LLMClient
-from ..calls.counters import RunStats
-from ..calls.endpoints import ServerChoice, StructuredChoice, prepare_endpoints
-from ..calls.outage import DEFAULT_SERVER_WAIT, ServerGone
+from ..calls.client import Endpoint
+from ..calls.endpoints import ServerChoice, prepare_endpoints
+from ..calls.outage import ServerGone
 from ..calls.registry import server_urls
-from ..calls.retry import RetryPolicy
-from ..calls.transport import Transport
-from ..calls.tuner import Concurrency
 from ..data.dataset import Row, check_fields
 from ..data.sources import RowSource
 from ..engine.flush import Flusher, drive, fewer_gc_passes
-from ..engine.scheduler import Engine, EngineOptions, engine_window
+from ..engine.plan import RunPlan
+from ..engine.runtime import ProcessRuntime, build_runtime
+from ..engine.scheduler import engine_window
 from ..errors import StorageError
 from ..graph.compiled import CompiledGraph
-from ..scale import Executor, JobParts, ScaleChoice, WorkerPool, Workers
-from ..store.cache import ResponseCache, default_cache_path, open_cache
+from ..scale import ResolvedRun, WorkerPool
+from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
 from ..store.runkey import RunKey, server_components, static_components
+from ..store.trace import TraceStore
 from .params import effective_params
 from .summary import output_means, run_aggregates, status_counts
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(kw_only=True)
-class RunSettings:
-    """How to run: the server, and settings that do not change replies (except `params`,
-    `model`, `base_url`, `server_id` and `structured`, which are part of the run key)."""
-
-    base_url: str | tuple[str, ...]  # several: replicas serving one model
-    model: str | None = None
-    # What serves the model when its root does not tell (two checkpoints at one path): in
-    # the cache key and the run key in place of the root the server reports.
-    server_id: str | None = None
-    api_key: str = field(default="EMPTY", repr=False)  # never printed with the settings
-    # Per server: N fixed, "auto" tuned from its load, None auto against vLLM else 64.
-    concurrency: Concurrency = None
-    affinity: bool = True  # an example's calls prefer the replica of its earlier calls
-    limit: int | None = None
-    cache: Path | None = None
-    use_cache: bool = True
-    refresh: bool = False
-    overwrite: bool = False
-    structured: StructuredChoice = "auto"
-    params: dict[str, Any] = field(default_factory=dict)
-    timeout: float = 120.0
-    server_wait: float = DEFAULT_SERVER_WAIT
-    # Scale-out (orchestrator/scale): N worker processes, or actors on a Ray cluster; the
-    # run folder, cache and run key are the same as for one process.
-    workers: Workers = 1
-    executor: Executor = "local"
-    ray_address: str | None = None
-    # Servers a node's own `base_url` may name besides the run's (--allow-server), or all of
-    # them (--trust): the user's key goes only where the user said.
-    allow_servers: tuple[str, ...] = ()
-    trust_servers: bool = False
-    # Seams for tests and other providers: None is the OpenAI SDK and the default policy.
-    transport: Transport | None = field(default=None, repr=False)
-    retry: RetryPolicy | None = field(default=None, repr=False)
-
-
 @dataclass
 class SessionOutcome:
+    """What a finished run leaves: its manifest and summary, and the store that holds it."""
+
     manifest: dict[str, Any]
     summary: dict[str, Any]
     store: RunStore
+
+
+@dataclass
+class _Run:
+    """One run between its phases: what the plan phase decided and opened."""
+
+    graph: CompiledGraph
+    source: RowSource
+    store: RunStore
+    plan: RunPlan  # params filled in with the graph's defaults
+    runtime: ProcessRuntime
+    choice: ServerChoice
+    endpoints: dict[str, Endpoint]
+    servers: dict[str, Any]
+    run_id: str
+    run_key: RunKey
+    trace: TraceStore
+    resuming: bool
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 async def run_session(
     graph: CompiledGraph,
     source: RowSource,
     store: RunStore,
-    settings: RunSettings,
+    plan: RunPlan,
     console: Console | None = None,
 ) -> SessionOutcome:
-    """Run `graph` over `source` into `store`; with a console, draw a progress bar."""
+    """Run `graph` over `source` into `store` as `plan` says; with a console, draw a
+    progress bar."""
     # A misspelt or missing param is refused before the folder or a server is touched.
-    given = frozenset(settings.params)  # the user's own: a server one names is the user's
-    settings = replace(settings, params=effective_params(graph, settings.params))
-    static_key = RunKey.from_components(
-        static_components(graph, settings.params, source.fingerprint())
-    )
-    took_over = store.open(settings.overwrite)  # the writer lock, held until the run ends
+    given = frozenset(plan.params)  # the user's own: a server one names is the user's
+    plan = replace(plan, params=effective_params(graph, plan.params))
+    with _locked(store, plan.overwrite):
+        static_key = _check_static_key(graph, source, store, plan)
+        run = await _plan(graph, source, store, plan, static_key, given)
+        return await _execute(run, console)
+
+
+@contextmanager
+def _locked(store: RunStore, overwrite: bool) -> Iterator[None]:
+    """Phase 1, lock: the store's writer lock, held until the run ends."""
+    took_over = store.open(overwrite)
     try:
         if took_over:
             log.warning("%s: %s.", store.describe(), took_over)
-        # Graph, templates, params and data are compared before any server is asked.
-        store.check_key(static_key, static_only=True)
-        return await _run_locked(graph, source, store, settings, static_key, console, given)
+        yield
     finally:
         store.release()
 
 
-def _open_cache(settings: RunSettings) -> ResponseCache | None:
-    """The response cache, or None; a damaged cache file costs its replies, not the run."""
-    if not settings.use_cache:
-        return None
-    return open_cache(settings.cache or default_cache_path(), replace=settings.refresh)
+def _check_static_key(
+    graph: CompiledGraph, source: RowSource, store: RunStore, plan: RunPlan
+) -> RunKey:
+    """Phase 2, key: graph, templates, params and data are compared with the store's run
+    before any server is asked (the servers' part is checked once they answered)."""
+    static_key = RunKey.from_components(static_components(graph, plan.params, source.fingerprint()))
+    store.check_key(static_key, static_only=True)
+    return static_key
 
 
-async def _run_locked(
+async def _plan(
     graph: CompiledGraph,
     source: RowSource,
     store: RunStore,
-    settings: RunSettings,
+    plan: RunPlan,
     static_key: RunKey,
-    console: Console | None,
     given_params: frozenset[str],
-) -> SessionOutcome:
-    stats = RunStats()
-    cache = _open_cache(settings)
-    client = LLMClient(
-        cache=cache,
-        stats=stats,
-        concurrency=settings.concurrency,
-        timeout=settings.timeout,
-        refresh=settings.refresh,
-        server_wait=settings.server_wait,
-        transport=settings.transport,
-        retry=settings.retry,
-        affinity=settings.affinity,
-    )
+) -> _Run:
+    """Phase 3, plan: the runtime built, the servers asked which endpoint each node uses,
+    the whole run key checked, the trace and the store opened for writing."""
+    runtime = build_runtime(plan)
     run_id = uuid.uuid4().hex[:12]
-    choice = ServerChoice(
-        settings.base_url,
-        settings.model,
-        settings.api_key,
-        settings.structured,
-        settings.params,
-        settings.server_id,
-        allowed=None if settings.trust_servers else settings.allow_servers,
-        given_params=given_params,
-    )
+    choice = _server_choice(plan, given_params)
     try:
-        endpoints, servers = await prepare_endpoints(graph, client, choice)
+        endpoints, servers = await prepare_endpoints(graph, runtime.client, choice)
         run_key = RunKey.from_components(
             {
                 **static_key.components,
@@ -171,9 +143,7 @@ async def _run_locked(
         store.check_key(run_key)
         trace = store.trace(run_id, graph.content_hash, run_key.digest)
     except BaseException as exc:
-        await client.close()
-        if cache is not None:
-            cache.close()
+        await runtime.close()
         if not store.has_manifest() and isinstance(exc, Exception):
             # A new store says why it stayed empty; a resumable run's manifest (and its
             # key) is never replaced by one of a run that did not start.
@@ -188,84 +158,71 @@ async def _run_locked(
                 }
             )
         raise
+    resuming = await _begin(graph, store, runtime, trace)
+    run = _Run(
+        graph=graph,
+        source=source,
+        store=store,
+        plan=plan,
+        runtime=runtime,
+        choice=choice,
+        endpoints=endpoints,
+        servers=servers,
+        run_id=run_id,
+        run_key=run_key,
+        trace=trace,
+        resuming=resuming,
+    )
+    run.manifest = _manifest(graph, source, plan, run_id, run_key, runtime.cache, resuming)
+    run.manifest["servers"] = servers
+    run.manifest["model"] = plan.servers.model or next((e.model for e in endpoints.values()), None)
+    return run
+
+
+def _server_choice(plan: RunPlan, given_params: frozenset[str]) -> ServerChoice:
+    """The servers the user named, as the endpoint choice reads them."""
+    servers = plan.servers
+    return ServerChoice(
+        servers.base_url,
+        servers.model,
+        servers.api_key,
+        plan.calls.structured,
+        plan.params,
+        servers.server_id,
+        allowed=None if servers.trust_servers else servers.allow_servers,
+        given_params=given_params,
+    )
+
+
+async def _begin(
+    graph: CompiledGraph, store: RunStore, runtime: ProcessRuntime, trace: TraceStore
+) -> bool:
+    """The store opened for writing with the graph's snapshot; True when it resumes."""
     try:
         resuming = store.begin()
         store.write_snapshot(graph)
     except BaseException:
         # Nothing has run yet; asyncio would report a client left open.
-        await client.close()
         with suppress(StorageError, sqlite3.Error):
             trace.close()
         with suppress(StorageError):
             store.close()  # the files `begin` opened
-        if cache is not None:
-            cache.close()
+        await runtime.close()
         raise
     if resuming:
         log.info("Resuming %s: %d examples already done.", store.describe(), len(store.done))
-    manifest = _manifest(graph, source, settings, run_id, run_key, cache, resuming)
-    manifest["servers"] = servers
-    manifest["model"] = settings.model or next((e.model for e in endpoints.values()), None)
-    flush = Flusher(cache, trace, store)
+    return resuming
+
+
+async def _execute(run: _Run, console: Console | None) -> SessionOutcome:
+    """Phase 4, execute: every row through the engine here, or through the workers; how
+    it ended goes in the manifest, whatever happens, before phase 5 writes it."""
+    flush = Flusher(run.runtime.cache, run.trace, run.store)
+    pool = WorkerPool(run.plan.scale) if run.plan.scale.sharded else None
     last_write: BaseException | None = None  # the run's last writes failed (a full disk)
-    scale = ScaleChoice(settings.workers, settings.executor, settings.ray_address)
-    pool = WorkerPool(scale) if scale.sharded else None
+    manifest = run.manifest
     try:
-        trace.start_run(
-            graph=graph.label,
-            model=manifest["model"],
-            base_url=" | ".join(server_urls(settings.base_url)),
-            server=str(servers),
-            structured=",".join(s["structured_output"] for s in servers.values()),
-            settings=manifest["parameters"],
-        )
-        store.write_manifest(manifest)
-        rows = _rows(graph, source, store, settings.limit)
-        if pool is None:
-            engine = Engine(
-                graph,
-                client,
-                trace,
-                endpoints,
-                stats,
-                EngineOptions(
-                    params=settings.params, window=engine_window(client.servers.max_in_flight())
-                ),
-            )
-            work = engine.run(rows, store.write_result, store.done)
-        else:
-            parts = JobParts(
-                graph=graph,
-                endpoints=endpoints,
-                choice=choice,
-                params=settings.params,
-                concurrency=settings.concurrency,
-                in_flight=client.servers.max_in_flight(),
-                timeout=settings.timeout,
-                server_wait=settings.server_wait,
-                refresh=settings.refresh,
-                affinity=settings.affinity,
-                cache=cache.path if cache is not None else None,
-                run_id=run_id,
-                run_key=run_key.digest,
-                transport=settings.transport,
-                retry=settings.retry,
-            )
-
-            def started(workers: list[dict[str, Any]]) -> None:
-                manifest["workers"] = workers  # which processes to look at while it runs
-                store.write_manifest(manifest)
-
-            work = pool.run(parts, rows, store, trace, stats, started)
-        with fewer_gc_passes():
-            await drive(
-                work,
-                flush,
-                stats,
-                source.count(settings.limit),
-                console,
-                client.servers.limits_text,
-            )
+        await _run_rows(run, flush, pool, console)
         manifest["status"] = "complete"
     except (asyncio.CancelledError, KeyboardInterrupt):
         manifest["status"] = "interrupted"
@@ -276,9 +233,73 @@ async def _run_locked(
         raise
     except Exception as exc:
         manifest["status"] = "error"
-        manifest["error"] = _error_text(exc, store)
+        manifest["error"] = _error_text(exc, run.store)
         raise
     finally:
+        last_write = await _finalize(run, flush, pool)
+    if last_write is not None:
+        # Every example ran, but what the last writes held is lost: not a finished run.
+        raise last_write
+    return _summarize(run)
+
+
+async def _run_rows(
+    run: _Run, flush: Flusher, pool: WorkerPool | None, console: Console | None
+) -> None:
+    """The run recorded as started (trace and manifest), then its rows driven to the end."""
+    graph, store, plan, manifest = run.graph, run.store, run.plan, run.manifest
+    client = run.runtime.client
+    run.trace.start_run(
+        graph=graph.label,
+        model=manifest["model"],
+        base_url=" | ".join(server_urls(plan.servers.base_url)),
+        server=str(run.servers),
+        structured=",".join(s["structured_output"] for s in run.servers.values()),
+        settings=manifest["parameters"],
+    )
+    store.write_manifest(manifest)
+    rows = _rows(graph, run.source, store, plan.limit)
+    if pool is None:
+        engine = run.runtime.engine(
+            graph, run.trace, run.endpoints, engine_window(client.servers.max_in_flight())
+        )
+        work = engine.run(rows, store.write_result, store.done)
+    else:
+        cache = run.runtime.cache
+        parts = ResolvedRun(
+            plan=plan,
+            graph=graph,
+            endpoints=run.endpoints,
+            choice=run.choice,
+            in_flight=client.servers.max_in_flight(),
+            cache=cache.path if cache is not None else None,
+            run_id=run.run_id,
+            run_key=run.run_key.digest,
+        )
+
+        def started(workers: list[dict[str, Any]]) -> None:
+            manifest["workers"] = workers  # which processes to look at while it runs
+            store.write_manifest(manifest)
+
+        work = pool.run(parts, rows, store, run.trace, run.runtime.stats, started)
+    with fewer_gc_passes():
+        await drive(
+            work,
+            flush,
+            run.runtime.stats,
+            run.source.count(plan.limit),
+            console,
+            client.servers.limits_text,
+        )
+
+
+async def _finalize(run: _Run, flush: Flusher, pool: WorkerPool | None) -> BaseException | None:
+    """Phase 5, finalize: the last flush, the manifest's closing fields, every file and the
+    client closed; returns the error of a last write that failed (the run then is not
+    finished, though every example ran)."""
+    store, manifest, client, stats = run.store, run.manifest, run.runtime.client, run.runtime.stats
+    last_write: BaseException | None = None
+    try:
         # Each step on its own: a full disk that fails the last flush must still leave the
         # manifest saying "error" (not "running") and close every file.
         for step in (flush, store.close):
@@ -301,30 +322,29 @@ async def _run_locked(
         # Streamed from the store, twice, rather than held: runs can have millions of lines.
         manifest["counts"] = {**stats.as_dict(), **status_counts(store.results())}
         manifest["means"] = output_means(store.results())
-        try:
-            store.write_manifest(manifest)
-        finally:
-            await client.close()
-            with suppress(StorageError, sqlite3.Error):
-                trace.close()
-            if cache is not None:
-                with suppress(sqlite3.Error):
-                    cache.close()
-    if last_write is not None:
-        # Every example ran, but what the last writes held is lost: not a finished run.
-        raise last_write
+        store.write_manifest(manifest)
+    finally:
+        with suppress(StorageError, sqlite3.Error):
+            run.trace.close()
+        await run.runtime.close()
+    return last_write
+
+
+def _summarize(run: _Run) -> SessionOutcome:
+    """The run's summary, written beside its manifest."""
+    graph, manifest = run.graph, run.manifest
     # Aggregates (Elo, agreement…) need every line at once; most graphs have none.
     aggregates = {}
     if graph.aggregates:
-        aggregates = run_aggregates(graph, list(store.results()), settings.params)
+        aggregates = run_aggregates(graph, list(run.store.results()), run.plan.params)
     summary = {
         "graph": graph.name,
         "counts": manifest["counts"],
         "means": manifest["means"],
         **aggregates,
     }
-    store.write_summary(summary)
-    return SessionOutcome(manifest, summary, store)
+    run.store.write_summary(summary)
+    return SessionOutcome(manifest, summary, run.store)
 
 
 def _error_text(exc: BaseException, store: RunStore, writing: bool = False) -> str:
@@ -361,7 +381,7 @@ def _rows(
 def _manifest(
     graph: CompiledGraph,
     source: RowSource,
-    settings: RunSettings,
+    plan: RunPlan,
     run_id: str,
     run_key: RunKey,
     cache: ResponseCache | None,
@@ -382,22 +402,22 @@ def _manifest(
             "hash": run_key.components["data"],
             "inputs": INPUTS,
         },
-        "model": settings.model,
+        "model": plan.servers.model,
         "parameters": {
-            "concurrency": settings.concurrency or "default",
-            "affinity": settings.affinity,
-            "limit": settings.limit,
-            "params": settings.params,
+            "concurrency": plan.calls.concurrency or "default",
+            "affinity": plan.calls.affinity,
+            "limit": plan.limit,
+            "params": plan.params,
             "cache": str(cache.path) if cache else None,
-            "refresh": settings.refresh,
-            "structured": settings.structured,
-            "timeout": settings.timeout,
-            "server_wait": settings.server_wait,
-            "workers": settings.workers,
-            "executor": settings.executor,
+            "refresh": plan.cache.refresh,
+            "structured": plan.calls.structured,
+            "timeout": plan.calls.timeout,
+            "server_wait": plan.calls.server_wait,
+            "workers": plan.scale.workers,
+            "executor": plan.scale.executor,
             **(
-                {"transport": type(settings.transport).__name__}
-                if settings.transport is not None
+                {"transport": type(plan.servers.transport).__name__}
+                if plan.servers.transport is not None
                 else {}
             ),
         },

@@ -1,0 +1,110 @@
+"""What a run is, as one frozen record: `RunPlan`, built once from the API's (or the CLI's,
+through the API) arguments and carried whole to every worker process and Ray actor.
+
+Before it, a run's settings were copied field by field through five shapes (`arun`'s
+arguments, `RunSettings`, `RunConfig`, `JobParts`, `WorkerJob`) and a new setting touched
+six places. Now the API fills one `RunPlan`; the session reads it; a worker receives it
+inside its `WorkerJob` next to the facts the run's owner resolved (endpoints, run id,
+window), and `build_runtime` (runtime.py) turns it into a cache, a client and an engine in
+either place.
+
+It is grouped into four small sub-records because each is read by one part of the code:
+`ServerPlan` by the endpoint choice (which servers, which key, what may be reached),
+`CallPolicy` by the client (how each call is made and waited for), `CachePlan` by the
+response cache, `ScalePlan` by the worker pool. `params`, `limit` and `overwrite` are the
+run's own and stay at the top. Every record is frozen (a plan is never edited, only
+`replace`d) and pickles, the seams (`transport`, `retry`) included when the user's do.
+
+It lives in engine/ rather than session/ for the layer contract (pyproject
+[tool.importlinter]): scale/ and engine/ consume it and sit below session/, which builds
+it; `orchestrator.session.plan` re-exports it under the name the design uses.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..calls.endpoints import StructuredChoice
+from ..calls.outage import DEFAULT_SERVER_WAIT
+from ..calls.retry import RetryPolicy
+from ..calls.transport import Transport
+from ..calls.tuner import Concurrency
+
+Executor = Literal["local", "ray"]
+Workers = int | Literal["auto"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerPlan:
+    """Which servers the run talks to, with which key, and which others it may reach."""
+
+    base_url: str | tuple[str, ...]  # several: replicas serving one model
+    model: str | None = None
+    # What serves the model when its root does not tell (two checkpoints at one path): in
+    # the cache key and the run key in place of the root the server reports.
+    server_id: str | None = None
+    api_key: str = field(default="EMPTY", repr=False)  # never printed with the plan
+    # Servers a node's own `base_url` may name besides the run's (--allow-server), or all of
+    # them (--trust): the user's key goes only where the user said.
+    allow_servers: tuple[str, ...] = ()
+    trust_servers: bool = False
+    # The seam for tests and other providers: None is the OpenAI SDK.
+    transport: Transport | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallPolicy:
+    """How each call to a server is made, limited and waited for."""
+
+    timeout: float = 120.0
+    server_wait: float = DEFAULT_SERVER_WAIT
+    # Per server: N fixed, "auto" tuned from its load, None auto against vLLM else 64.
+    concurrency: Concurrency = None
+    affinity: bool = True  # an example's calls prefer the replica of its earlier calls
+    structured: StructuredChoice = "auto"
+    retry: RetryPolicy | None = field(default=None, repr=False)  # None: the default policy
+
+
+@dataclass(frozen=True, kw_only=True)
+class CachePlan:
+    """The response cache: whether there is one, where, and whether it starts empty."""
+
+    use: bool = True
+    path: Path | None = None  # None: the shared default cache file
+    refresh: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalePlan:
+    """Scale-out (orchestrator/scale): N worker processes, or actors on a Ray cluster; the
+    run folder, cache and run key are the same as for one process."""
+
+    workers: Workers = 1
+    executor: Executor = "local"
+    ray_address: str | None = None
+
+    @property
+    def sharded(self) -> bool:
+        """False for the plain in-process run: one worker (or `auto` on one core), no Ray."""
+        if self.executor == "ray":
+            return True
+        return (os.cpu_count() or 1) > 1 if self.workers == "auto" else self.workers != 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """Everything a run is, decided before the store or a server is touched. `params` and
+    `servers.model`, `.base_url`, `.server_id` and `calls.structured` shape replies and
+    are part of the run key; the rest only say how the run goes."""
+
+    servers: ServerPlan
+    calls: CallPolicy = field(default_factory=CallPolicy)
+    cache: CachePlan = field(default_factory=CachePlan)
+    scale: ScalePlan = field(default_factory=ScalePlan)
+    # The graph's params as the user gave them; the session fills in the defaults.
+    params: dict[str, Any] = field(default_factory=dict)
+    limit: int | None = None  # the first N rows only
+    overwrite: bool = False  # start the run folder afresh
