@@ -67,7 +67,7 @@ def test_ray_run_gives_the_results_of_one_process(tmp_path: Path) -> None:
     }
     assert sorted(result_ids(tmp_path / "ray")) == sorted(work.ids)
     # One actor per CPU of the local instance, each a process of its own.
-    workers = on_ray.manifest.model_extra["workers"]
+    workers = on_ray.manifest.workers
     assert len(workers) == 2 and os.getpid() not in {w["pid"] for w in workers}
     assert sorted(w["examples"] > 0 for w in workers) == [True, True]
     db = sqlite3.connect(tmp_path / "ray" / "traces.sqlite")

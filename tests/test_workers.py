@@ -111,7 +111,7 @@ def test_two_workers_give_the_results_and_trace_of_one(tmp_path: Path) -> None:
     assert [line.id for line in two.results] == work.ids  # in the source's order
     assert sorted(result_ids(tmp_path / "two")) == sorted(work.ids)
     # Both workers took rows, and they are two processes other than this one.
-    workers = two.manifest.model_extra["workers"]
+    workers = two.manifest.workers
     pids = {worker["pid"] for worker in workers}
     assert len(pids) == 2 and os.getpid() not in pids
     assert sum(w["examples"] for w in workers) == EXAMPLES

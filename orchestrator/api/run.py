@@ -83,7 +83,7 @@ class RunResult:
         """One line per example, in the order of the source's rows (after a resumed run,
         each example's latest line)."""
         if isinstance(self._store, MemoryStore):
-            lines = [ResultLine.model_validate(line) for line in self._store.results()]
+            lines = list(self._store.results())
             numbers = self._store.numbers
         elif self.folder is not None:
             reader = RunReader(self.folder)
@@ -239,7 +239,7 @@ async def arun(
     console = Console(stderr=True) if progress else None
     outcome = await run_session(compiled, as_source(data), store, settings, console)
     return RunResult(
-        manifest=Manifest.model_validate(outcome.manifest),
+        manifest=outcome.manifest,
         summary=Summary.model_validate(outcome.summary),
         folder=Path(out) if out is not None else None,
         _store=store,

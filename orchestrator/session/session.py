@@ -41,6 +41,7 @@ from ..scale import Executor, JobParts, ScaleChoice, WorkerPool, Workers
 from ..store.cache import ResponseCache, default_cache_path, open_cache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
+from ..store.records import Manifest
 from ..store.runkey import RunKey, server_components, static_components
 from .params import effective_params
 from .summary import output_means, run_aggregates, status_counts
@@ -87,7 +88,7 @@ class RunSettings:
 
 @dataclass
 class SessionOutcome:
-    manifest: dict[str, Any]
+    manifest: Manifest
     summary: dict[str, Any]
     store: RunStore
 
@@ -178,14 +179,14 @@ async def _run_locked(
             # A new store says why it stayed empty; a resumable run's manifest (and its
             # key) is never replaced by one of a run that did not start.
             store.write_manifest(
-                {
-                    "layout_version": LAYOUT_VERSION,
-                    "run_id": run_id,
-                    "run_key": static_key.model_dump(),
-                    "graph": {"path": graph.label, "name": graph.name},
-                    "status": "error",
-                    "error": str(exc),
-                }
+                Manifest(
+                    layout_version=LAYOUT_VERSION,
+                    run_id=run_id,
+                    run_key=static_key,
+                    graph={"path": graph.label, "name": graph.name},
+                    status="error",
+                    error=str(exc),
+                )
             )
         raise
     try:
@@ -204,8 +205,8 @@ async def _run_locked(
     if resuming:
         log.info("Resuming %s: %d examples already done.", store.describe(), len(store.done))
     manifest = _manifest(graph, source, settings, run_id, run_key, cache, resuming)
-    manifest["servers"] = servers
-    manifest["model"] = settings.model or next((e.model for e in endpoints.values()), None)
+    manifest.servers = servers
+    manifest.model = settings.model or next((e.model for e in endpoints.values()), None)
     flush = Flusher(cache, trace, store)
     last_write: BaseException | None = None  # the run's last writes failed (a full disk)
     scale = ScaleChoice(settings.workers, settings.executor, settings.ray_address)
@@ -213,11 +214,11 @@ async def _run_locked(
     try:
         trace.start_run(
             graph=graph.label,
-            model=manifest["model"],
+            model=manifest.model,
             base_url=" | ".join(server_urls(settings.base_url)),
             server=str(servers),
             structured=",".join(s["structured_output"] for s in servers.values()),
-            settings=manifest["parameters"],
+            settings=manifest.parameters,
         )
         store.write_manifest(manifest)
         rows = _rows(graph, source, store, settings.limit)
@@ -253,7 +254,7 @@ async def _run_locked(
             )
 
             def started(workers: list[dict[str, Any]]) -> None:
-                manifest["workers"] = workers  # which processes to look at while it runs
+                manifest.workers = workers  # which processes to look at while it runs
                 store.write_manifest(manifest)
 
             work = pool.run(parts, rows, store, trace, stats, started)
@@ -266,17 +267,17 @@ async def _run_locked(
                 console,
                 client.servers.limits_text,
             )
-        manifest["status"] = "complete"
+        manifest.status = "complete"
     except (asyncio.CancelledError, KeyboardInterrupt):
-        manifest["status"] = "interrupted"
+        manifest.status = "interrupted"
         raise
     except ServerGone as exc:
-        manifest["status"] = "server gone"
-        manifest["error"] = str(exc)
+        manifest.status = "server gone"
+        manifest.error = str(exc)
         raise
     except Exception as exc:
-        manifest["status"] = "error"
-        manifest["error"] = _error_text(exc, store)
+        manifest.status = "error"
+        manifest.error = _error_text(exc, store)
         raise
     finally:
         # Each step on its own: a full disk that fails the last flush must still leave the
@@ -286,21 +287,21 @@ async def _run_locked(
                 step()
             except (StorageError, OSError, sqlite3.Error) as exc:
                 last_write = last_write or exc
-                manifest["status"] = "error"
-                manifest["error"] = manifest.get("error") or _error_text(exc, store, True)
+                manifest.status = "error"
+                manifest.error = manifest.error or _error_text(exc, store, True)
         cache_errors = [flush.cache_error, *(pool.cache_errors if pool else [])]
         if any(cache_errors):
             first = next(error for error in cache_errors if error)
-            manifest["cache_error"] = f"replies not saved to the cache: {first}"
-        manifest["ended"] = time.time()
-        manifest["wall_seconds"] = round(manifest["ended"] - manifest["started"], 3)
-        manifest["outages"] = client.outages() + (pool.outages if pool else [])
-        manifest["replicas"] = [r.model_dump() for r in client.servers.replica_reports()]
+            manifest.cache_error = f"replies not saved to the cache: {first}"
+        manifest.ended = time.time()
+        manifest.wall_seconds = round(manifest.ended - (manifest.started or manifest.ended), 3)
+        manifest.outages = client.outages() + (pool.outages if pool else [])
+        manifest.replicas = [r.model_dump() for r in client.servers.replica_reports()]
         if pool is not None:
-            manifest["workers"] = pool.workers
+            manifest.workers = pool.workers
         # Streamed from the store, twice, rather than held: runs can have millions of lines.
-        manifest["counts"] = {**stats.as_dict(), **status_counts(store.results())}
-        manifest["means"] = output_means(store.results())
+        manifest.counts = replace(stats, **status_counts(_line_dicts(store)))
+        manifest.means = output_means(_line_dicts(store))
         try:
             store.write_manifest(manifest)
         finally:
@@ -316,15 +317,20 @@ async def _run_locked(
     # Aggregates (Elo, agreement…) need every line at once; most graphs have none.
     aggregates = {}
     if graph.aggregates:
-        aggregates = run_aggregates(graph, list(store.results()), settings.params)
+        aggregates = run_aggregates(graph, list(_line_dicts(store)), settings.params)
     summary = {
         "graph": graph.name,
-        "counts": manifest["counts"],
-        "means": manifest["means"],
+        "counts": manifest.counts.as_dict(),
+        "means": manifest.means,
         **aggregates,
     }
     store.write_summary(summary)
     return SessionOutcome(manifest, summary, store)
+
+
+def _line_dicts(store: RunStore) -> Iterator[dict[str, Any]]:
+    """The store's result lines as the JSON objects the summary arithmetic reads."""
+    return (line.as_dict() for line in store.results())
 
 
 def _error_text(exc: BaseException, store: RunStore, writing: bool = False) -> str:
@@ -366,24 +372,24 @@ def _manifest(
     run_key: RunKey,
     cache: ResponseCache | None,
     resuming: bool,
-) -> dict[str, Any]:
-    return {
-        "layout_version": LAYOUT_VERSION,
-        "run_id": run_id,
-        "run_key": run_key.model_dump(),
-        "graph": {
+) -> Manifest:
+    return Manifest(
+        layout_version=LAYOUT_VERSION,
+        run_id=run_id,
+        run_key=run_key,
+        graph={
             "path": graph.label,
             "name": graph.name,
             "hash": graph.content_hash,
             "snapshot": f"{SNAPSHOT}/{SNAPSHOT_GRAPH}",
         },
-        "dataset": {
+        dataset={
             **source.describe(),
             "hash": run_key.components["data"],
             "inputs": INPUTS,
         },
-        "model": settings.model,
-        "parameters": {
+        model=settings.model,
+        parameters={
             "concurrency": settings.concurrency or "default",
             "affinity": settings.affinity,
             "limit": settings.limit,
@@ -401,12 +407,12 @@ def _manifest(
                 else {}
             ),
         },
-        "package": {
+        package={
             "name": "orchestrator",
             "version": __version__,
             "python": platform.python_version(),
         },
-        "started": time.time(),
-        "status": "running",
-        "resumed": resuming,
-    }
+        started=time.time(),
+        status="running",
+        resumed=resuming,
+    )

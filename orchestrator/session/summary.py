@@ -178,7 +178,7 @@ def summarize(
         results = [line.model_dump(exclude_unset=True) for line in reader.results()]
         summary = (reader.summary.model_dump() if reader.summary else {}) | {
             "graph": new.name,
-            "counts": manifest.counts.model_dump(),
+            "counts": manifest.counts.as_dict(),
             "means": output_means(results),
         }
         for name in ran.aggregates:
