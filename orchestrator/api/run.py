@@ -240,7 +240,7 @@ async def arun(
     outcome = await run_session(compiled, as_source(data), store, settings, console)
     return RunResult(
         manifest=outcome.manifest,
-        summary=Summary.model_validate(outcome.summary),
+        summary=outcome.summary,
         folder=Path(out) if out is not None else None,
         _store=store,
     )

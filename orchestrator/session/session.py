@@ -41,7 +41,7 @@ from ..scale import Executor, JobParts, ScaleChoice, WorkerPool, Workers
 from ..store.cache import ResponseCache, default_cache_path, open_cache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
-from ..store.records import Manifest
+from ..store.records import Manifest, Summary
 from ..store.runkey import RunKey, server_components, static_components
 from .params import effective_params
 from .summary import output_means, run_aggregates, status_counts
@@ -89,7 +89,7 @@ class RunSettings:
 @dataclass
 class SessionOutcome:
     manifest: Manifest
-    summary: dict[str, Any]
+    summary: Summary
     store: RunStore
 
 
@@ -318,12 +318,9 @@ async def _run_locked(
     aggregates = {}
     if graph.aggregates:
         aggregates = run_aggregates(graph, list(_line_dicts(store)), settings.params)
-    summary = {
-        "graph": graph.name,
-        "counts": manifest.counts.as_dict(),
-        "means": manifest.means,
-        **aggregates,
-    }
+    summary = Summary.model_validate(
+        {"graph": graph.name, "counts": manifest.counts, "means": manifest.means, **aggregates}
+    )
     store.write_summary(summary)
     return SessionOutcome(manifest, summary, store)
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from ..errors import DamagedRunFile, ReadOnlyRunFolder, RunFolderError, RunKeyMismatch
 from .disk import on_disk, storage_error
 from .lock import LOCK, RunLock
-from .records import Manifest, ResultLine
+from .records import Manifest, ResultLine, Summary
 from .runkey import RunKey
 from .trace import TraceStore, check_intact
 
@@ -501,9 +501,23 @@ class RunFolder:
                 str(self.manifest_path),
             ) from None
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
+    def write_summary(self, summary: Summary) -> None:
+        """Replace summary.json with this record (atomically)."""
         with on_disk(self.summary_path):
-            write_json(self.summary_path, summary)
+            write_json(self.summary_path, summary.as_written())
+
+    def read_summary(self) -> Summary | None:
+        """summary.json as a record (None when there is none); DamagedRunFile when it is not
+        a summary."""
+        with on_disk(self.summary_path, writing=False):
+            if not self.summary_path.is_file():
+                return None
+            try:
+                return Summary.model_validate(read_json(self.summary_path))
+            except (orjson.JSONDecodeError, ValidationError) as exc:
+                raise DamagedRunFile(
+                    f"{self.summary_path} is not a run summary ({exc}).", str(self.summary_path)
+                ) from None
 
     def close(self) -> None:
         """Write what is queued and close the files; the lock is released by `release`."""

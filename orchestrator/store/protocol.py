@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .records import Manifest, ResultLine
+from .records import Manifest, ResultLine, Summary
 from .runkey import RunKey
 from .trace import TraceStore
 
@@ -76,7 +76,13 @@ class RunStore(Protocol):
         """The manifest last written (None when there is none)."""
         ...
 
-    def write_summary(self, summary: dict[str, Any]) -> None: ...
+    def write_summary(self, summary: Summary) -> None:
+        """Replace the run's summary with this record."""
+        ...
+
+    def read_summary(self) -> Summary | None:
+        """The summary last written (None when there is none)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -99,7 +105,7 @@ class MemoryStore:
         self.lines: list[ResultLine] = []
         self.numbers: dict[str, int] = {}  # example id -> its row in the source
         self.manifest: Manifest | None = None
-        self.summary: dict[str, Any] = {}
+        self.summary: Summary | None = None
 
     def open(self, overwrite: bool) -> str | None:
         return None
@@ -143,8 +149,11 @@ class MemoryStore:
     def read_manifest(self) -> Manifest | None:
         return self.manifest
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
+    def write_summary(self, summary: Summary) -> None:
         self.summary = summary
+
+    def read_summary(self) -> Summary | None:
+        return self.summary
 
     def close(self) -> None:
         return None

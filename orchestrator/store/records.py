@@ -386,3 +386,13 @@ class Summary(BaseModel):
     @property
     def aggregates(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
+
+    def as_written(self) -> dict[str, Any]:
+        """The JSON object summary.json holds: graph, counts, means, then each aggregate as
+        its function returned it (written by orjson, values JSON lacks as their text)."""
+        return {
+            "graph": self.graph,
+            "counts": self.counts.as_dict(),
+            "means": self.means,
+            **(self.__pydantic_extra__ or {}),
+        }

@@ -18,7 +18,7 @@ import pytest
 from orchestrator.errors import DamagedRunFile, RunFolderError, RunKeyMismatch
 from orchestrator.store.folder import RunFolder
 from orchestrator.store.protocol import MemoryStore, RunStore
-from orchestrator.store.records import Counts, Manifest, ResultLine
+from orchestrator.store.records import Counts, Manifest, ResultLine, Summary
 from orchestrator.store.runkey import RunKey
 from orchestrator.store.trace import NodeRecord
 
@@ -213,6 +213,32 @@ def test_a_manifest_of_a_run_that_never_started_holds_only_what_it_knew(
         store.release()
     assert back is not None
     assert set(back.as_written()) == {"layout_version", "run_key", "status", "error", "updated"}
+
+
+def test_summary_round_trip_keeps_the_aggregates(kind: StoreKind, tmp_path: Path) -> None:
+    store = kind.make(tmp_path)
+    store.open(overwrite=False)
+    try:
+        assert store.read_summary() is None
+        written = Summary.model_validate(
+            {
+                "graph": "g",
+                "counts": {"examples_ok": 2, "requests": 5},
+                "means": {"score": 6.5},
+                "elo": {"a": {"rating": 1012.5, "interval": [990.0, 1030.0]}},
+                "agreement": None,
+            }
+        )
+        store.write_summary(written)
+        back = store.read_summary()
+    finally:
+        store.release()
+    assert back is not None and back.as_written() == written.as_written()
+    assert back.aggregates == {
+        "elo": {"a": {"rating": 1012.5, "interval": [990.0, 1030.0]}},
+        "agreement": None,
+    }
+    assert back.counts.examples_ok == 2 and back.counts.tokens == 0
 
 
 # -- resume -----------------------------------------------------------------------------------
