@@ -33,6 +33,7 @@ from orchestrator.report import build_report, make_server
 from orchestrator.report.browser import CHROMIUM
 from orchestrator.report.browser import CHROMIUM_ARGS as ARGS
 from orchestrator.store.folder import LAYOUT_VERSION, RunFolder
+from orchestrator.store.records import Counts, Manifest, ResultLine, Summary
 from orchestrator.store.runkey import RunKey, static_components
 from orchestrator.store.trace import Attempt, NodeRecord, TraceStore
 
@@ -92,14 +93,19 @@ def write_run(folder: Path, count: int, fail_share: float = 0.03) -> None:
         if rng.random() < fail_share:
             failed += 1
             attempts = [
-                Attempt(n, "invalid", error="reply is not JSON: Expecting value", raw="Sure! 7/10")
+                Attempt(
+                    number=n,
+                    kind="invalid",
+                    error="reply is not JSON: Expecting value",
+                    raw="Sure! 7/10",
+                )
                 for n in (1, 2, 3)
             ]
             error = "invalid reply after 3 attempts: reply is not JSON"
             store.record(
                 NodeRecord(
-                    row["id"],
-                    "judge",
+                    example_id=row["id"],
+                    node="judge",
                     status="failed",
                     error=error,
                     messages=messages,
@@ -108,7 +114,9 @@ def write_run(folder: Path, count: int, fail_share: float = 0.03) -> None:
                 )
             )
             run.write_result(
-                {"id": row["id"], "status": "failed", "error": f"node 'judge': {error}"}
+                ResultLine.model_construct(
+                    id=row["id"], status="failed", error=f"node 'judge': {error}"
+                )
             )
             totals["requests"] += 3
             totals["retries"] += 2
@@ -123,8 +131,8 @@ def write_run(folder: Path, count: int, fail_share: float = 0.03) -> None:
         cached = rng.random() < 0.2
         store.record(
             NodeRecord(
-                row["id"],
-                "judge",
+                example_id=row["id"],
+                node="judge",
                 value=value,
                 messages=messages,
                 raw=[raw],
@@ -134,40 +142,42 @@ def write_run(folder: Path, count: int, fail_share: float = 0.03) -> None:
                 latency=rng.uniform(0.2, 2.0),
                 model="bench-model",
                 endpoint="http://127.0.0.1:1/v1",
-                attempts=[Attempt(1, "cache" if cached else "ok", raw=raw, finish_reason="stop")],
+                attempts=[
+                    Attempt(
+                        number=1, kind="cache" if cached else "ok", raw=raw, finish_reason="stop"
+                    )
+                ],
             )
         )
         score = ((value["content"] - 1) / 9 + (value["style"] - 1) / 9) / 2
-        store.record(NodeRecord(row["id"], "score", value=score))
-        run.write_result({"id": row["id"], "status": "ok", "score": score, **value})
+        store.record(NodeRecord(example_id=row["id"], node="score", value=score))
+        run.write_result(ResultLine.ok(row["id"], {"score": score, **value}))
         totals["requests"] += 0 if cached else 1
         totals["cache_hits"] += int(cached)
         totals["prompt_tokens"] += tokens
     store.close()
-    counts = {
+    counts = Counts(
         **totals,
-        "examples": count,
-        "examples_ok": count - failed,
-        "examples_failed": failed,
-        "examples_resumed": 0,
-        "completion_tokens": 40 * (count - failed),
-        "tokens": totals["prompt_tokens"] + 40 * (count - failed),
-    }
-    run.write_manifest(
-        {
-            "layout_version": LAYOUT_VERSION,
-            "run_id": "bench-run",
-            "run_key": key.model_dump(),
-            "graph": {"path": str(GRAPH), "name": graph.name, "hash": graph.content_hash},
-            "dataset": {"path": str(data), "hash": key.components["data"]},
-            "model": "bench-model",
-            "status": "complete",
-            "started": time.time() - 600,
-            "wall_seconds": 600.0,
-            "counts": counts,
-        }
+        examples=count,
+        examples_ok=count - failed,
+        examples_failed=failed,
+        completion_tokens=40 * (count - failed),
     )
-    run.write_summary({"graph": graph.name, "counts": counts, "means": {}})
+    run.write_manifest(
+        Manifest(
+            layout_version=LAYOUT_VERSION,
+            run_id="bench-run",
+            run_key=key,
+            graph={"path": str(GRAPH), "name": graph.name, "hash": graph.content_hash},
+            dataset={"path": str(data), "hash": key.components["data"]},
+            model="bench-model",
+            status="complete",
+            started=time.time() - 600,
+            wall_seconds=600.0,
+            counts=counts,
+        )
+    )
+    run.write_summary(Summary(graph=graph.name, counts=counts))
     run.close()
     run.release()
 

@@ -71,7 +71,7 @@ def test_ray_run_gives_the_results_of_one_process(tmp_path: Path) -> None:
     }
     assert sorted(result_ids(tmp_path / "ray")) == sorted(work.ids)
     # One actor per CPU of the local instance, each a process of its own.
-    workers = on_ray.manifest.model_extra["workers"]
+    workers = on_ray.manifest.workers
     assert len(workers) == 2 and os.getpid() not in {w["pid"] for w in workers}
     assert sorted(w["examples"] > 0 for w in workers) == [True, True]
     db = sqlite3.connect(tmp_path / "ray" / "traces.sqlite")
@@ -153,7 +153,7 @@ def test_ray_actors_run_kinds_and_functions_registered_in_a_function_body(
         one = orc.run(graph, rows, base_url=server.base_url)
         on_ray = orc.run(graph, rows, base_url=server.base_url, executor="ray", workers=2)
     assert on_ray.manifest.status == "complete"
-    assert len(on_ray.manifest.model_extra["workers"]) == 2
+    assert len(on_ray.manifest.workers) == 2
     outputs = {line.id: line.outputs for line in on_ray.results}
     assert outputs == {line.id: line.outputs for line in one.results}
     assert outputs["e3"] == {"score": 4, "bonus": 104, "tag": f"{registered_in_a_body}4"}

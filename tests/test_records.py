@@ -6,19 +6,27 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, judge_graph, run_graph, write_graph, write_rows
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from orchestrator import RunFolderError
 from orchestrator.report import build_report, payload
 from orchestrator.store.reader import RunReader, TraceReader
 from orchestrator.store.records import Attempt, Manifest, NodeRun, ResultLine, Summary
-from orchestrator.store.trace import NodeRecord, TraceStore
+from orchestrator.store.trace import (
+    ATTEMPT_COLUMNS,
+    NODE_RUN_COLUMNS,
+    RUN_COLUMNS,
+    SCHEMA_VERSION,
+    NodeRecord,
+    TraceStore,
+)
 
 STORE_FIELDS = {"id", "run_id", "graph_hash", "run_key"}  # set by the store, not the node
 
@@ -190,3 +198,171 @@ def test_a_model_field_without_a_report_key_fails_loudly() -> None:
 
     with pytest.raises(RuntimeError, match="drop"):
         payload._check(Narrow, payload.ATTEMPT_KEYS)  # type: ignore[arg-type]
+
+
+# -- the trace's layout: one column list, a version, a migration from every earlier layout ----
+
+# The first layout's DDL as orchestrator wrote it before any column was added; each later
+# layout added the columns of one step (store/trace.py MIGRATIONS), by these statements.
+LAYOUT_1 = """
+CREATE TABLE runs (
+  run_id TEXT PRIMARY KEY, started REAL, graph TEXT, graph_hash TEXT, model TEXT,
+  base_url TEXT, server TEXT, structured TEXT, settings BLOB
+);
+CREATE TABLE node_runs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id TEXT, example_id TEXT, node TEXT, item INTEGER, status TEXT,
+  value BLOB, error TEXT, messages BLOB, raw BLOB, model TEXT, endpoint TEXT,
+  cached INTEGER, prompt_tokens INTEGER, completion_tokens INTEGER, latency REAL,
+  started REAL, finished REAL, graph_hash TEXT
+);
+CREATE TABLE attempts (
+  node_run_id INTEGER, number INTEGER, kind TEXT, error TEXT, raw TEXT,
+  finish_reason TEXT, latency REAL, prompt_tokens INTEGER, completion_tokens INTEGER,
+  cached INTEGER
+);
+"""
+LATER_LAYOUTS = {
+    2: "ALTER TABLE node_runs ADD COLUMN request BLOB; ALTER TABLE node_runs ADD COLUMN"
+    " schema_hash TEXT; CREATE TABLE schemas (hash TEXT PRIMARY KEY, schema BLOB);",
+    3: "ALTER TABLE node_runs ADD COLUMN run_key TEXT; ALTER TABLE runs ADD COLUMN run_key TEXT;",
+    4: "ALTER TABLE attempts ADD COLUMN sample INTEGER;",
+    5: "ALTER TABLE attempts ADD COLUMN replica TEXT;",
+}
+
+
+def _old_trace(path: Path, layout: int, version: int) -> Path:
+    """A trace as the orchestrator of `layout` left it, with one finished node run, its
+    PRAGMA user_version `version` (0: written before versions were recorded)."""
+    with sqlite3.connect(path) as db:
+        db.executescript(LAYOUT_1)
+        for step in range(2, layout + 1):
+            db.executescript(LATER_LAYOUTS[step])
+        db.execute(
+            "INSERT INTO runs (run_id, started, graph, graph_hash, settings)"
+            " VALUES ('old', 1.0, 'g.yaml', 'h', ?)",
+            (b'{"timeout": 5}',),
+        )
+        db.execute(
+            "INSERT INTO node_runs (run_id, example_id, node, item, status, value, raw, model,"
+            " cached, prompt_tokens, completion_tokens, latency, started, finished, graph_hash)"
+            " VALUES ('old', 'e1', 'judge', -1, 'ok', ?, ?, 'm', 0, 3, 4, 0.5, 1.0, 2.0, 'h')",
+            (b'{"score": 3}', b'["{\\"score\\": 3}"]'),
+        )
+        db.execute(
+            "INSERT INTO attempts (node_run_id, number, kind, raw, latency, prompt_tokens,"
+            " completion_tokens, cached) VALUES (1, 1, 'ok', '{\"score\": 3}', 0.5, 3, 4, 0)"
+        )
+        db.execute(f"PRAGMA user_version = {version}")
+    return path
+
+
+def _columns(path: Path, table: str) -> list[str]:
+    with closing(sqlite3.connect(path)) as db:
+        return [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+
+
+def _version(path: Path) -> int:
+    with closing(sqlite3.connect(path)) as db:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+@pytest.mark.parametrize("layout", range(1, SCHEMA_VERSION + 1))
+def test_a_trace_of_every_earlier_layout_opens_migrates_and_reads(
+    tmp_path: Path, layout: int
+) -> None:
+    path = _old_trace(tmp_path / "traces.sqlite", layout, version=0)
+    # Read-only first: nothing is changed, the missing columns read as not recorded.
+    with TraceReader.open(path) as reader:
+        (old,) = reader.node_runs()
+        assert [r.run_id for r in reader.runs()] == ["old"]
+    assert old.value == {"score": 3} and old.raw == ['{"score": 3}']
+    assert [(a.kind, a.prompt_tokens) for a in old.attempts] == [("ok", 3)]
+    assert _version(path) == 0
+    # A writer migrates it: every column of the records, the version recorded.
+    store = TraceStore(path, "new", "h", "key")
+    assert store.layout == 0
+    store.start_run(graph="g.yaml", model="m", settings={"timeout": 5})
+    store.record(
+        NodeRecord(
+            example_id="e2",
+            node="judge",
+            value={"score": 5},
+            request={"params": {"n": 1}},
+            attempts=[Attempt(number=1, kind="ok", raw="x", sample=0, replica="http://a")],
+        )
+    )
+    store.close()
+    assert _version(path) == SCHEMA_VERSION
+    assert {c.name for c in NODE_RUN_COLUMNS} == set(_columns(path, "node_runs"))
+    assert {c.name for c in ATTEMPT_COLUMNS} == set(_columns(path, "attempts"))
+    assert {c.name for c in RUN_COLUMNS} == set(_columns(path, "runs"))
+    with TraceReader.open(path) as reader:
+        first, second = reader.node_runs()
+        runs = reader.runs()
+    assert [(r.run_id, r.run_key, r.settings) for r in runs] == [
+        ("old", None, {"timeout": 5}),
+        ("new", "key", {"timeout": 5}),
+    ]
+    assert first.value == {"score": 3} and first.run_key is None and first.request is None
+    assert second.value == {"score": 5} and second.run_key == "key"
+    assert second.request == {"params": {"n": 1}}
+    assert (second.attempts[0].sample, second.attempts[0].replica) == (0, "http://a")
+    # The next open finds it current and changes nothing.
+    again = TraceStore(path, "again", "h", "key")
+    assert again.layout == SCHEMA_VERSION
+    assert again.finished_value("e2", "judge") == (True, {"score": 5})
+    again.close()
+
+
+def test_a_new_trace_is_made_from_the_records_at_the_current_version(tmp_path: Path) -> None:
+    path = tmp_path / "traces.sqlite"
+    TraceStore(path, "r", "h", "k").close()
+    assert _version(path) == SCHEMA_VERSION
+    # The columns are the records' fields (attempts have their own table; the schema is
+    # stored once, by hash), in one list for the DDL, the rows and the reader.
+    own = set(NodeRun.model_fields) - {"attempts", "schema"}
+    assert set(_columns(path, "node_runs")) == own | {"schema_hash"}
+    assert set(_columns(path, "attempts")) == set(Attempt.model_fields) | {"node_run_id"}
+
+
+def test_a_trace_from_a_newer_orchestrator_is_not_written(tmp_path: Path) -> None:
+    path = _old_trace(tmp_path / "traces.sqlite", SCHEMA_VERSION, version=SCHEMA_VERSION + 1)
+    with pytest.raises(RunFolderError, match="newer orchestrator"):
+        TraceStore(path, "r", "h", "k")
+    assert _version(path) == SCHEMA_VERSION + 1
+
+
+# -- the manifest: every key declared; an older or newer one's unknown keys kept --------------
+
+
+def test_the_manifest_declares_every_key_a_run_writes(run_dir: Path) -> None:
+    written = json.loads((run_dir / "manifest.json").read_text())
+    assert set(written) <= set(Manifest.model_fields) - {"extra"}
+    manifest = RunReader(run_dir).manifest
+    assert manifest.extra == {} and manifest.updated is not None
+    assert manifest.replicas and manifest.package["name"] == "orchestrator"
+    assert manifest.as_written() == written
+
+
+def test_unknown_manifest_keys_are_kept_aside_and_written_back(tmp_path: Path) -> None:
+    old = {
+        "layout_version": 2,
+        "run_id": "r",
+        "status": "complete",
+        "counts": {"examples_ok": 1, "tokens": 9, "examples": 1},
+        "gpu": {"name": "A100"},  # a key this orchestrator never wrote
+    }
+    manifest = Manifest.from_disk(old)
+    assert manifest.extra == {"gpu": {"name": "A100"}}
+    assert manifest.counts.examples_ok == 1 and manifest.counts.examples == 1
+    written = manifest.as_written()
+    assert written["gpu"] == {"name": "A100"} and "extra" not in written
+    assert {k: v for k, v in written.items() if k != "counts"} == {
+        k: v for k, v in old.items() if k != "counts"
+    }
+    # Only a manifest read from disk has keys aside: a run cannot write an undeclared one.
+    with pytest.raises(ValidationError, match="gpu"):
+        Manifest(gpu="A100")  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="gpu"):
+        Manifest.model_validate(old)

@@ -114,7 +114,7 @@ def test_two_workers_give_the_results_and_trace_of_one(tmp_path: Path) -> None:
     assert [line.id for line in two.results] == work.ids  # in the source's order
     assert sorted(result_ids(tmp_path / "two")) == sorted(work.ids)
     # Both workers took rows, and they are two processes other than this one.
-    workers = two.manifest.model_extra["workers"]
+    workers = two.manifest.workers
     pids = {worker["pid"] for worker in workers}
     assert len(pids) == 2 and os.getpid() not in pids
     assert sum(w["examples"] for w in workers) == EXAMPLES
@@ -531,7 +531,7 @@ def test_a_kind_and_a_function_registered_in_a_function_body_run_on_workers(
         two = orc.run(graph, rows, base_url=server.base_url, workers=2, out=tmp_path / "run")
 
     assert two.manifest.status == "complete"
-    assert len({w["pid"] for w in two.manifest.model_extra["workers"]}) == 2
+    assert len({w["pid"] for w in two.manifest.workers}) == 2
     every = {
         f"e{i}": {
             "score": i % 10 + 1,

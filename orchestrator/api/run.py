@@ -84,7 +84,7 @@ class RunResult:
         """One line per example, in the order of the source's rows (after a resumed run,
         each example's latest line)."""
         if isinstance(self._store, MemoryStore):
-            lines = [ResultLine.model_validate(line) for line in self._store.results()]
+            lines = list(self._store.results())
             numbers = self._store.numbers
         elif self.folder is not None:
             reader = RunReader(self.folder)
@@ -240,8 +240,8 @@ async def arun(
     console = Console(stderr=True) if progress else None
     outcome = await run_session(compiled, as_source(data), store, plan, console)
     return RunResult(
-        manifest=Manifest.model_validate(outcome.manifest),
-        summary=Summary.model_validate(outcome.summary),
+        manifest=outcome.manifest,
+        summary=outcome.summary,
         folder=Path(out) if out is not None else None,
         _store=store,
     )

@@ -91,7 +91,7 @@ async def run_round(
     finally:
         replies.close()
     lines = list(scratch.results())
-    ok = sum(line["status"] == "ok" for line in lines)
+    ok = sum(line.status == "ok" for line in lines)
     entered = len(scratch.numbers) if isinstance(scratch, MemoryStore) else len(lines)
     return RoundOutcome(
         examples=entered,

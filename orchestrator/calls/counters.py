@@ -1,33 +1,13 @@
-"""Live counters of a run, shown in the progress bar and written to the manifest."""
+"""Live counters of a run, shown in the progress bar and written to the manifest.
+
+They are the store's `Counts` record itself (one type from the first request to
+manifest.json); `RunStats` stays the name the calls layer and scale/ use for it.
+"""
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass, field
+from ..store.records import Counts
 
+RunStats = Counts
 
-@dataclass
-class RunStats:
-    examples_ok: int = 0
-    examples_failed: int = 0
-    examples_resumed: int = 0
-    requests: int = 0
-    cache_hits: int = 0
-    retries: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    started: float = field(default_factory=time.time)
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def tokens_per_second(self) -> float:
-        elapsed = max(time.time() - self.started, 1e-6)
-        return self.completion_tokens / elapsed
-
-    def as_dict(self) -> dict[str, int | float]:
-        data = asdict(self)
-        data.pop("started")
-        data["tokens"] = self.tokens
-        return data
+__all__ = ["Counts", "RunStats"]

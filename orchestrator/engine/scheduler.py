@@ -19,9 +19,12 @@ from ..data.dataset import Row
 from ..errors import NodeError
 from ..graph.compiled import CompiledGraph, CompiledNode
 from ..kinds.base import RunServices, evaluate
+from ..store.records import ResultLine
 from ..store.trace import WHOLE, NodeRecord, TraceRecorder
 
-ResultSink = Callable[[dict[str, Any]], None]
+# Where each example's line goes as it ends: the run store (`RunStore.write_result`), or a
+# worker's report; the record is encoded to bytes once, by whoever writes it.
+ResultSink = Callable[[ResultLine], None]
 
 
 @dataclass
@@ -144,31 +147,26 @@ class Engine:
 
     # -- one example ------------------------------------------------------------------
 
-    async def run_example(self, row: Row) -> dict[str, Any]:
+    async def run_example(self, row: Row) -> ResultLine:
         """The result line of one example: outputs when ok, the error when failed."""
         if row.error is not None:
             self.stats.examples_failed += 1
-            return {"id": row.id, "status": "failed", "row": row.number, "error": row.error}
+            return ResultLine.failed(row.id, row.number, row.error)
         base = {**row.data, "params": self.params, "run": self.run_info}
         try:
             outputs = await self._run_nodes(row, base)
         except NodeError as exc:
             self.stats.examples_failed += 1
             message = exc.message if exc.node.startswith("outputs.") else str(exc)
-            return {"id": row.id, "status": "failed", "row": row.number, "error": message}
+            return ResultLine.failed(row.id, row.number, message)
         except ServerGone:
             raise  # the example is not done: it must run again when the run is resumed
         except Exception as exc:
             # A bug in a user function or in us fails this example, not the whole run.
             self.stats.examples_failed += 1
-            return {
-                "id": row.id,
-                "status": "failed",
-                "row": row.number,
-                "error": f"unexpected {type(exc).__name__}: {exc}",
-            }
+            return ResultLine.failed(row.id, row.number, f"unexpected {type(exc).__name__}: {exc}")
         self.stats.examples_ok += 1
-        return {"id": row.id, "status": "ok", **outputs}
+        return ResultLine.ok(row.id, outputs)
 
     async def _run_nodes(self, row: Row, base: dict[str, Any]) -> dict[str, Any]:
         """Every node of one example as its own task, then the graph outputs."""

@@ -323,8 +323,10 @@ def facts(manifest: Manifest, runs: list[TraceRun], results_count: int) -> str:
         ("runs in this folder", str(len(runs) or 1)),
     ]
     # A manifest from a run that never finished has no counts: dashes, not zeros.
-    known = manifest.counts.model_fields_set | set(manifest.counts.model_extra or {})
-    counts = manifest.counts.model_dump()
+    counts: dict[str, Any] = (
+        manifest.counts.as_dict() if "counts" in manifest.model_fields_set else {}
+    )
+    known = counts.keys()
 
     def count(name: str, default: Any = "—") -> Any:
         return counts[name] if name in known else default

@@ -19,7 +19,7 @@ from ..calls.outage import ServerGone
 from ..engine.flush import CacheFlusher, fewer_gc_passes
 from ..engine.runtime import ProcessRuntime, build_runtime
 from ..engine.scheduler import Engine
-from ..store.folder import encode_result
+from ..store.records import ResultLine
 from ..store.trace import WHOLE, TraceRecorder, loads
 from .messages import ResumeValues, RowChunk, WorkerFailure, WorkerJob, WorkerReport
 
@@ -123,9 +123,9 @@ class ShardWorker:
                 task.cancel()
         self._settle()
 
-    def _sink(self, line: dict[str, Any]) -> None:
-        example = str(line["id"])
-        self._lines.append(encode_result(line))
+    def _sink(self, line: ResultLine) -> None:
+        example = line.id
+        self._lines.append(line.encode())
         self._ids.append(example)
         self.trace.resume.pop(example, None)
         if len(self._ids) >= self.report_every:

@@ -95,4 +95,4 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
     folder = RunFolder(config.out)
     show = console if config.progress and console.is_terminal else None
     outcome = await run_session(graph, FileSource(config.data), folder, config.plan(), show)
-    return RunOutcome(outcome.manifest, outcome.summary, folder.path)
+    return RunOutcome(outcome.manifest.as_written(), outcome.summary.as_written(), folder.path)

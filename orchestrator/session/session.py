@@ -40,6 +40,7 @@ from ..scale import ResolvedRun, WorkerPool
 from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
+from ..store.records import Manifest, Summary
 from ..store.runkey import RunKey, server_components, static_components
 from ..store.trace import TraceStore
 from .params import effective_params
@@ -52,8 +53,8 @@ log = logging.getLogger(__name__)
 class SessionOutcome:
     """What a finished run leaves: its manifest and summary, and the store that holds it."""
 
-    manifest: dict[str, Any]
-    summary: dict[str, Any]
+    manifest: Manifest
+    summary: Summary
     store: RunStore
 
 
@@ -73,7 +74,7 @@ class _Run:
     run_key: RunKey
     trace: TraceStore
     resuming: bool
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest = field(default_factory=Manifest)
 
 
 async def run_session(
@@ -148,14 +149,14 @@ async def _plan(
             # A new store says why it stayed empty; a resumable run's manifest (and its
             # key) is never replaced by one of a run that did not start.
             store.write_manifest(
-                {
-                    "layout_version": LAYOUT_VERSION,
-                    "run_id": run_id,
-                    "run_key": static_key.model_dump(),
-                    "graph": {"path": graph.label, "name": graph.name},
-                    "status": "error",
-                    "error": str(exc),
-                }
+                Manifest(
+                    layout_version=LAYOUT_VERSION,
+                    run_id=run_id,
+                    run_key=static_key,
+                    graph={"path": graph.label, "name": graph.name},
+                    status="error",
+                    error=str(exc),
+                )
             )
         raise
     resuming = await _begin(graph, store, runtime, trace)
@@ -174,8 +175,8 @@ async def _plan(
         resuming=resuming,
     )
     run.manifest = _manifest(graph, source, plan, run_id, run_key, runtime.cache, resuming)
-    run.manifest["servers"] = servers
-    run.manifest["model"] = plan.servers.model or next((e.model for e in endpoints.values()), None)
+    run.manifest.servers = servers
+    run.manifest.model = plan.servers.model or next((e.model for e in endpoints.values()), None)
     return run
 
 
@@ -223,17 +224,17 @@ async def _execute(run: _Run, console: Console | None) -> SessionOutcome:
     manifest = run.manifest
     try:
         await _run_rows(run, flush, pool, console)
-        manifest["status"] = "complete"
+        manifest.status = "complete"
     except (asyncio.CancelledError, KeyboardInterrupt):
-        manifest["status"] = "interrupted"
+        manifest.status = "interrupted"
         raise
     except ServerGone as exc:
-        manifest["status"] = "server gone"
-        manifest["error"] = str(exc)
+        manifest.status = "server gone"
+        manifest.error = str(exc)
         raise
     except Exception as exc:
-        manifest["status"] = "error"
-        manifest["error"] = _error_text(exc, run.store)
+        manifest.status = "error"
+        manifest.error = _error_text(exc, run.store)
         raise
     finally:
         last_write = await _finalize(run, flush, pool)
@@ -251,11 +252,11 @@ async def _run_rows(
     client = run.runtime.client
     run.trace.start_run(
         graph=graph.label,
-        model=manifest["model"],
+        model=manifest.model,
         base_url=" | ".join(server_urls(plan.servers.base_url)),
         server=str(run.servers),
         structured=",".join(s["structured_output"] for s in run.servers.values()),
-        settings=manifest["parameters"],
+        settings=manifest.parameters,
     )
     store.write_manifest(manifest)
     rows = _rows(graph, run.source, store, plan.limit)
@@ -278,7 +279,7 @@ async def _run_rows(
         )
 
         def started(workers: list[dict[str, Any]]) -> None:
-            manifest["workers"] = workers  # which processes to look at while it runs
+            manifest.workers = workers  # which processes to look at while it runs
             store.write_manifest(manifest)
 
         work = pool.run(parts, rows, store, run.trace, run.runtime.stats, started)
@@ -307,21 +308,21 @@ async def _finalize(run: _Run, flush: Flusher, pool: WorkerPool | None) -> BaseE
                 step()
             except (StorageError, OSError, sqlite3.Error) as exc:
                 last_write = last_write or exc
-                manifest["status"] = "error"
-                manifest["error"] = manifest.get("error") or _error_text(exc, store, True)
+                manifest.status = "error"
+                manifest.error = manifest.error or _error_text(exc, store, True)
         cache_errors = [flush.cache_error, *(pool.cache_errors if pool else [])]
         if any(cache_errors):
             first = next(error for error in cache_errors if error)
-            manifest["cache_error"] = f"replies not saved to the cache: {first}"
-        manifest["ended"] = time.time()
-        manifest["wall_seconds"] = round(manifest["ended"] - manifest["started"], 3)
-        manifest["outages"] = client.outages() + (pool.outages if pool else [])
-        manifest["replicas"] = [r.model_dump() for r in client.servers.replica_reports()]
+            manifest.cache_error = f"replies not saved to the cache: {first}"
+        manifest.ended = time.time()
+        manifest.wall_seconds = round(manifest.ended - (manifest.started or manifest.ended), 3)
+        manifest.outages = client.outages() + (pool.outages if pool else [])
+        manifest.replicas = [r.model_dump() for r in client.servers.replica_reports()]
         if pool is not None:
-            manifest["workers"] = pool.workers
+            manifest.workers = pool.workers
         # Streamed from the store, twice, rather than held: runs can have millions of lines.
-        manifest["counts"] = {**stats.as_dict(), **status_counts(store.results())}
-        manifest["means"] = output_means(store.results())
+        manifest.counts = replace(stats, **status_counts(_line_dicts(store)))
+        manifest.means = output_means(_line_dicts(store))
         store.write_manifest(manifest)
     finally:
         with suppress(StorageError, sqlite3.Error):
@@ -336,15 +337,17 @@ def _summarize(run: _Run) -> SessionOutcome:
     # Aggregates (Elo, agreement…) need every line at once; most graphs have none.
     aggregates = {}
     if graph.aggregates:
-        aggregates = run_aggregates(graph, list(run.store.results()), run.plan.params)
-    summary = {
-        "graph": graph.name,
-        "counts": manifest["counts"],
-        "means": manifest["means"],
-        **aggregates,
-    }
+        aggregates = run_aggregates(graph, list(_line_dicts(run.store)), run.plan.params)
+    summary = Summary.model_validate(
+        {"graph": graph.name, "counts": manifest.counts, "means": manifest.means, **aggregates}
+    )
     run.store.write_summary(summary)
     return SessionOutcome(manifest, summary, run.store)
+
+
+def _line_dicts(store: RunStore) -> Iterator[dict[str, Any]]:
+    """The store's result lines as the JSON objects the summary arithmetic reads."""
+    return (line.as_dict() for line in store.results())
 
 
 def _error_text(exc: BaseException, store: RunStore, writing: bool = False) -> str:
@@ -386,24 +389,24 @@ def _manifest(
     run_key: RunKey,
     cache: ResponseCache | None,
     resuming: bool,
-) -> dict[str, Any]:
-    return {
-        "layout_version": LAYOUT_VERSION,
-        "run_id": run_id,
-        "run_key": run_key.model_dump(),
-        "graph": {
+) -> Manifest:
+    return Manifest(
+        layout_version=LAYOUT_VERSION,
+        run_id=run_id,
+        run_key=run_key,
+        graph={
             "path": graph.label,
             "name": graph.name,
             "hash": graph.content_hash,
             "snapshot": f"{SNAPSHOT}/{SNAPSHOT_GRAPH}",
         },
-        "dataset": {
+        dataset={
             **source.describe(),
             "hash": run_key.components["data"],
             "inputs": INPUTS,
         },
-        "model": plan.servers.model,
-        "parameters": {
+        model=plan.servers.model,
+        parameters={
             "concurrency": plan.calls.concurrency or "default",
             "affinity": plan.calls.affinity,
             "limit": plan.limit,
@@ -421,12 +424,12 @@ def _manifest(
                 else {}
             ),
         },
-        "package": {
+        package={
             "name": "orchestrator",
             "version": __version__,
             "python": platform.python_version(),
         },
-        "started": time.time(),
-        "status": "running",
-        "resumed": resuming,
-    }
+        started=time.time(),
+        status="running",
+        resumed=resuming,
+    )

@@ -142,6 +142,7 @@ def summarize(
     from ..store.folder import MANIFEST, RunFolder, not_a_run_folder, read_only, write_json
     from ..store.lock import RunLock
     from ..store.reader import RunReader
+    from ..store.records import Summary
 
     reader = RunReader(folder)
     snapshot = reader.snapshot_graph
@@ -178,7 +179,7 @@ def summarize(
         results = [line.model_dump(exclude_unset=True) for line in reader.results()]
         summary = (reader.summary.model_dump() if reader.summary else {}) | {
             "graph": new.name,
-            "counts": manifest.counts.model_dump(),
+            "counts": manifest.counts.as_dict(),
             "means": output_means(results),
         }
         for name in ran.aggregates:
@@ -191,7 +192,7 @@ def summarize(
             "computed": time.time(),
         }
         if out is None:
-            RunFolder(reader.path).write_summary(summary)
+            RunFolder(reader.path).write_summary(Summary.model_validate(summary))
         else:
             write_json(Path(out), summary)
     finally:

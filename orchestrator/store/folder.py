@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from ..errors import DamagedRunFile, ReadOnlyRunFolder, RunFolderError, RunKeyMismatch
 from .disk import on_disk, storage_error
 from .lock import LOCK, RunLock
+from .records import Manifest, ResultLine, Summary
 from .runkey import RunKey
 from .trace import TraceStore, check_intact
 
@@ -106,11 +107,6 @@ def damaged_line(path: Path, number: int, what: str) -> DamagedRunFile:
     )
 
 
-def encode_result(row: dict[str, Any]) -> bytes:
-    """One result line as written to results.jsonl (a worker encodes its lines so)."""
-    return orjson.dumps(row, default=str) + b"\n"
-
-
 def read_json(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
 
@@ -146,6 +142,20 @@ def _iter_lines(path: Path, torn_inside: bool = False) -> Iterator[dict[str, Any
 def iter_results(folder: Path) -> Iterator[dict[str, Any]]:
     """Result lines of a run folder one at a time (skips a torn last line of a killed run)."""
     return _iter_lines(folder / RESULTS)
+
+
+def result_lines(path: Path) -> Iterator[ResultLine]:
+    """A results.jsonl file as typed lines, in file order (a torn last line skipped); a line
+    that is not a result line is a RunFolderError naming it."""
+    for number, line in iter_lines(path):
+        try:
+            yield ResultLine.model_validate(line)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise RunFolderError(
+                f"{path}:{number} is not a result line "
+                f"({'.'.join(map(str, first['loc']))}: {first['msg']})"
+            ) from None
 
 
 def read_results(folder: Path) -> list[dict[str, Any]]:
@@ -312,8 +322,8 @@ class RunFolder:
     def trace(self, run_id: str, graph_hash: str, run_key: str) -> TraceStore:
         return TraceStore(self.traces_path, run_id, graph_hash, run_key)
 
-    def results(self) -> Iterator[dict[str, Any]]:
-        return iter_results(self.path)
+    def results(self) -> Iterator[ResultLine]:
+        return result_lines(self.results_path)
 
     def reader(self) -> RunReader:
         """The folder read back as typed records (what report, trace and meta-eval use)."""
@@ -447,12 +457,12 @@ class RunFolder:
             blob = orjson.dumps(line)
         self._pending_inputs.append(blob + b"\n")
 
-    def write_result(self, row: dict[str, Any]) -> None:
+    def write_result(self, line: ResultLine) -> None:
         """Queue one example's line; `flush` appends it (after the trace is written)."""
-        self._pending.append(encode_result(row))
+        self._pending.append(line.encode())
 
     def write_lines(self, lines: list[bytes]) -> None:
-        """Queue result lines a worker encoded (`encode_result`), as `write_result` does."""
+        """Queue result lines a worker encoded (`ResultLine.encode`), as `write_result` does."""
         self._pending.extend(lines)
 
     def flush(self) -> None:
@@ -468,14 +478,46 @@ class RunFolder:
                 self._results.flush()
             self._pending.clear()
 
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
-        manifest["updated"] = time.time()
+    def write_manifest(self, manifest: Manifest) -> None:
+        """Replace manifest.json with this record (atomically), stamped with the time."""
+        manifest.updated = time.time()
         with on_disk(self.manifest_path):
-            write_json(self.manifest_path, manifest)
+            write_json(self.manifest_path, manifest.as_written())
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
+    def read_manifest(self) -> Manifest | None:
+        """manifest.json as a record (None when there is none); RunFolderError when it is
+        not a run manifest."""
+        with on_disk(self.manifest_path, writing=False):
+            if not self.manifest_path.is_file():
+                return None
+            data = self._read_manifest()
+        try:
+            return Manifest.from_disk(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise DamagedRunFile(
+                f"{self.manifest_path} is not a run manifest "
+                f"({'.'.join(map(str, first['loc']))}: {first['msg']}).",
+                str(self.manifest_path),
+            ) from None
+
+    def write_summary(self, summary: Summary) -> None:
+        """Replace summary.json with this record (atomically)."""
         with on_disk(self.summary_path):
-            write_json(self.summary_path, summary)
+            write_json(self.summary_path, summary.as_written())
+
+    def read_summary(self) -> Summary | None:
+        """summary.json as a record (None when there is none); DamagedRunFile when it is not
+        a summary."""
+        with on_disk(self.summary_path, writing=False):
+            if not self.summary_path.is_file():
+                return None
+            try:
+                return Summary.model_validate(read_json(self.summary_path))
+            except (orjson.JSONDecodeError, ValidationError) as exc:
+                raise DamagedRunFile(
+                    f"{self.summary_path} is not a run summary ({exc}).", str(self.summary_path)
+                ) from None
 
     def close(self) -> None:
         """Write what is queued and close the files; the lock is released by `release`."""

@@ -7,12 +7,12 @@ from Python that asked for no folder (`orc.run(..., out=None)`): nothing is writ
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import orjson
-
+from .records import Manifest, ResultLine, Summary
 from .runkey import RunKey
 from .trace import TraceStore
 
@@ -54,21 +54,35 @@ class RunStore(Protocol):
 
     def write_input(self, row: Row) -> None: ...
 
-    def write_result(self, row: dict[str, Any]) -> None: ...
+    def write_result(self, line: ResultLine) -> None:
+        """Keep one example's line (written by the next `flush` where it goes to disk)."""
+        ...
 
     def write_lines(self, lines: list[bytes]) -> None:
-        """Result lines already encoded (`runfolder.encode_result`) by a worker."""
+        """Result lines a worker already encoded (`ResultLine.encode`)."""
         ...
 
     def flush(self) -> None: ...
 
-    def results(self) -> Iterator[dict[str, Any]]:
-        """Every result line so far, streamed."""
+    def results(self) -> Iterator[ResultLine]:
+        """Every result line so far, streamed, in the order written."""
         ...
 
-    def write_manifest(self, manifest: dict[str, Any]) -> None: ...
+    def write_manifest(self, manifest: Manifest) -> None:
+        """Replace the run's manifest with this record."""
+        ...
 
-    def write_summary(self, summary: dict[str, Any]) -> None: ...
+    def read_manifest(self) -> Manifest | None:
+        """The manifest last written (None when there is none)."""
+        ...
+
+    def write_summary(self, summary: Summary) -> None:
+        """Replace the run's summary with this record."""
+        ...
+
+    def read_summary(self) -> Summary | None:
+        """The summary last written (None when there is none)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -88,10 +102,10 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.done: set[str] = set()
-        self.lines: list[dict[str, Any]] = []
+        self.lines: list[ResultLine] = []
         self.numbers: dict[str, int] = {}  # example id -> its row in the source
-        self.manifest: dict[str, Any] = {}
-        self.summary: dict[str, Any] = {}
+        self.manifest: Manifest | None = None
+        self.summary: Summary | None = None
 
     def open(self, overwrite: bool) -> str | None:
         return None
@@ -100,7 +114,7 @@ class MemoryStore:
         return None
 
     def has_manifest(self) -> bool:
-        return bool(self.manifest)
+        return self.manifest is not None
 
     def begin(self) -> bool:
         return False
@@ -116,23 +130,30 @@ class MemoryStore:
         # The rows are the caller's own data; only where each example stood is kept.
         self.numbers[row.id] = row.number
 
-    def write_result(self, row: dict[str, Any]) -> None:
-        self.lines.append(row)
+    def write_result(self, line: ResultLine) -> None:
+        self.lines.append(line)
 
     def write_lines(self, lines: list[bytes]) -> None:
-        self.lines.extend(orjson.loads(line) for line in lines)
+        self.lines.extend(ResultLine.model_validate_json(line) for line in lines)
 
     def flush(self) -> None:
         return None
 
-    def results(self) -> Iterator[dict[str, Any]]:
+    def results(self) -> Iterator[ResultLine]:
         return iter(self.lines)
 
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
+    def write_manifest(self, manifest: Manifest) -> None:
+        manifest.updated = time.time()
         self.manifest = manifest
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
+    def read_manifest(self) -> Manifest | None:
+        return self.manifest
+
+    def write_summary(self, summary: Summary) -> None:
         self.summary = summary
+
+    def read_summary(self) -> Summary | None:
+        return self.summary
 
     def close(self) -> None:
         return None

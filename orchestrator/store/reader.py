@@ -33,18 +33,20 @@ from .folder import (
     iter_lines,
     manifest_problem,
     read_json,
+    result_lines,
     snapshot_graph,
     snapshot_prompts,
 )
 from .records import ATTEMPT_KINDS, InputLine, Manifest, NodeRun, ResultLine, Summary, TraceRun
-from .trace import loads, restore_raw
-
-_JSON_COLUMNS = ("value", "messages", "raw", "request")
-_ATTEMPT_COLUMNS = (
-    "number, kind, error, raw, finish_reason, latency, prompt_tokens, completion_tokens, cached"
+from .trace import (
+    ATTEMPT_COLUMNS,
+    NODE_RUN_COLUMNS,
+    RUN_COLUMNS,
+    Column,
+    loads,
+    restore_raw,
+    table_columns,
 )
-_ADDED_ATTEMPT_COLUMNS = ("sample", "replica")  # absent from traces written before they existed
-
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,7 @@ class TraceReader:
         self._db = db
         self.path = path
         self._owned = owned  # closed with the reader (a writer's own connection is not)
-        self._attempt_sql: str | None = None
+        self._present: dict[str, tuple[Column, ...]] = {}
 
     @classmethod
     def open(cls, path: Path) -> TraceReader:
@@ -147,7 +149,9 @@ class TraceReader:
             raise storage_error(self.path, exc, writing=False) from exc
 
     def _node_runs(self, example_id: str | None, node: str | None) -> Iterator[NodeRun]:
-        sql = "SELECT * FROM node_runs WHERE 1=1"
+        present = self._columns("node_runs", NODE_RUN_COLUMNS)
+        json_columns = [c.name for c in present if c.json]
+        sql = f"SELECT {', '.join(c.name for c in present)} FROM node_runs WHERE 1=1"
         args: list[Any] = []
         if example_id is not None:
             sql += " AND example_id=?"
@@ -162,14 +166,14 @@ class TraceReader:
         for row in _batched(cursor):
             # NULL means "not recorded" (columns a layout-1 trace lacks read the same way).
             fields = {k: v for k, v in zip(columns, row, strict=True) if v is not None}
-            for key in _JSON_COLUMNS:
+            for key in json_columns:
                 if key in fields:
                     fields[key] = loads(fields[key])
             digest = fields.pop("schema_hash", None)
             if digest not in schemas:
                 schemas[digest] = self.schema(digest)
             fields["schema"] = schemas[digest]
-            att = self._db.execute(self._attempts_query(), (fields["id"],))
+            att = self._db.execute(self._attempt_sql, (fields["id"],))
             names = [c[0] for c in att.description]
             fields["attempts"] = [
                 {k: v for k, v in zip(names, a, strict=True) if v is not None}
@@ -178,17 +182,20 @@ class TraceReader:
             restore_raw(fields)
             yield self._validated(fields)
 
-    def _attempts_query(self) -> str:
-        """The attempts SELECT, over the columns this trace has (it is opened read-only, so
-        an old one is not migrated: its missing columns read as not recorded)."""
-        if self._attempt_sql is None:
-            have = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
-            added = [c for c in _ADDED_ATTEMPT_COLUMNS if c in have]
-            columns = ", ".join([_ATTEMPT_COLUMNS, *added])
-            self._attempt_sql = (
-                f"SELECT {columns} FROM attempts WHERE node_run_id=? ORDER BY number"
-            )
-        return self._attempt_sql
+    def _columns(self, table: str, columns: tuple[Column, ...]) -> tuple[Column, ...]:
+        """The columns of `table` this trace has, in the record's order: it is opened
+        read-only, so an old one is not migrated and its missing columns read as not
+        recorded (a newer one's extra columns are not read)."""
+        if table not in self._present:
+            have = table_columns(self._db, table)
+            self._present[table] = tuple(c for c in columns if c.name in have)
+        return self._present[table]
+
+    @cached_property
+    def _attempt_sql(self) -> str:
+        """The attempts SELECT over the columns this trace has (without the node run's id)."""
+        names = [c.name for c in self._columns("attempts", ATTEMPT_COLUMNS)[1:]]
+        return f"SELECT {', '.join(names)} FROM attempts WHERE node_run_id=? ORDER BY number"
 
     def _validated(self, fields: dict[str, Any]) -> NodeRun:
         try:
@@ -227,16 +234,18 @@ class TraceReader:
     def runs(self) -> list[TraceRun]:
         """Every run that wrote this trace, oldest first."""
         try:
-            cursor = self._db.execute("SELECT * FROM runs ORDER BY started")
-            rows = cursor.fetchall()
+            present = self._columns("runs", RUN_COLUMNS)
+            names = ", ".join(c.name for c in present)
+            rows = self._db.execute(f"SELECT {names} FROM runs ORDER BY started").fetchall()
         except sqlite3.DatabaseError as exc:
             raise storage_error(self.path, exc, writing=False) from exc
-        columns = [c[0] for c in cursor.description]
         out = []
         for row in rows:
-            fields = {k: v for k, v in zip(columns, row, strict=True) if v is not None}
-            if "settings" in fields:
-                fields["settings"] = loads(fields["settings"])
+            fields = {
+                c.name: loads(v) if c.json else v
+                for c, v in zip(present, row, strict=True)
+                if v is not None
+            }
             out.append(TraceRun.model_validate(fields))
         return out
 
@@ -299,7 +308,7 @@ class RunReader:
         if problem is not None:
             self.notes.append(f"{MANIFEST} {problem}: it is not a run manifest")
         try:
-            return Manifest.model_validate(data)
+            return Manifest.from_disk(data)
         except ValidationError as exc:
             self.notes.append(f"{MANIFEST} does not match this orchestrator's manifest ({exc})")
             return Manifest()
@@ -322,15 +331,7 @@ class RunReader:
 
     def results(self) -> Iterator[ResultLine]:
         """Every result line in file order (a resumed run's later line for an id follows)."""
-        for number, line in iter_lines(self.path / RESULTS):
-            try:
-                yield ResultLine.model_validate(line)
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                raise RunFolderError(
-                    f"{self.path / RESULTS}:{number} is not a result line "
-                    f"({'.'.join(map(str, first['loc']))}: {first['msg']})"
-                ) from None
+        return result_lines(self.path / RESULTS)
 
     def latest_results(self) -> list[ResultLine]:
         """One line per example, the latest (a resumed run's line replaces the earlier one)."""

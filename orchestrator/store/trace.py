@@ -13,13 +13,17 @@ import time
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import UnionType
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
 import orjson
+from pydantic import BaseModel
 
+from ..errors import RunFolderError
 from .disk import damaged, storage_error
-from .records import WHOLE, Attempt, NodeRun
+from .records import WHOLE, Attempt, NodeRun, TraceRun
 
 if TYPE_CHECKING:
     from .reader import TraceReader
@@ -36,28 +40,139 @@ __all__ = [
     "damaged",
 ]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-  run_id TEXT PRIMARY KEY, started REAL, graph TEXT, graph_hash TEXT, model TEXT,
-  base_url TEXT, server TEXT, structured TEXT, settings BLOB, run_key TEXT
-);
-CREATE TABLE IF NOT EXISTS node_runs (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  run_id TEXT, example_id TEXT, node TEXT, item INTEGER, status TEXT,
-  value BLOB, error TEXT, messages BLOB, raw BLOB, model TEXT, endpoint TEXT,
-  cached INTEGER, prompt_tokens INTEGER, completion_tokens INTEGER, latency REAL,
-  started REAL, finished REAL, graph_hash TEXT, request BLOB, schema_hash TEXT,
-  run_key TEXT
-);
-CREATE TABLE IF NOT EXISTS schemas (hash TEXT PRIMARY KEY, schema BLOB);
-CREATE INDEX IF NOT EXISTS node_runs_lookup ON node_runs (example_id, node, item);
-CREATE TABLE IF NOT EXISTS attempts (
-  node_run_id INTEGER, number INTEGER, kind TEXT, error TEXT, raw TEXT,
-  finish_reason TEXT, latency REAL, prompt_tokens INTEGER, completion_tokens INTEGER,
-  cached INTEGER, sample INTEGER, replica TEXT
-);
-CREATE INDEX IF NOT EXISTS attempts_node ON attempts (node_run_id);
-"""
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a trace table: its name, SQLite type, and whether it holds JSON."""
+
+    name: str
+    sql: str
+    json: bool = False
+
+
+def _sql_type(annotation: Any) -> tuple[str, bool]:
+    """(SQLite type, stored as JSON) of a record field's annotation."""
+    options = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (Union, UnionType) and len(options) == 1:
+        annotation = options[0]  # `X | None`: a column that may be NULL
+    if get_origin(annotation) is Literal:
+        annotation = type(get_args(annotation)[0])
+    if annotation in (bool, int):
+        return "INTEGER", False
+    if annotation is float:
+        return "REAL", False
+    if annotation is str:
+        return "TEXT", False
+    return "BLOB", True  # values, messages, requests: JSON
+
+
+def _columns(model: type[BaseModel], names: tuple[str, ...]) -> tuple[Column, ...]:
+    fields = model.model_fields
+    return tuple(Column(name, *_sql_type(fields[name].annotation)) for name in names)
+
+
+# The trace's tables, each derived once from its record: these lists drive the DDL, the
+# rows the recorder queues, the migrations' column types and the reader's SELECTs.
+# node_runs: the store's own columns first (row id, which run), then the node's fields;
+# `raw` and `schema` last, since the recorder stores them its own way (replies kept once,
+# schemas by content hash in `schemas`). `attempts` has its own table.
+_NODE_STORE = ("id", "run_id", "graph_hash", "run_key")
+_NODE_OWN = tuple(
+    name for name in NodeRun.model_fields if name not in (*_NODE_STORE, "attempts", "raw", "schema")
+)
+NODE_RUN_COLUMNS: tuple[Column, ...] = (
+    *_columns(NodeRun, (*_NODE_STORE, *_NODE_OWN, "raw")),
+    Column("schema_hash", "TEXT"),
+)
+ATTEMPT_COLUMNS: tuple[Column, ...] = (
+    Column("node_run_id", "INTEGER"),
+    *_columns(Attempt, tuple(Attempt.model_fields)),
+)
+RUN_COLUMNS: tuple[Column, ...] = _columns(TraceRun, tuple(TraceRun.model_fields))
+_TABLES = {"node_runs": NODE_RUN_COLUMNS, "attempts": ATTEMPT_COLUMNS, "runs": RUN_COLUMNS}
+_KEYS = {"node_runs": "id INTEGER PRIMARY KEY AUTOINCREMENT", "runs": "run_id TEXT PRIMARY KEY"}
+
+
+def _create(table: str) -> str:
+    key = _KEYS.get(table)
+    body = [key] if key else []
+    body += [f"{c.name} {c.sql}" for c in _TABLES[table] if not key or c.name != key.split()[0]]
+    return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(body)});"
+
+
+_SCHEMA = "\n".join(
+    [
+        *(_create(table) for table in _TABLES),
+        "CREATE TABLE IF NOT EXISTS schemas (hash TEXT PRIMARY KEY, schema BLOB);",
+        "CREATE INDEX IF NOT EXISTS node_runs_lookup ON node_runs (example_id, node, item);",
+        "CREATE INDEX IF NOT EXISTS attempts_node ON attempts (node_run_id);",
+    ]
+)
+
+
+def _insert(table: str) -> str:
+    names = [c.name for c in _TABLES[table]]
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({','.join('?' * len(names))})"
+
+
+_INSERT_NODE_RUN = _insert("node_runs")
+_INSERT_ATTEMPT = _insert("attempts")
+_INSERT_RUN = "INSERT OR REPLACE" + _insert("runs")[len("INSERT") :]
+_NODE_VALUES = attrgetter(*_NODE_OWN)
+_NODE_JSON = tuple(i for i, c in enumerate(NODE_RUN_COLUMNS[4:-2]) if c.json)
+_ATTEMPT_VALUES = attrgetter(*(c.name for c in ATTEMPT_COLUMNS[1:]))
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """A numbered step from one trace layout to the next: the columns it adds."""
+
+    version: int
+    adds: tuple[tuple[str, str], ...]  # (table, column); the type comes from the tables above
+    why: str
+
+
+# Version 1 is the first layout: node_runs without the four columns below, attempts without
+# sample and replica, runs without run_key. Each step is written to `PRAGMA user_version`.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(2, (("node_runs", "request"), ("node_runs", "schema_hash")), "what was sent"),
+    Migration(3, (("node_runs", "run_key"), ("runs", "run_key")), "resume under one key"),
+    Migration(4, (("attempts", "sample"),), "which of n samples a reply is for"),
+    Migration(5, (("attempts", "replica"),), "which replica served a request"),
+)
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+def table_columns(db: sqlite3.Connection, table: str) -> set[str]:
+    """The columns a trace's table has (an old trace lacks the newer ones)."""
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+
+def migrate(db: sqlite3.Connection, path: Path) -> int:
+    """Bring a trace opened to write to the current layout; the version it had.
+
+    A trace made before versions were recorded reads 0. A step is applied whenever a column
+    it adds is missing, whatever the recorded version says, so a trace cut down by hand is
+    repaired too; a version newer than this orchestrator's is refused (it might write rows
+    the newer one misreads)."""
+    found = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if found > SCHEMA_VERSION:
+        raise RunFolderError(
+            f"{path} has trace layout {found}, written by a newer orchestrator (this one "
+            f"writes up to {SCHEMA_VERSION}): upgrade orchestrator to resume it."
+        )
+    db.executescript(_SCHEMA)  # a new trace: every table at the current layout
+    have = {table: table_columns(db, table) for table in _TABLES}
+    types = {(t, c.name): c.sql for t, columns in _TABLES.items() for c in columns}
+    for step in MIGRATIONS:
+        for table, column in step.adds:
+            if column not in have[table]:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {types[table, column]}")
+                have[table].add(column)
+    if found != SCHEMA_VERSION:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    return found
+
 
 FLUSH_EVERY = 1000  # queued records that force a write even between the runner's flushes
 
@@ -143,49 +258,21 @@ class TraceRecorder:
             raw = None
         row_id = self._next_id
         self._next_id += 1
+        values = list(_NODE_VALUES(rec))
+        for index in _NODE_JSON:
+            values[index] = _dumps(values[index])
         self._pending_runs.append(
             (
                 row_id,
                 self.run_id,
-                rec.example_id,
-                rec.node,
-                rec.item,
-                rec.status,
-                _dumps(rec.value),
-                rec.error,
-                _dumps(rec.messages),
-                _dumps(raw),
-                rec.model,
-                rec.endpoint,
-                int(rec.cached),
-                rec.prompt_tokens,
-                rec.completion_tokens,
-                rec.latency,
-                rec.started,
-                rec.finished,
                 self.graph_hash,
-                _dumps(rec.request),
-                self._schema_hash(rec.schema),
                 self.run_key,
+                *values,
+                _dumps(raw),
+                self._schema_hash(rec.schema),
             )
         )
-        self._pending_attempts.extend(
-            (
-                row_id,
-                a.number,
-                a.kind,
-                a.error,
-                a.raw,
-                a.finish_reason,
-                a.latency,
-                a.prompt_tokens,
-                a.completion_tokens,
-                int(a.cached),
-                a.sample,
-                a.replica,
-            )
-            for a in rec.attempts
-        )
+        self._pending_attempts.extend((row_id, *_ATTEMPT_VALUES(a)) for a in rec.attempts)
         if len(self._pending_runs) >= FLUSH_EVERY:
             self.flush()
 
@@ -241,8 +328,7 @@ class TraceStore(TraceRecorder):
             )
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
-            self._add_missing_columns()
+            self.layout = migrate(db, path)  # the version found (0: before versions)
             last = db.execute("SELECT MAX(id) FROM node_runs").fetchone()[0]
             # Nothing to resume from means no lookups at all on a fresh run.
             resumable = bool(run_key) and (
@@ -277,22 +363,15 @@ class TraceStore(TraceRecorder):
             raise storage_error(self.path, exc) from exc
 
     def _start_run(self, settings: Any, fields: dict[str, Any]) -> None:
-        self._db.execute(
-            "INSERT OR REPLACE INTO runs (run_id, started, graph, graph_hash, model, base_url,"
-            " server, structured, settings, run_key) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                self.run_id,
-                time.time(),
-                fields.get("graph"),
-                self.graph_hash,
-                fields.get("model"),
-                fields.get("base_url"),
-                fields.get("server"),
-                fields.get("structured"),
-                _dumps(settings),
-                self.run_key,
-            ),
-        )
+        run = {
+            **fields,
+            "run_id": self.run_id,
+            "started": time.time(),
+            "graph_hash": self.graph_hash,
+            "settings": _dumps(settings),
+            "run_key": self.run_key,
+        }
+        self._db.execute(_INSERT_RUN, [run.get(column.name) for column in RUN_COLUMNS])
 
     def flush(self) -> None:
         """Write every queued record in one transaction; StorageError (DamagedRunFile for a
@@ -310,23 +389,12 @@ class TraceStore(TraceRecorder):
     def _write_pending(self) -> None:
         self._db.execute("BEGIN")
         try:
-            self._db.executemany(
-                "INSERT INTO node_runs (id, run_id, example_id, node, item, status, value,"
-                " error, messages, raw, model, endpoint, cached, prompt_tokens,"
-                " completion_tokens, latency, started, finished, graph_hash, request,"
-                " schema_hash, run_key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                self._pending_runs,
-            )
+            self._db.executemany(_INSERT_NODE_RUN, self._pending_runs)
             self._db.executemany(
                 "INSERT OR IGNORE INTO schemas (hash, schema) VALUES (?,?)",
                 self._pending_schemas.items(),
             )
-            self._db.executemany(
-                "INSERT INTO attempts (node_run_id, number, kind, error, raw, finish_reason,"
-                " latency, prompt_tokens, completion_tokens, cached, sample, replica)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                self._pending_attempts,
-            )
+            self._db.executemany(_INSERT_ATTEMPT, self._pending_attempts)
             self._db.execute("COMMIT")
         except BaseException:
             # A failed write (lock held past the timeout, disk full, …) must not leave its
@@ -363,19 +431,6 @@ class TraceStore(TraceRecorder):
         except sqlite3.DatabaseError as exc:
             raise storage_error(self.path, exc, writing=False) from exc
         return found
-
-    def _add_missing_columns(self) -> None:
-        """Traces written before a column existed get it (empty), so old run folders resume."""
-        have = {row[1] for row in self._db.execute("PRAGMA table_info(node_runs)")}
-        for column, kind in (("request", "BLOB"), ("schema_hash", "TEXT"), ("run_key", "TEXT")):
-            if column not in have:
-                self._db.execute(f"ALTER TABLE node_runs ADD COLUMN {column} {kind}")
-        if "run_key" not in {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}:
-            self._db.execute("ALTER TABLE runs ADD COLUMN run_key TEXT")
-        attempt_columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
-        for column, kind in (("sample", "INTEGER"), ("replica", "TEXT")):
-            if column not in attempt_columns:
-                self._db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {kind}")
 
     def finished_value(self, example_id: str, node: str, item: int = WHOLE) -> tuple[bool, Any]:
         """(found, value) of the latest ok/skipped execution of this node for this example.
