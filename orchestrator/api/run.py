@@ -25,15 +25,15 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from rich.console import Console
 
 from ..calls.endpoints import StructuredChoice
-from ..calls.fake import FAKE_BASE_URL
 from ..calls.outage import DEFAULT_SERVER_WAIT
 from ..calls.retry import RetryPolicy
-from ..calls.transport import Transport
 from ..calls.tuner import Concurrency
 from ..data.sources import as_source
 from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_dict, compile_graph
+from ..providers.base import Transport
+from ..providers.fake import FAKE_BASE_URL
 from ..scale import Executor, Workers, parse_workers
 from ..session.session import RunSettings, run_session
 from ..store.folder import RunFolder

@@ -13,73 +13,22 @@ from typing import Any
 
 from pydantic import BaseModel
 
+# Callers imported LLMCallError from here before errors.py was its home: kept for them.
+from ..errors import LLMCallError as LLMCallError
+from ..errors import ServerError
 from ..graph.spec import Sampling
+from ..providers.base import Provider, ServedModel
+from ..providers.openai_compat import OpenAITransport
 from ..store.cache import ResponseCache
 from ..store.trace import Attempt
 from .cached import CachedCaller
 from .counters import RunStats
-from .errors import (
-    DeadlineExceeded,
-    LLMCallError,
-    MalformedReply,
-    RetryAfterTooLong,
-    ServerError,
-)
 from .outage import DEFAULT_SERVER_WAIT
-from .registry import CANARY_TOKEN, Endpoint, ServerRegistry, StructuredMode, canary
-from .request import (
-    DEFAULT_MAX_TOKENS,
-    request_body,
-    request_params,
-    schema_instruction,
-    with_schema_instruction,
-)
-from .retry import MIN_RETRY_AFTER, RetryPolicy
+from .registry import Endpoint, ServerRegistry, canary
+from .retry import RetryPolicy
 from .sender import Sender
-from .structured import (
-    DEFAULT_RETRIES,
-    MAX_TOKENS_GROWTH,
-    CallResult,
-    StructuredCaller,
-)
-from .transport import (
-    PROBE_TIMEOUT,
-    PROXY_ERRORS,
-    OpenAITransport,
-    ServedModel,
-    Transport,
-    make_http_client,
-    retry_after_seconds,
-)
+from .structured import CallResult, StructuredCaller
 from .tuner import Concurrency
-
-__all__ = [
-    "CANARY_TOKEN",
-    "DEFAULT_MAX_TOKENS",
-    "DEFAULT_RETRIES",
-    "MAX_TOKENS_GROWTH",
-    "MIN_RETRY_AFTER",
-    "PROBE_TIMEOUT",
-    "PROXY_ERRORS",
-    "CallResult",
-    "DeadlineExceeded",
-    "Endpoint",
-    "LLMCallError",
-    "LLMClient",
-    "MalformedReply",
-    "RetryAfterTooLong",
-    "RetryPolicy",
-    "ServedModel",
-    "ServerError",
-    "StructuredMode",
-    "Transport",
-    "make_http_client",
-    "request_body",
-    "request_params",
-    "retry_after_seconds",
-    "schema_instruction",
-    "with_schema_instruction",
-]
 
 CallFn = Callable[
     [Endpoint, list[dict[str, Any]], type[BaseModel], Sampling], Awaitable[CallResult]
@@ -102,7 +51,7 @@ class LLMClient:
         refresh: bool = False,
         backoff_max: float = 20.0,
         server_wait: float = DEFAULT_SERVER_WAIT,
-        transport: Transport | None = None,
+        transport: Provider | None = None,
         retry: RetryPolicy | None = None,
         affinity: bool = True,
     ) -> None:
@@ -114,7 +63,7 @@ class LLMClient:
             server_wait=server_wait,
             timeout=timeout,
         )
-        self.transport: Transport = transport or OpenAITransport()
+        self.transport: Provider = transport or OpenAITransport()
         self.servers = ServerRegistry(
             self.transport,
             concurrency=concurrency,
@@ -176,16 +125,27 @@ class LLMClient:
         """Prove the server enforces a JSON schema, with a value no model would guess."""
         return await canary(self.sender, ep, tries)
 
-    async def server_json(
-        self,
-        ep: Endpoint,
-        path: str,
-        body: dict[str, Any],
-        attempts: list[Attempt] | None = None,
+    async def tokenize(
+        self, ep: Endpoint, text: str, attempts: list[Attempt] | None = None
     ) -> dict[str, Any]:
-        """POST to the server's own API beside /v1 (vLLM's /tokenize, /detokenize) as a node
-        call is sent: key, in-flight limit, deadline, retries and outages as for a call."""
-        return await self.sender.server_json(ep, path, body, attempts)
+        """The served model's tokens of `text` (vLLM's /tokenize: {"tokens", "count", …}),
+        asked as a node call is sent: key, in-flight limit, deadline, retries and outages
+        as for a call. ProviderCapabilityError (TokenizerUnavailable: the server has none)
+        when it cannot be asked."""
+        model = ep.model
+        return await self.sender.tokenizer(
+            ep, "/tokenize", lambda t: t.tokenize(model, text), attempts
+        )
+
+    async def detokenize(
+        self, ep: Endpoint, tokens: list[int], attempts: list[Attempt] | None = None
+    ) -> dict[str, Any]:
+        """The text of token ids (vLLM's /detokenize: {"prompt": text}), asked as
+        `tokenize` is."""
+        model = ep.model
+        return await self.sender.tokenizer(
+            ep, "/detokenize", lambda t: t.detokenize(model, tokens), attempts
+        )
 
     @property
     def call(self) -> CallFn:

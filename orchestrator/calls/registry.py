@@ -8,17 +8,24 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from .errors import ServerError
+from ..errors import ServerError
+from ..providers.base import (
+    Connection,
+    LoadGauge,
+    Provider,
+    ServedModel,
+    StructuredMode,
+    no_metrics,
+    provider_identity,
+)
 from .limiter import Limiter
 from .outage import DEFAULT_SERVER_WAIT, ServerWatch
 from .replicas import Admission, Replica, ReplicaReport, ReplicaSet
 from .sender import Sender
-from .transport import Connection, ServedModel, Transport
 from .tuner import Concurrency, LimitTuner
 
-StructuredMode = Literal["server", "prompt"]
 CANARY_TOKEN = "canary-7f3a9"
 
 
@@ -52,21 +59,6 @@ def server_urls(base_url: str | Sequence[str]) -> tuple[str, ...]:
     return unique
 
 
-def served_identity(root: str, max_model_len: int | None = None) -> str:
-    """A server known by what vLLM says serves the model: the path or name it was started
-    with, and the context length it was given."""
-    return root if max_model_len is None else f"{root} (max_model_len {max_model_len})"
-
-
-def identity_at(url: str, served: Sequence[ServedModel], model: str) -> str:
-    """What serves `model` at `url`: the `root` its model list reports, else (a server that
-    does not say) its address."""
-    for entry in served:
-        if entry.id == model and entry.root:
-            return served_identity(entry.root, entry.max_model_len)
-    return url
-
-
 def weights_text(url: str, identity: str) -> str:
     """An identity as a message shows it: an address stands for weights nobody named."""
     if identity == url:
@@ -79,7 +71,7 @@ class ServerRegistry:
 
     def __init__(
         self,
-        transport: Transport,
+        transport: Provider,
         *,
         concurrency: Concurrency = None,
         timeout: float = 120.0,
@@ -134,7 +126,7 @@ class ServerRegistry:
         reports for the model are the endpoint's (None), or why it stays out."""
 
         async def check(url: str) -> str | None:
-            found = identity_at(url, await self.list_models(url, api_key), ep.model)
+            found = self.identity_at(url, await self.list_models(url, api_key), ep.model)
             if found == ep.identity:
                 return None
             return (
@@ -162,7 +154,7 @@ class ServerRegistry:
                     url,
                     Limiter(self.tuner.initial_limit()),
                     ServerWatch(url, pool.probe, self.server_wait),
-                    pool.metrics,
+                    pool.metrics if isinstance(pool, LoadGauge) else no_metrics,
                 )
         if urls not in self._sets:
             self._sets[urls] = ReplicaSet(
@@ -212,6 +204,10 @@ class ServerRegistry:
             for url, replica in self._replicas.items()
             for o in replica.watch.outages
         ]
+
+    def identity_at(self, url: str, served: Sequence[ServedModel], model: str) -> str:
+        """What serves `model` at `url`, as the provider reports it from the model list."""
+        return provider_identity(self.transport, url, served, model)
 
     async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[ServedModel]:
         """The models the server serves; ServerError with a next step if it is unreachable."""

@@ -16,12 +16,12 @@ from pydantic import BaseModel, ValidationError
 
 from ..graph.schemas import json_schema
 from ..graph.spec import Sampling
+from ..providers.base import Choice
 from ..store.trace import Attempt
 from .counters import RunStats
 from .errors import LLMCallError
 from .outage import ServerGone
 from .registry import Endpoint, StructuredMode
-from .reply import Choice
 from .request import request_params, with_schema_instruction
 from .sender import Sender
 

@@ -16,7 +16,8 @@ from ..errors import NodeError
 from ..graph.spec import NodeBase
 
 if TYPE_CHECKING:
-    from ..calls.client import Endpoint, LLMClient
+    from ..calls.client import LLMClient
+    from ..calls.registry import Endpoint
     from ..calls.runtime import Runtime
     from ..compute import ComputeFunction
     from ..graph.checks import NodeScope

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from jinja2 import TemplateError
 from pydantic import BaseModel
 
-from ..calls.client import LLMCallError, request_params
 from ..calls.endpoints import PARAM_PREFIX
-from ..errors import NodeError, Problem
+from ..calls.request import request_params
+from ..errors import LLMCallError, NodeError, Problem
 from ..graph.checks import check_sampling
 from ..graph.compiled import CompiledNode
 from ..graph.schemas import SchemaError, build_model, dynamic_fields, json_schema

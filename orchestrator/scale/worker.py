@@ -14,9 +14,10 @@ from contextlib import ExitStack, suppress
 from dataclasses import replace
 from typing import Any
 
-from ..calls.client import Endpoint, LLMClient
+from ..calls.client import LLMClient
 from ..calls.counters import RunStats
 from ..calls.outage import ServerGone
+from ..calls.registry import Endpoint
 from ..engine.flush import CacheFlusher, fewer_gc_passes
 from ..engine.scheduler import Engine, EngineOptions
 from ..store.cache import ResponseCache, open_cache

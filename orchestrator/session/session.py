@@ -29,7 +29,6 @@ from ..calls.endpoints import ServerChoice, StructuredChoice, prepare_endpoints
 from ..calls.outage import DEFAULT_SERVER_WAIT, ServerGone
 from ..calls.registry import server_urls
 from ..calls.retry import RetryPolicy
-from ..calls.transport import Transport
 from ..calls.tuner import Concurrency
 from ..data.dataset import Row, check_fields
 from ..data.sources import RowSource
@@ -37,6 +36,7 @@ from ..engine.flush import Flusher, drive, fewer_gc_passes
 from ..engine.scheduler import Engine, EngineOptions, engine_window
 from ..errors import StorageError
 from ..graph.compiled import CompiledGraph
+from ..providers.base import Transport
 from ..scale import Executor, JobParts, ScaleChoice, WorkerPool, Workers
 from ..store.cache import ResponseCache, default_cache_path, open_cache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
