@@ -19,6 +19,7 @@ from ..errors import ServerError
 from ..graph.spec import Sampling
 from ..providers.base import Provider, ServedModel
 from ..providers.openai_compat import OpenAITransport
+from ..providers.registry import make_provider
 from ..store.cache import ResponseCache
 from ..store.trace import Attempt
 from .cached import CachedCaller
@@ -71,6 +72,7 @@ class LLMClient:
             server_wait=self.retry.server_wait,
             affinity=affinity,
         )
+        self._named: dict[str, Provider] = {}  # built-in providers a graph node names
         self.sender = Sender(self.transport, self.retry, stats, self.servers.redact)
         structured = StructuredCaller(self.sender, stats)
         self._caller: StructuredCaller | CachedCaller = (
@@ -85,14 +87,30 @@ class LLMClient:
         *,
         identity: str | None = None,
         check_joins: bool = False,
+        provider: Provider | None = None,
     ) -> Endpoint:
         """The Endpoint for (servers, model, key): one URL, or several replicas of the model;
         the in-flight limit is per server URL. `identity`: what serves the model (part of
         the cache key; default the address); `check_joins`: a replica coming back must
-        report it too."""
+        report it too; `provider`: what reaches it (default: the client's own)."""
         return self.servers.endpoint(
-            base_url, model, api_key, identity=identity, check_joins=check_joins
+            base_url,
+            model,
+            api_key,
+            identity=identity,
+            check_joins=check_joins,
+            provider=provider,
         )
+
+    def provider(self, name: str | None) -> Provider:
+        """The built-in provider `name` (one instance per client), or the client's own for
+        None; ConfigurationError for a name that is not built in."""
+        if name is None:
+            return self.transport
+        found = self._named.get(name)
+        if found is None:
+            found = self._named[name] = make_provider(name)
+        return found
 
     def redact(self, text: str) -> str:
         """`text` with every API key of this client replaced by a placeholder."""
@@ -105,7 +123,9 @@ class LLMClient:
     async def close(self) -> None:
         await self.servers.close()
 
-    async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[ServedModel]:
+    async def list_models(
+        self, base_url: str, api_key: str = "EMPTY", provider: Provider | None = None
+    ) -> list[ServedModel]:
         """The models the server serves; ServerError with a next step if it is unreachable
         or does not answer within the run's --timeout."""
         # The SDK's own list call takes up to three tries of 15 s: against a server that
@@ -113,7 +133,7 @@ class LLMClient:
         timeout = self.retry.timeout
         try:
             async with asyncio.timeout(timeout):
-                return await self.servers.list_models(base_url, api_key)
+                return await self.servers.list_models(base_url, api_key, provider)
         except TimeoutError:
             raise ServerError(
                 f"cannot list models at {base_url}: no answer within {timeout:g} s (--timeout)."

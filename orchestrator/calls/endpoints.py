@@ -4,6 +4,7 @@ output canary, its version) and its in-flight limit settled before any example i
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -180,10 +181,12 @@ async def prepare_endpoints(
         )
     for name, want, urls in wants:
         api_key = node_api_key(want, choice)
+        # A graph names only built-in providers (checked when it compiled).
+        provider = client.provider(want.provider) if want.provider else None
         for url in urls:
             if url not in served_by and url not in down:
                 try:
-                    served_by[url] = await client.list_models(url, api_key)
+                    served_by[url] = await client.list_models(url, api_key, provider)
                 except ServerError as exc:
                     if len(urls) == 1:
                         raise
@@ -210,10 +213,18 @@ async def prepare_endpoints(
             urls,
             model,
             api_key,
-            identity=node_identity(name, model, urls, served_by, given, client.servers.identity_at),
+            identity=node_identity(
+                name,
+                model,
+                urls,
+                served_by,
+                given,
+                functools.partial(client.servers.identity_at, provider=provider),
+            ),
             # A replica that joins later is checked against the root the others report;
             # a --server-id is the user's word for the whole set.
             check_joins=not given,
+            provider=provider,
         )
         for url in urls:
             if url in down and url not in started_without:

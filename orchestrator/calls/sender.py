@@ -55,8 +55,36 @@ class CallRoute:
         return await self.replicas.after_failure(self.replica, failed_at)
 
 
+class ProviderHooks:
+    """The retry policy's hooks for one provider: its judgement of a fault, named with the
+    run's secrets redacted, and retries counted in the run's stats."""
+
+    __slots__ = ("provider", "redact", "stats")
+
+    def __init__(self, provider: Provider, stats: RunStats, redact: Callable[[str], str]) -> None:
+        self.provider = provider
+        self.stats = stats
+        self.redact = redact
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return self.provider.is_transient(exc)
+
+    def may_be_outage(self, exc: BaseException) -> bool:
+        return self.provider.may_be_outage(exc)
+
+    def retry_after(self, exc: BaseException) -> float | None:
+        return self.provider.retry_after(exc)
+
+    def describe(self, exc: BaseException) -> str:
+        return self.redact(self.provider.describe(exc))
+
+    def count_retry(self) -> None:
+        self.stats.retries += 1
+
+
 class Sender:
-    """Sends requests through a transport with a retry policy; counts requests and tokens."""
+    """Sends requests through each endpoint's provider with a retry policy; counts requests
+    and tokens."""
 
     def __init__(
         self,
@@ -69,23 +97,18 @@ class Sender:
         self.retry = retry
         self.stats = stats
         self.redact = redact
+        self.hooks = ProviderHooks(transport, stats, redact)
+        self._hooks: dict[int, ProviderHooks] = {id(transport): self.hooks}
 
-    # -- RetryHooks: the transport's judgement, secrets redacted, retries counted -----------
-
-    def is_transient(self, exc: BaseException) -> bool:
-        return self.transport.is_transient(exc)
-
-    def may_be_outage(self, exc: BaseException) -> bool:
-        return self.transport.may_be_outage(exc)
-
-    def retry_after(self, exc: BaseException) -> float | None:
-        return self.transport.retry_after(exc)
-
-    def describe(self, exc: BaseException) -> str:
-        return self.redact(self.transport.describe(exc))
-
-    def count_retry(self) -> None:
-        self.stats.retries += 1
+    def hooks_for(self, ep: Endpoint) -> ProviderHooks:
+        """The retry hooks of the endpoint's provider (the client's own when it names none)."""
+        provider = ep.provider
+        if provider is None:
+            return self.hooks
+        hooks = self._hooks.get(id(provider))
+        if hooks is None:
+            hooks = self._hooks[id(provider)] = ProviderHooks(provider, self.stats, self.redact)
+        return hooks
 
     # -- requests ---------------------------------------------------------------------
 
@@ -132,7 +155,7 @@ class Sender:
             check_reply_size(response, request.max_tokens)
             return response
 
-        response = await retry.run(post_once, route, attempts, self)
+        response = await retry.run(post_once, route, attempts, self.hooks_for(ep))
         latency = time.perf_counter() - started
         served_by = route.url
         tokens = (response.prompt_tokens, response.completion_tokens)
@@ -177,4 +200,4 @@ class Sender:
                 raise MalformedReply(f"{route_name} answered {type(reply).__name__}, not an object")
             return reply
 
-        return await retry.run(post_once, route, attempts, self)
+        return await retry.run(post_once, route, attempts, self.hooks_for(ep))

@@ -46,6 +46,7 @@ class EndpointWant(NamedTuple):
     base_url: str | list[str] | None  # a list: replicas serving the same model
     model: str | None
     api_key_env: str | None
+    provider: str | None = None  # a built-in provider's name (None: the run's)
 
 
 @dataclass(slots=True)
