@@ -247,3 +247,20 @@ def test_a_graph_naming_a_provider_is_still_refused_a_server_you_did_not_allow(
         with pytest.raises(ConfigurationError, match="allow-server"):
             orc.run(graph, data, transport=orc.FakeTransport())
         assert server.requests == []
+
+
+def test_workers_reach_a_nodes_server_through_the_provider_it_names(tmp_path: Path) -> None:
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": f"e{i}", "text": f"t{i}"} for i in range(4)])
+    with FakeServer(schema_responder) as server:
+        graph = write_graph(tmp_path / "g", two_judges(server.base_url), PROMPTS)
+        result = orc.run(
+            graph,
+            data,
+            transport=orc.FakeTransport(),
+            allow_servers=[server.base_url],
+            model="fake-model",
+            workers=2,
+        )
+        over_http = [b for b in server.requests if not is_canary(b)]
+    assert result.manifest.counts.examples_ok == 4
+    assert len(over_http) == 4  # `far` in each worker went over HTTP, not to the fake

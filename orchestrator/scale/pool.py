@@ -19,6 +19,7 @@ from ..data.dataset import Row
 from ..engine.scheduler import engine_window
 from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
+from ..kinds.base import EndpointWant
 from ..store.protocol import RunStore
 from ..store.trace import TraceStore
 from .coordinator import Coordinator, WorkerLink
@@ -95,13 +96,18 @@ class JobParts:
     retry: Any = None
 
 
-def _api_key(parts: JobParts, node: str) -> str:
-    """The key the run's own client uses for this node (decided where the run started)."""
+def _want(parts: JobParts, node: str) -> EndpointWant:
+    """What the node asks of the run's servers, as the run's own client read it."""
     compiled = parts.graph.nodes[node]
     want = compiled.kind.endpoint_want(compiled.spec)
     if want is None:  # only nodes that talk to a server have endpoints
         raise ConfigurationError(f"node '{node}' has an endpoint but asks for no server")
-    return node_api_key(want, parts.choice)
+    return want
+
+
+def _api_key(parts: JobParts, node: str) -> str:
+    """The key the run's own client uses for this node (decided where the run started)."""
+    return node_api_key(_want(parts, node), parts.choice)
 
 
 def worker_job(parts: JobParts, count: int) -> WorkerJob:
@@ -122,6 +128,7 @@ def worker_job(parts: JobParts, count: int) -> WorkerJob:
             structured=endpoint.structured,
             identity=endpoint.identity,
             check_joins=endpoint.check_joins,
+            provider=_want(parts, node).provider,
         )
         for node, endpoint in parts.endpoints.items()
     ]

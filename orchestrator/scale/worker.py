@@ -57,6 +57,7 @@ def _endpoints(client: LLMClient, job: WorkerJob) -> dict[str, Endpoint]:
             plan.api_key,
             identity=plan.identity,
             check_joins=plan.check_joins,
+            provider=client.provider(plan.provider) if plan.provider else None,
         )
         endpoint.structured = plan.structured
         endpoints[plan.node] = endpoint
