@@ -127,7 +127,7 @@ class OpenAIConnection:
         # `post` sends the body as built: `chat.completions.create` would first walk every
         # message and the whole JSON schema to "transform" plain dicts, about a fifth of the
         # client's CPU time at high request rates. The body comes back as bytes and is read
-        # by parse_reply, not built into the SDK's model (see calls/reply.py for the cost).
+        # by parse_reply, not built into the SDK's model (see providers/reply.py for the cost).
         if _ENCODED_BODY:
             encoded: dict[str, Any] = {"content": orjson.dumps(body)}
             answer = await self.client.post("/chat/completions", cast_to=bytes, **encoded)
