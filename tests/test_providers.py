@@ -24,10 +24,18 @@ from orchestrator.compute.truncate import truncate_to_tokens
 from orchestrator.errors import (
     ConfigurationError,
     GraphError,
+    OrchestratorError,
     ProviderCapabilityError,
     TokenizerUnavailable,
 )
-from orchestrator.providers.base import ChatRequest, ChatResponse, ServedModel
+from orchestrator.providers.base import (
+    ChatRequest,
+    ChatResponse,
+    Provider,
+    ServedModel,
+    Tokenizer,
+)
+from orchestrator.providers.batch import BatchTransport
 from orchestrator.providers.fake import FAKE_BASE_URL, FakeConnection, FakeTransport
 from orchestrator.providers.openai_compat import OpenAITransport, chat_body
 from orchestrator.providers.registry import BUILT_IN, make_provider
@@ -62,25 +70,16 @@ def test_prompt_mode_and_unset_sampling_leave_their_keys_out() -> None:
     }
 
 
-def test_the_fake_and_the_batch_file_see_the_openai_body() -> None:
+async def test_the_fake_sees_the_body_the_calls_layer_asked_for() -> None:
     fake = orc.FakeTransport()
     client = LLMClient(cache=None, stats=RunStats(), transport=fake)
     ep = client.endpoint(FAKE_BASE_URL, "fake-model")
-
-    async def ask() -> None:
-        await client.sender.chat(
-            ep, [{"role": "user", "content": "x"}], {"max_tokens": 9, "seed": 1}, 1, SCHEMA
-        )
-        await client.close()
-
-    import asyncio
-
-    asyncio.run(ask())
+    messages = [{"role": "user", "content": "x"}]
+    await client.sender.chat(ep, messages, {"max_tokens": 9, "seed": 1}, 1, SCHEMA)
+    await client.close()
     (sent,) = fake.requests
     assert sent.body == chat_body(
-        ChatRequest(
-            "fake-model", [{"role": "user", "content": "x"}], 1, None, 9, None, 1, None, SCHEMA
-        )
+        ChatRequest("fake-model", messages, 1, max_tokens=9, seed=1, schema=SCHEMA)
     )
 
 
@@ -264,3 +263,62 @@ def test_workers_reach_a_nodes_server_through_the_provider_it_names(tmp_path: Pa
         over_http = [b for b in server.requests if not is_canary(b)]
     assert result.manifest.counts.examples_ok == 4
     assert len(over_http) == 4  # `far` in each worker went over HTTP, not to the fake
+
+
+def test_the_runs_provider_by_name_travels_to_workers(tmp_path: Path) -> None:
+    graph = write_graph(tmp_path / "g", judge_graph(), PROMPTS)
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": f"e{i}", "text": f"t{i}"} for i in range(4)])
+    with FakeServer(schema_responder) as server:
+        result = orc.run(graph, data, base_url=server.base_url, provider="openai", workers=2)
+        over_http = [b for b in server.requests if not is_canary(b)]
+    assert result.manifest.counts.examples_ok == 4 and len(over_http) == 4
+
+
+# -- every provider keeps the same contract ------------------------------------------------
+
+
+def _batch_reply(body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "choices": [
+            {"index": i, "message": {"content": '{"score": 1}'}, "finish_reason": "stop"}
+            for i in range(int(body.get("n") or 1))
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    }
+
+
+@pytest.mark.parametrize("name", ["openai", "fake", "batch"])
+async def test_every_provider_keeps_the_contract(name: str) -> None:
+    """A ChatRequest in, a ChatResponse with one choice per sample out; a tokenizer gap or
+    refusal is the library's error; exceptions are named in one line."""
+    asked: list[dict[str, Any]] = []
+
+    def lookup(custom_id: str) -> dict[str, Any] | None:
+        return _batch_reply(asked[-1]) if asked else None
+
+    with FakeServer(schema_responder) as server:
+        provider: Provider
+        if name == "openai":
+            provider, url = make_provider("openai"), server.base_url
+        elif name == "fake":
+            provider, url = FakeTransport(), FAKE_BASE_URL
+        else:
+            provider, url = BatchTransport(lookup), "batch://run-batch/v1"
+        request = ChatRequest("fake-model", [{"role": "user", "content": "x"}], 2, schema=SCHEMA)
+        asked.append(chat_body(request))
+        connection = provider.connect(url, "EMPTY", connections=4, timeout=10.0)
+        try:
+            reply = await connection.chat(request)
+            assert isinstance(reply, ChatResponse) and len(reply.choices) == 2
+            assert all(isinstance(c.content, str) for c in reply.choices)
+            assert isinstance(connection, Tokenizer)
+            try:
+                counted = await connection.tokenize("fake-model", "two words")
+            except OrchestratorError:
+                pass  # the library's own error (batch rounds have no server to ask)
+            else:
+                assert counted["count"] == 2
+            assert isinstance(await provider.list_models(url, "EMPTY"), list)
+            assert provider.describe(ValueError("bad")).count("\n") == 0
+        finally:
+            await connection.close()
