@@ -1,5 +1,5 @@
 """The LLM client of a run: one façade over the call layers in `orchestrator.calls`
-(servers, transport, retry policy, cache, structured output), so engine, session and
+(servers, providers, retry policy, cache, structured output), so engine, session and
 servers see a single object.
 
 Every try is kept as an `Attempt` so the trace shows exactly how a value was obtained.
@@ -18,8 +18,7 @@ from ..errors import LLMCallError as LLMCallError
 from ..errors import ServerError
 from ..graph.spec import Sampling
 from ..providers.base import Provider, ServedModel
-from ..providers.openai_compat import OpenAITransport
-from ..providers.registry import make_provider
+from ..providers.registry import DEFAULT_PROVIDER, make_provider
 from ..store.cache import ResponseCache
 from ..store.trace import Attempt
 from .cached import CachedCaller
@@ -37,9 +36,9 @@ CallFn = Callable[
 
 
 class LLMClient:
-    """Shared by every node of a run: endpoints, cache, counters. `transport` and `retry`
-    replace the OpenAI SDK and the default retry policy (built from `transport_retries`,
-    `backoff_max`, `server_wait` and `timeout`)."""
+    """Shared by every node of a run: endpoints, cache, counters. `transport` (the run's
+    provider) and `retry` replace the default provider ("openai") and retry policy (built
+    from `transport_retries`, `backoff_max`, `server_wait` and `timeout`)."""
 
     def __init__(
         self,
@@ -64,7 +63,7 @@ class LLMClient:
             server_wait=server_wait,
             timeout=timeout,
         )
-        self.transport: Provider = transport or OpenAITransport()
+        self.transport: Provider = transport or make_provider(DEFAULT_PROVIDER)
         self.servers = ServerRegistry(
             self.transport,
             concurrency=concurrency,
