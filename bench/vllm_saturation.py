@@ -4,7 +4,7 @@ The ExPerT graph has dependencies (extract -> match -> judge), so at times fewer
 are ready than the concurrency allows. How much output throughput does that cost? This
 runs graphs/expert.yaml over examples/expert.jsonl on a real vLLM server (fresh response
 cache, so every call reaches the server), then rebuilds every request the run sent from its
-trace (messages, sampling, JSON schema, exactly as orchestrator/calls/client.py builds a body)
+trace (messages, sampling, JSON schema, exactly as orchestrator/calls/request.py builds a body)
 and fires them all, with no dependencies, from a plain `openai.AsyncOpenAI` worker pool at
 the same concurrency: the ideal a dependency-free load generator reaches on that server.
 Output tokens/s = completion tokens / wall seconds; the last line is ours/replay (target
@@ -43,7 +43,7 @@ from rich.console import Console
 from workload import execute_timed
 
 from orchestrator import RunConfig
-from orchestrator.calls.client import request_body, with_schema_instruction
+from orchestrator.calls.request import request_body, with_schema_instruction
 from orchestrator.store.trace import TraceStore
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -264,7 +264,7 @@ def run_bare(
     import orjson
     from openai.types.chat import ChatCompletion
 
-    from orchestrator.calls.client import make_http_client
+    from orchestrator.providers.openai_compat import make_http_client
 
     async def main() -> float:
         http = make_http_client(concurrency, 600.0) if aiohttp else None

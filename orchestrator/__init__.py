@@ -26,10 +26,10 @@ _EXPORTS = {
     "export": ".analysis.export",
     "node_runs_frame": ".analysis.export",
     "ratings_across_runs": ".analysis.ratings",
-    "FakeAnswer": ".calls.fake",
-    "FakeTransport": ".calls.fake",
+    "FakeAnswer": ".providers.fake",
+    "FakeTransport": ".providers.fake",
     "RetryPolicy": ".calls.retry",
-    "Transport": ".calls.transport",
+    "Transport": ".providers.base",
     "CompiledGraph": ".graph.compiled",
     "compile_graph": ".kinds.graphs",
     "register": ".compute.registry",
@@ -69,9 +69,7 @@ if TYPE_CHECKING:
     from .analysis.export import export, node_runs_frame
     from .analysis.ratings import ratings_across_runs
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
-    from .calls.fake import FakeAnswer, FakeTransport
     from .calls.retry import RetryPolicy
-    from .calls.transport import Transport
     from .compute.registry import register
     from .data.sources import RowSource
     from .errors import (
@@ -93,6 +91,8 @@ if TYPE_CHECKING:
     from .graph.compiled import CompiledGraph
     from .kinds import NodeKind, register_kind
     from .kinds.graphs import compile_graph
+    from .providers.base import Transport
+    from .providers.fake import FakeAnswer, FakeTransport
     from .session.runner import RunConfig, RunOutcome, execute
     from .session.summary import summarize
     from .store.protocol import MemoryStore, RunStore

@@ -5,7 +5,11 @@ Catch `OrchestratorError` to catch them all. The whole family, each with when it
 
     OrchestratorError ......... the root; never raised itself
     ├── ConfigurationError .... settings that cannot work together: no server to talk to, an
-    │                           unknown or missing param, an optional extra that is missing
+    │   │                       unknown or missing param or provider, a missing extra
+    │   └── ProviderCapabilityError  a provider asked for what it cannot do (a tokenizer
+    │       │                   from one without); the library's error, never an SDK's
+    │       └── TokenizerUnavailable  the server has no /tokenize or /detokenize (HTTP
+    │                           404): truncation counts words instead
     ├── GraphError ............ a graph file that cannot be run; `.problems` lists every
     │                           problem found (file, node, field), not just the first
     ├── SchemaError ........... + ValueError. An output field spec that cannot become a JSON
@@ -69,7 +73,7 @@ Catch `OrchestratorError` to catch them all. The whole family, each with when it
 
 Not errors, so not in the tree:
 
-- `batch.transport.Deferred` is a BaseException, as asyncio's CancelledError is: the
+- `providers.batch.Deferred` is a BaseException, as asyncio's CancelledError is: the
   control-flow signal of a request that waits for the next batch file. No layer may take it
   for a failure (retried, recorded, written as a failed result), so it is no error at all.
 - `graph.yamlfile._TooBig` is private to the YAML reader, which turns it into a Problem of
@@ -143,6 +147,14 @@ class OrchestratorError(Exception):
 
 class ConfigurationError(OrchestratorError):
     """Settings that cannot work together (e.g. no server to talk to)."""
+
+
+class ProviderCapabilityError(ConfigurationError):
+    """A provider was asked for what it cannot do (e.g. tokenize without a Tokenizer)."""
+
+
+class TokenizerUnavailable(ProviderCapabilityError):
+    """The server has no /tokenize or /detokenize (it answered 404)."""
 
 
 class GraphError(OrchestratorError):

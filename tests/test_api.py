@@ -197,7 +197,7 @@ def test_docs_example_runs(quiet_home: Path, monkeypatch: pytest.MonkeyPatch):
 def test_results_of_a_resumed_folder_hold_each_example_once(tmp_path: Path):
     """An example that failed and then succeeded on resume is written last; `results`
     gives every example once, in source order."""
-    from orchestrator.calls.fake import schema_answer
+    from orchestrator.providers.fake import schema_answer
 
     graph = orc.graph_from_dict(spec(), PROMPTS)
 

@@ -20,8 +20,8 @@ from orchestrator.calls.autolimit import (
 )
 from orchestrator.calls.limiter import Limiter
 from orchestrator.calls.registry import ServerRegistry
-from orchestrator.calls.transport import OpenAITransport
 from orchestrator.calls.tuner import SCRAPE_FAILURES, parse_concurrency
+from orchestrator.providers.openai_compat import OpenAITransport
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}
 

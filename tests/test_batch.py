@@ -25,8 +25,8 @@ from orchestrator.batch import (
     import_output,
 )
 from orchestrator.batch.rounds import ROUND_CONCURRENCY
-from orchestrator.calls.fake import FakeAnswer, FakeRequest, FakeTransport
 from orchestrator.cli import app
+from orchestrator.providers.fake import FakeAnswer, FakeRequest, FakeTransport
 
 MODEL = "judge-m"
 

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 import orchestrator as orc
 from orchestrator.analysis import paired
-from orchestrator.calls.fake import FakeRequest
 from orchestrator.cli import app
 from orchestrator.cli.app import console
 from orchestrator.compute.statistics import bootstrap_mean_ci, cohen_kappa
+from orchestrator.providers.fake import FakeRequest
 
 N = 40
 SPEC: dict[str, Any] = {

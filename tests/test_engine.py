@@ -475,7 +475,7 @@ def test_aggregates_run_once_with_the_runs_params(tmp_path: Path):
 
 
 def test_server_that_fails_every_request_is_a_clear_error(graph: Path, data: Path, tmp_path: Path):
-    from orchestrator.calls.client import ServerError
+    from orchestrator.errors import ServerError
 
     with (
         FakeServer(lambda body: Reply(status=503)) as server,

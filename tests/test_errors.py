@@ -34,7 +34,7 @@ from orchestrator.store.folder import RunFolder
 # named in errors.py's docstring, which says why).
 ALLOWED = {
     # A BaseException, as CancelledError is: a request waiting for the next batch file.
-    "orchestrator.batch.transport.Deferred",
+    "orchestrator.providers.batch.Deferred",
     # Private to the YAML reader, which turns it into a Problem of a GraphError.
     "orchestrator.graph.yamlfile._TooBig",
 }
@@ -100,8 +100,8 @@ def test_every_error_is_defined_in_errors_under_the_root() -> None:
     assert not stray, f"define these in orchestrator/errors.py, under OrchestratorError: {stray}"
     # The allow-list names classes that exist (it does not rot into a blanket pass).
     assert set(found) >= ALLOWED, ALLOWED - set(found)
-    assert issubclass(found["orchestrator.batch.transport.Deferred"], BaseException)
-    assert not issubclass(found["orchestrator.batch.transport.Deferred"], Exception)
+    assert issubclass(found["orchestrator.providers.batch.Deferred"], BaseException)
+    assert not issubclass(found["orchestrator.providers.batch.Deferred"], Exception)
 
 
 def drawn_tree(doc: str) -> dict[str, str | None]:

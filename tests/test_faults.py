@@ -22,7 +22,7 @@ from helpers import (
     write_rows,
 )
 
-from orchestrator.calls.client import DEFAULT_RETRIES
+from orchestrator.calls.structured import DEFAULT_RETRIES
 from orchestrator.store.trace import TraceStore
 
 pytestmark = pytest.mark.reliability

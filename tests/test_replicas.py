@@ -16,13 +16,12 @@ from fakeserver import FakeServer, Reply, latency_responder, schema_responder
 from helpers import is_canary, judge_graph, run_graph, write_graph, write_rows
 
 import orchestrator as orc
-from orchestrator.calls.client import ServerError
-from orchestrator.calls.fake import FakeTransport
 from orchestrator.calls.limiter import Limiter
 from orchestrator.calls.outage import ServerWatch
 from orchestrator.calls.registry import ServerRegistry
 from orchestrator.calls.replicas import Replica, ReplicaSet, start_example
-from orchestrator.errors import RunFolderError
+from orchestrator.errors import RunFolderError, ServerError
+from orchestrator.providers.fake import FakeTransport
 from orchestrator.store.runkey import REPLICAS, server_components
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}

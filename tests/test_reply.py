@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from orchestrator.calls.errors import MalformedReply
-from orchestrator.calls.reply import parse_reply
+from orchestrator.providers.reply import parse_reply
 
 
 def body(**fields: object) -> bytes:

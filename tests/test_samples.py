@@ -16,8 +16,8 @@ from helpers import judge_graph, orchestrator_command, write_graph
 from typer.testing import CliRunner
 
 import orchestrator as orc
-from orchestrator.calls.fake import FakeAnswer, FakeRequest
 from orchestrator.cli import app
+from orchestrator.providers.fake import FakeAnswer, FakeRequest
 from orchestrator.report import build_report
 from orchestrator.store.reader import RunReader
 from orchestrator.store.records import Attempt, Tally

@@ -179,13 +179,13 @@ def test_retry_after_zero_does_not_hammer_the_server(graph: Path, tmp_path: Path
     [("10", 10.0), ("0", 0.0), ("  7 ", 7.0), ("soon", None), ("-3", None), ("", None)],
 )
 def test_retry_after_in_seconds(value: str, expected: float | None):
-    from orchestrator.calls.client import retry_after_seconds
+    from orchestrator.providers.openai_compat import retry_after_seconds
 
     assert retry_after_seconds(value) == expected
 
 
 def test_retry_after_as_http_date():
-    from orchestrator.calls.client import retry_after_seconds
+    from orchestrator.providers.openai_compat import retry_after_seconds
 
     when = datetime.now(UTC) + timedelta(seconds=30)
     seconds = retry_after_seconds(format_datetime(when, usegmt=True))
@@ -229,7 +229,7 @@ def test_a_server_that_stalls_at_start_is_refused_within_timeout_and_server_wait
     """A server that accepts connections and never answers, on any route, is refused at
     start within --timeout + --server-wait and a few seconds: before, the model list alone
     took three tries of a fixed 15 s (47 s here), whatever the flags said."""
-    from orchestrator.calls.client import ServerError
+    from orchestrator.errors import ServerError
 
     data = rows(tmp_path, 1)
     with FakeServer() as server:

@@ -31,7 +31,7 @@ from helpers import (
 
 import orchestrator as orc
 from orchestrator import RunFolderError
-from orchestrator.calls.client import ServerError
+from orchestrator.errors import ServerError
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}
 ROWS = 4

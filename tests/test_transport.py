@@ -12,11 +12,12 @@ import pytest
 from helpers import judge_graph
 
 import orchestrator as orc
-from orchestrator.calls.client import LLMCallError, LLMClient
+from orchestrator.calls.client import LLMClient
 from orchestrator.calls.counters import RunStats
-from orchestrator.calls.fake import FAKE_BASE_URL, FakeRequest, FakeTransientError
+from orchestrator.errors import FakeTransientError, LLMCallError
 from orchestrator.graph.schemas import build_model
 from orchestrator.graph.spec import FieldSpec, Sampling
+from orchestrator.providers.fake import FAKE_BASE_URL, FakeRequest
 from orchestrator.store.cache import ResponseCache
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}
@@ -199,7 +200,7 @@ async def test_n_samples_and_tokenize_through_the_fake():
     model = build_model("Judge", {"score": FieldSpec(type="integer", min=1, max=10)})
     ep = client.endpoint(FAKE_BASE_URL, "fake-model")
     result = await client.call(ep, [{"role": "user", "content": "x"}], model, Sampling(n=3))
-    tokens = await client.server_json(ep, "/tokenize", {"prompt": "two words"})
+    tokens = await client.tokenize(ep, "two words")
     await client.close()
     assert [v["score"] for v in result.values] == [3, 1, 2]
     assert fake.requests[0].params["n"] == 3

@@ -25,15 +25,16 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from rich.console import Console
 
 from ..calls.endpoints import StructuredChoice
-from ..calls.fake import FAKE_BASE_URL
 from ..calls.outage import DEFAULT_SERVER_WAIT
 from ..calls.retry import RetryPolicy
-from ..calls.transport import Transport
 from ..calls.tuner import Concurrency
 from ..data.sources import as_source
 from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_dict, compile_graph
+from ..providers.base import Transport
+from ..providers.fake import FAKE_BASE_URL
+from ..providers.registry import make_provider
 from ..scale import Executor, Workers, parse_workers
 from ..session.plan import make_plan
 from ..session.session import run_session
@@ -175,6 +176,7 @@ async def arun(
     server_wait: float = DEFAULT_SERVER_WAIT,
     progress: bool = False,
     transport: Transport | None = None,
+    provider: str | None = None,
     retry: RetryPolicy | None = None,
     workers: int | Literal["auto"] | None = None,
     executor: Executor = "local",
@@ -194,7 +196,8 @@ async def arun(
     (in place of the `root` vLLM reports): replies are cached, and a folder resumed, per
     what serves the model, not per model name (docs/servers.md).
     `transport` (e.g. `orc.FakeTransport()`, no server needed) and `retry` replace the
-    OpenAI SDK and the default retry policy. `workers=N` (or "auto", one per core) runs
+    OpenAI SDK and the default retry policy; `provider` names a built-in one instead
+    ("openai", the default; docs/providers.md). `workers=N` (or "auto", one per core) runs
     the graph in N processes into the same folder and cache; `executor="ray"` runs it on
     Ray actors (one per cluster CPU unless `workers` says), at `ray_address` or the Ray
     instance this process finds or starts (docs/scale.md).
@@ -206,6 +209,12 @@ async def arun(
     compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph, trust=trust)
     if base_url is None and transport is not None:
         base_url = FAKE_BASE_URL  # a transport of its own needs no server to be found
+    if provider is not None:
+        if transport is not None:
+            raise ConfigurationError(
+                f"both transport= and provider={provider!r} given: pass one of them"
+            )
+        transport = make_provider(provider)
     plan = make_plan(
         base_url=(base_url if isinstance(base_url, str) else tuple(base_url))
         if base_url

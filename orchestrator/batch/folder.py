@@ -19,10 +19,10 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from ..calls.registry import served_identity
 from ..errors import ConfigurationError
+from ..providers.base import served_identity
+from ..providers.batchfile import BatchRequestLine
 from ..store.cache import ResponseCache
-from .lines import BatchRequestLine
 
 JOB = "batch.json"
 REPLIES = "replies.sqlite"

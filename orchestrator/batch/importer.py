@@ -13,11 +13,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..calls.errors import MalformedReply
-from ..calls.reply import parse_reply
 from ..errors import BatchImportError
+from ..providers.batchfile import BatchOutputLine, ChatReply
+from ..providers.reply import parse_reply
 from ..store.cache import ResponseCache
 from .folder import BatchFolder, ExportFile
-from .lines import BatchOutputLine, ChatReply
 from .rounds import RoundOutcome, run_round
 
 log = logging.getLogger(__name__)

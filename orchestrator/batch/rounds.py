@@ -19,13 +19,13 @@ from pydantic import BaseModel
 from ..calls.retry import RetryPolicy
 from ..data.sources import FileSource
 from ..kinds.graphs import compile_graph
+from ..providers.batch import BATCH_BASE_URL, BatchTransport, deferrals_unreported
+from ..providers.batchfile import BatchRequestLine
 from ..session.plan import make_plan
 from ..session.session import run_session
 from ..store.folder import RunFolder
 from ..store.protocol import MemoryStore, RunStore
 from .folder import BatchFolder, BatchJob, output_name
-from .lines import BatchRequestLine
-from .transport import BATCH_BASE_URL, BatchTransport, deferrals_unreported
 
 log = logging.getLogger(__name__)
 

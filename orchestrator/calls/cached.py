@@ -11,11 +11,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..graph.spec import Sampling
+from ..providers.base import Choice
 from ..store.cache import ResponseCache, cache_key
 from ..store.trace import Attempt
 from .counters import RunStats
 from .registry import Endpoint
-from .reply import Choice
 from .structured import Ask, CallResult, StructuredCaller, finish, validate
 
 

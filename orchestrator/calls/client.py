@@ -1,5 +1,5 @@
 """The LLM client of a run: one façade over the call layers in `orchestrator.calls`
-(servers, transport, retry policy, cache, structured output), so engine, session and
+(servers, providers, retry policy, cache, structured output), so engine, session and
 servers see a single object.
 
 Every try is kept as an `Attempt` so the trace shows exactly how a value was obtained.
@@ -13,73 +13,22 @@ from typing import Any
 
 from pydantic import BaseModel
 
+# Callers imported LLMCallError from here before errors.py was its home: kept for them.
+from ..errors import LLMCallError as LLMCallError
+from ..errors import ServerError
 from ..graph.spec import Sampling
+from ..providers.base import Provider, ServedModel
+from ..providers.registry import DEFAULT_PROVIDER, make_provider
 from ..store.cache import ResponseCache
 from ..store.trace import Attempt
 from .cached import CachedCaller
 from .counters import RunStats
-from .errors import (
-    DeadlineExceeded,
-    LLMCallError,
-    MalformedReply,
-    RetryAfterTooLong,
-    ServerError,
-)
 from .outage import DEFAULT_SERVER_WAIT
-from .registry import CANARY_TOKEN, Endpoint, ServerRegistry, StructuredMode, canary
-from .request import (
-    DEFAULT_MAX_TOKENS,
-    request_body,
-    request_params,
-    schema_instruction,
-    with_schema_instruction,
-)
-from .retry import MIN_RETRY_AFTER, RetryPolicy
+from .registry import Endpoint, ServerRegistry, canary
+from .retry import RetryPolicy
 from .sender import Sender
-from .structured import (
-    DEFAULT_RETRIES,
-    MAX_TOKENS_GROWTH,
-    CallResult,
-    StructuredCaller,
-)
-from .transport import (
-    PROBE_TIMEOUT,
-    PROXY_ERRORS,
-    OpenAITransport,
-    ServedModel,
-    Transport,
-    make_http_client,
-    retry_after_seconds,
-)
+from .structured import CallResult, StructuredCaller
 from .tuner import Concurrency
-
-__all__ = [
-    "CANARY_TOKEN",
-    "DEFAULT_MAX_TOKENS",
-    "DEFAULT_RETRIES",
-    "MAX_TOKENS_GROWTH",
-    "MIN_RETRY_AFTER",
-    "PROBE_TIMEOUT",
-    "PROXY_ERRORS",
-    "CallResult",
-    "DeadlineExceeded",
-    "Endpoint",
-    "LLMCallError",
-    "LLMClient",
-    "MalformedReply",
-    "RetryAfterTooLong",
-    "RetryPolicy",
-    "ServedModel",
-    "ServerError",
-    "StructuredMode",
-    "Transport",
-    "make_http_client",
-    "request_body",
-    "request_params",
-    "retry_after_seconds",
-    "schema_instruction",
-    "with_schema_instruction",
-]
 
 CallFn = Callable[
     [Endpoint, list[dict[str, Any]], type[BaseModel], Sampling], Awaitable[CallResult]
@@ -87,9 +36,9 @@ CallFn = Callable[
 
 
 class LLMClient:
-    """Shared by every node of a run: endpoints, cache, counters. `transport` and `retry`
-    replace the OpenAI SDK and the default retry policy (built from `transport_retries`,
-    `backoff_max`, `server_wait` and `timeout`)."""
+    """Shared by every node of a run: endpoints, cache, counters. `transport` (the run's
+    provider) and `retry` replace the default provider ("openai") and retry policy (built
+    from `transport_retries`, `backoff_max`, `server_wait` and `timeout`)."""
 
     def __init__(
         self,
@@ -102,7 +51,7 @@ class LLMClient:
         refresh: bool = False,
         backoff_max: float = 20.0,
         server_wait: float = DEFAULT_SERVER_WAIT,
-        transport: Transport | None = None,
+        transport: Provider | None = None,
         retry: RetryPolicy | None = None,
         affinity: bool = True,
     ) -> None:
@@ -114,7 +63,7 @@ class LLMClient:
             server_wait=server_wait,
             timeout=timeout,
         )
-        self.transport: Transport = transport or OpenAITransport()
+        self.transport: Provider = transport or make_provider(DEFAULT_PROVIDER)
         self.servers = ServerRegistry(
             self.transport,
             concurrency=concurrency,
@@ -122,6 +71,7 @@ class LLMClient:
             server_wait=self.retry.server_wait,
             affinity=affinity,
         )
+        self._named: dict[str, Provider] = {}  # built-in providers a graph node names
         self.sender = Sender(self.transport, self.retry, stats, self.servers.redact)
         structured = StructuredCaller(self.sender, stats)
         self._caller: StructuredCaller | CachedCaller = (
@@ -136,14 +86,30 @@ class LLMClient:
         *,
         identity: str | None = None,
         check_joins: bool = False,
+        provider: Provider | None = None,
     ) -> Endpoint:
         """The Endpoint for (servers, model, key): one URL, or several replicas of the model;
         the in-flight limit is per server URL. `identity`: what serves the model (part of
         the cache key; default the address); `check_joins`: a replica coming back must
-        report it too."""
+        report it too; `provider`: what reaches it (default: the client's own)."""
         return self.servers.endpoint(
-            base_url, model, api_key, identity=identity, check_joins=check_joins
+            base_url,
+            model,
+            api_key,
+            identity=identity,
+            check_joins=check_joins,
+            provider=provider,
         )
+
+    def provider(self, name: str | None) -> Provider:
+        """The built-in provider `name` (one instance per client), or the client's own for
+        None; ConfigurationError for a name that is not built in."""
+        if name is None:
+            return self.transport
+        found = self._named.get(name)
+        if found is None:
+            found = self._named[name] = make_provider(name)
+        return found
 
     def redact(self, text: str) -> str:
         """`text` with every API key of this client replaced by a placeholder."""
@@ -156,7 +122,9 @@ class LLMClient:
     async def close(self) -> None:
         await self.servers.close()
 
-    async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[ServedModel]:
+    async def list_models(
+        self, base_url: str, api_key: str = "EMPTY", provider: Provider | None = None
+    ) -> list[ServedModel]:
         """The models the server serves; ServerError with a next step if it is unreachable
         or does not answer within the run's --timeout."""
         # The SDK's own list call takes up to three tries of 15 s: against a server that
@@ -164,7 +132,7 @@ class LLMClient:
         timeout = self.retry.timeout
         try:
             async with asyncio.timeout(timeout):
-                return await self.servers.list_models(base_url, api_key)
+                return await self.servers.list_models(base_url, api_key, provider)
         except TimeoutError:
             raise ServerError(
                 f"cannot list models at {base_url}: no answer within {timeout:g} s (--timeout)."
@@ -176,16 +144,27 @@ class LLMClient:
         """Prove the server enforces a JSON schema, with a value no model would guess."""
         return await canary(self.sender, ep, tries)
 
-    async def server_json(
-        self,
-        ep: Endpoint,
-        path: str,
-        body: dict[str, Any],
-        attempts: list[Attempt] | None = None,
+    async def tokenize(
+        self, ep: Endpoint, text: str, attempts: list[Attempt] | None = None
     ) -> dict[str, Any]:
-        """POST to the server's own API beside /v1 (vLLM's /tokenize, /detokenize) as a node
-        call is sent: key, in-flight limit, deadline, retries and outages as for a call."""
-        return await self.sender.server_json(ep, path, body, attempts)
+        """The served model's tokens of `text` (vLLM's /tokenize: {"tokens", "count", …}),
+        asked as a node call is sent: key, in-flight limit, deadline, retries and outages
+        as for a call. ProviderCapabilityError (TokenizerUnavailable: the server has none)
+        when it cannot be asked."""
+        model = ep.model
+        return await self.sender.tokenizer(
+            ep, "/tokenize", lambda t: t.tokenize(model, text), attempts
+        )
+
+    async def detokenize(
+        self, ep: Endpoint, tokens: list[int], attempts: list[Attempt] | None = None
+    ) -> dict[str, Any]:
+        """The text of token ids (vLLM's /detokenize: {"prompt": text}), asked as
+        `tokenize` is."""
+        model = ep.model
+        return await self.sender.tokenizer(
+            ep, "/detokenize", lambda t: t.detokenize(model, tokens), attempts
+        )
 
     @property
     def call(self) -> CallFn:

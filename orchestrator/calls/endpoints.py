@@ -4,17 +4,19 @@ output canary, its version) and its in-flight limit settled before any example i
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from ..errors import ConfigurationError
-from .client import Endpoint, LLMClient, ServedModel, ServerError
-from .registry import identity_at, server_urls, weights_text
+from ..errors import ConfigurationError, ServerError
+from ..providers.base import ServedModel
+from .client import LLMClient
+from .registry import Endpoint, server_urls, weights_text
 
 if TYPE_CHECKING:
     from ..graph.compiled import CompiledGraph
@@ -119,12 +121,14 @@ def node_identity(
     urls: Sequence[str],
     served_by: dict[str, list[ServedModel]],
     server_id: str | None,
+    identify: Callable[[str, Sequence[ServedModel], str], str],
 ) -> str:
     """What serves a node's model: `server_id` when the user named it, else what every
-    replica that answered reports; replicas that report different weights are refused."""
+    replica that answered reports (`identify`: its provider's reading of the model list);
+    replicas that report different weights are refused."""
     if server_id:
         return server_id
-    found = {url: identity_at(url, served_by[url], model) for url in urls if url in served_by}
+    found = {url: identify(url, served_by[url], model) for url in urls if url in served_by}
     (first, identity), *others = found.items()
     for url, other in others:
         if other != identity:
@@ -177,10 +181,12 @@ async def prepare_endpoints(
         )
     for name, want, urls in wants:
         api_key = node_api_key(want, choice)
+        # A graph names only built-in providers (checked when it compiled).
+        provider = client.provider(want.provider) if want.provider else None
         for url in urls:
             if url not in served_by and url not in down:
                 try:
-                    served_by[url] = await client.list_models(url, api_key)
+                    served_by[url] = await client.list_models(url, api_key, provider)
                 except ServerError as exc:
                     if len(urls) == 1:
                         raise
@@ -207,10 +213,18 @@ async def prepare_endpoints(
             urls,
             model,
             api_key,
-            identity=node_identity(name, model, urls, served_by, given),
+            identity=node_identity(
+                name,
+                model,
+                urls,
+                served_by,
+                given,
+                functools.partial(client.servers.identity_at, provider=provider),
+            ),
             # A replica that joins later is checked against the root the others report;
             # a --server-id is the user's word for the whole set.
             check_joins=not given,
+            provider=provider,
         )
         for url in urls:
             if url in down and url not in started_without:

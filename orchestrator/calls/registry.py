@@ -8,17 +8,24 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from .errors import ServerError
+from ..errors import ServerError
+from ..providers.base import (
+    Connection,
+    LoadGauge,
+    Provider,
+    ServedModel,
+    StructuredMode,
+    no_metrics,
+    provider_identity,
+)
 from .limiter import Limiter
 from .outage import DEFAULT_SERVER_WAIT, ServerWatch
 from .replicas import Admission, Replica, ReplicaReport, ReplicaSet
 from .sender import Sender
-from .transport import Connection, ServedModel, Transport
 from .tuner import Concurrency, LimitTuner
 
-StructuredMode = Literal["server", "prompt"]
 CANARY_TOKEN = "canary-7f3a9"
 
 
@@ -36,6 +43,7 @@ class Endpoint:
     # every cache key, so replies of other weights under the same name are never reused.
     identity: str = ""
     check_joins: bool = False  # a replica back in rotation must report `identity` too
+    provider: Provider | None = None  # what it is reached through (None: the client's own)
 
     @property
     def urls(self) -> list[str]:
@@ -52,21 +60,6 @@ def server_urls(base_url: str | Sequence[str]) -> tuple[str, ...]:
     return unique
 
 
-def served_identity(root: str, max_model_len: int | None = None) -> str:
-    """A server known by what vLLM says serves the model: the path or name it was started
-    with, and the context length it was given."""
-    return root if max_model_len is None else f"{root} (max_model_len {max_model_len})"
-
-
-def identity_at(url: str, served: Sequence[ServedModel], model: str) -> str:
-    """What serves `model` at `url`: the `root` its model list reports, else (a server that
-    does not say) its address."""
-    for entry in served:
-        if entry.id == model and entry.root:
-            return served_identity(entry.root, entry.max_model_len)
-    return url
-
-
 def weights_text(url: str, identity: str) -> str:
     """An identity as a message shows it: an address stands for weights nobody named."""
     if identity == url:
@@ -79,7 +72,7 @@ class ServerRegistry:
 
     def __init__(
         self,
-        transport: Transport,
+        transport: Provider,
         *,
         concurrency: Concurrency = None,
         timeout: float = 120.0,
@@ -93,8 +86,9 @@ class ServerRegistry:
         self.affinity = affinity
         self._replicas: dict[str, Replica] = {}
         self._sets: dict[tuple[str, ...], ReplicaSet] = {}
-        self._endpoints: dict[tuple[tuple[str, ...], str, str], Endpoint] = {}
-        self._pools: dict[tuple[str, str], Connection] = {}
+        self._endpoints: dict[tuple[tuple[str, ...], str, str, int], Endpoint] = {}
+        # One pool per (URL, key, provider): id(None) for the registry's own provider.
+        self._pools: dict[tuple[str, str, int], Connection] = {}
         # API keys in use: a server may quote one back in an error, and nothing a server
         # says may carry a key into the trace, results, manifest or logs.
         self._secrets: set[str] = set()
@@ -107,15 +101,18 @@ class ServerRegistry:
         *,
         identity: str | None = None,
         check_joins: bool = False,
+        provider: Provider | None = None,
     ) -> Endpoint:
         """The Endpoint for (servers, model, key); each URL has its own in-flight limit.
         `identity` is what serves the model (default: the address). With `check_joins`, a
-        replica coming back into rotation must report that identity for the model too."""
+        replica coming back into rotation must report that identity for the model too.
+        `provider` reaches the servers (default: the registry's own)."""
         self.keep_secret(api_key)
         urls = server_urls(base_url)
-        key = (urls, model, api_key)
+        chosen = None if provider is self.transport else provider
+        key = (urls, model, api_key, id(chosen))
         if key not in self._endpoints:
-            pools = {url: self._pool(url, api_key) for url in urls}
+            pools = {url: self._pool(url, api_key, chosen) for url in urls}
             replicas = self._replica_set(urls, pools)
             ep = self._endpoints[key] = Endpoint(
                 replicas.name,
@@ -124,6 +121,7 @@ class ServerRegistry:
                 {r: pools[r.url] for r in replicas.replicas},
                 identity=identity or replicas.name,
                 check_joins=check_joins,
+                provider=chosen,
             )
             if check_joins and len(urls) > 1:
                 replicas.admissions.append(self._same_weights(ep, api_key))
@@ -134,7 +132,8 @@ class ServerRegistry:
         reports for the model are the endpoint's (None), or why it stays out."""
 
         async def check(url: str) -> str | None:
-            found = identity_at(url, await self.list_models(url, api_key), ep.model)
+            served = await self.list_models(url, api_key, ep.provider)
+            found = self.identity_at(url, served, ep.model, ep.provider)
             if found == ep.identity:
                 return None
             return (
@@ -146,10 +145,11 @@ class ServerRegistry:
 
         return check
 
-    def _pool(self, url: str, api_key: str) -> Connection:
-        pool = self._pools.get((url, api_key))
+    def _pool(self, url: str, api_key: str, provider: Provider | None) -> Connection:
+        key = (url, api_key, id(provider))
+        pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[url, api_key] = self.transport.connect(
+            pool = self._pools[key] = (provider or self.transport).connect(
                 url, api_key, connections=self.tuner.connections(), timeout=self.timeout
             )
         return pool
@@ -162,7 +162,7 @@ class ServerRegistry:
                     url,
                     Limiter(self.tuner.initial_limit()),
                     ServerWatch(url, pool.probe, self.server_wait),
-                    pool.metrics,
+                    pool.metrics if isinstance(pool, LoadGauge) else no_metrics,
                 )
         if urls not in self._sets:
             self._sets[urls] = ReplicaSet(
@@ -213,15 +213,30 @@ class ServerRegistry:
             for o in replica.watch.outages
         ]
 
-    async def list_models(self, base_url: str, api_key: str = "EMPTY") -> list[ServedModel]:
-        """The models the server serves; ServerError with a next step if it is unreachable."""
+    def identity_at(
+        self,
+        url: str,
+        served: Sequence[ServedModel],
+        model: str,
+        provider: Provider | None = None,
+    ) -> str:
+        """What serves `model` at `url`, as the provider (default: the registry's own)
+        reports it from the model list."""
+        return provider_identity(provider or self.transport, url, served, model)
+
+    async def list_models(
+        self, base_url: str, api_key: str = "EMPTY", provider: Provider | None = None
+    ) -> list[ServedModel]:
+        """The models the server serves, as the provider (default: the registry's own)
+        lists them; ServerError with a next step if it is unreachable."""
         self.keep_secret(api_key)
+        provider = provider or self.transport
         try:
-            listed = await self.transport.list_models(base_url, api_key)
+            listed = await provider.list_models(base_url, api_key)
             # A transport written before the model list carried roots gives plain names.
             return [ServedModel(m) if isinstance(m, str) else m for m in listed]
         except Exception as exc:
-            described = self.redact(self.transport.describe(exc))
+            described = self.redact(provider.describe(exc))
             raise ServerError(
                 f"cannot list models at {base_url} ({described}). Is the server running? "
                 "Start the embedded one with `orchestrator serve`, or pass --base-url."
@@ -259,7 +274,7 @@ async def canary(sender: Sender, ep: Endpoint, tries: int = 3) -> bool:
         except Exception as exc:
             raise ServerError(
                 f"the first request to {ep.base_url} ({ep.model}) failed after "
-                f"{sender.retry.retries + 1} tries: {sender.describe(exc)}"
+                f"{sender.retry.retries + 1} tries: {sender.hooks_for(ep).describe(exc)}"
             ) from exc
         try:
             data = json.loads(choices[0].content)

@@ -1,5 +1,5 @@
-"""The request a node call sends: its sampling values, its chat body, and the schema
-instruction prompt-only mode adds."""
+"""The request a node call sends: its sampling values, the schema instruction prompt-only
+mode adds, and (for replays) its OpenAI chat body."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 from ..graph.spec import Sampling
+from ..providers.base import ChatRequest, StructuredMode
+from ..providers.openai_compat import chat_body
 
 DEFAULT_MAX_TOKENS = 512
 
@@ -22,6 +24,31 @@ def request_params(sampling: Sampling) -> dict[str, Any]:
     }
 
 
+def chat_request(
+    model: str,
+    messages: list[dict[str, Any]],
+    params: dict[str, Any],
+    n: int,
+    schema: dict[str, Any] | None,
+    structured: StructuredMode = "server",
+) -> ChatRequest:
+    """The typed request of one call: `params` as `request_params` gives them, `schema`
+    the reply's (enforced by the server when `structured` is "server")."""
+    get = params.get
+    return ChatRequest(
+        model,
+        messages,
+        n,
+        get("temperature"),
+        get("max_tokens"),
+        get("top_p"),
+        get("seed"),
+        get("logprobs"),
+        schema,
+        structured,
+    )
+
+
 def request_body(
     model: str,
     messages: list[dict[str, Any]],
@@ -29,23 +56,10 @@ def request_body(
     n: int,
     schema: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The chat-completion body of one request; `schema` is enforced by the server when given.
-
-    Also what a replay of a traced call re-sends (bench/vllm_saturation.py).
-    """
-    body: dict[str, Any] = {"model": model, "messages": messages, "n": n}
-    for name in ("temperature", "max_tokens", "top_p", "seed"):
-        if params.get(name) is not None:
-            body[name] = params[name]
-    if params.get("logprobs"):
-        body["logprobs"] = True
-        body["top_logprobs"] = params["logprobs"]
-    if schema is not None:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "output", "schema": schema, "strict": True},
-        }
-    return body
+    """The OpenAI chat body of one request (`schema` enforced by the server when given), as
+    the default provider sends it; what a replay of a traced call re-sends
+    (bench/vllm_saturation.py)."""
+    return chat_body(chat_request(model, messages, params, n, schema))
 
 
 def with_schema_instruction(

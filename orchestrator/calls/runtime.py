@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..store.trace import Attempt
-from .client import Endpoint, LLMClient
+from .client import LLMClient
+from .registry import Endpoint
 
 
 @dataclass
@@ -47,11 +48,9 @@ class Runtime:
         return found[0]
 
     async def tokenize(self, text: str, endpoint: Endpoint) -> dict[str, Any]:
-        """vLLM's /tokenize of `text` with the endpoint's model: {"tokens", "count", …}."""
-        body = {"prompt": text, "add_special_tokens": False, "model": endpoint.model}
-        return await self.client.server_json(endpoint, "/tokenize", body, self.attempts)
+        """The endpoint's tokens of `text` (vLLM's /tokenize): {"tokens", "count", …}."""
+        return await self.client.tokenize(endpoint, text, self.attempts)
 
     async def detokenize(self, tokens: list[int], endpoint: Endpoint) -> dict[str, Any]:
-        """vLLM's /detokenize of token ids: {"prompt": text}."""
-        body = {"tokens": tokens, "model": endpoint.model}
-        return await self.client.server_json(endpoint, "/detokenize", body, self.attempts)
+        """The endpoint's text of token ids (vLLM's /detokenize): {"prompt": text}."""
+        return await self.client.detokenize(endpoint, tokens, self.attempts)

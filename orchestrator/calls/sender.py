@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ..errors import MalformedReply, ProviderCapabilityError
+from ..providers.base import ChatResponse, Choice, Provider, Tokenizer
+from ..providers.reply import check_reply_size
 from ..store.trace import Attempt
 from .counters import RunStats
-from .errors import MalformedReply
 from .replicas import Replica, ReplicaSet
-from .reply import Choice, Reply, check_reply_size
-from .request import request_body
+from .request import chat_request
 from .retry import RetryPolicy
-from .transport import Transport
 
 if TYPE_CHECKING:
     from .registry import Endpoint
@@ -55,12 +55,40 @@ class CallRoute:
         return await self.replicas.after_failure(self.replica, failed_at)
 
 
+class ProviderHooks:
+    """The retry policy's hooks for one provider: its judgement of a fault, named with the
+    run's secrets redacted, and retries counted in the run's stats."""
+
+    __slots__ = ("provider", "redact", "stats")
+
+    def __init__(self, provider: Provider, stats: RunStats, redact: Callable[[str], str]) -> None:
+        self.provider = provider
+        self.stats = stats
+        self.redact = redact
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return self.provider.is_transient(exc)
+
+    def may_be_outage(self, exc: BaseException) -> bool:
+        return self.provider.may_be_outage(exc)
+
+    def retry_after(self, exc: BaseException) -> float | None:
+        return self.provider.retry_after(exc)
+
+    def describe(self, exc: BaseException) -> str:
+        return self.redact(self.provider.describe(exc))
+
+    def count_retry(self) -> None:
+        self.stats.retries += 1
+
+
 class Sender:
-    """Sends requests through a transport with a retry policy; counts requests and tokens."""
+    """Sends requests through each endpoint's provider with a retry policy; counts requests
+    and tokens."""
 
     def __init__(
         self,
-        transport: Transport,
+        transport: Provider,
         retry: RetryPolicy,
         stats: RunStats,
         redact: Callable[[str], str],
@@ -69,23 +97,18 @@ class Sender:
         self.retry = retry
         self.stats = stats
         self.redact = redact
+        self.hooks = ProviderHooks(transport, stats, redact)
+        self._hooks: dict[int, ProviderHooks] = {id(transport): self.hooks}
 
-    # -- RetryHooks: the transport's judgement, secrets redacted, retries counted -----------
-
-    def is_transient(self, exc: BaseException) -> bool:
-        return self.transport.is_transient(exc)
-
-    def may_be_outage(self, exc: BaseException) -> bool:
-        return self.transport.may_be_outage(exc)
-
-    def retry_after(self, exc: BaseException) -> float | None:
-        return self.transport.retry_after(exc)
-
-    def describe(self, exc: BaseException) -> str:
-        return self.redact(self.transport.describe(exc))
-
-    def count_retry(self) -> None:
-        self.stats.retries += 1
+    def hooks_for(self, ep: Endpoint) -> ProviderHooks:
+        """The retry hooks of the endpoint's provider (the client's own when it names none)."""
+        provider = ep.provider
+        if provider is None:
+            return self.hooks
+        hooks = self._hooks.get(id(provider))
+        if hooks is None:
+            hooks = self._hooks[id(provider)] = ProviderHooks(provider, self.stats, self.redact)
+        return hooks
 
     # -- requests ---------------------------------------------------------------------
 
@@ -100,14 +123,12 @@ class Sender:
     ) -> tuple[list[Choice], tuple[int, int], float]:
         """One chat completion with transport retries; every failed try is appended to
         `attempts`. Tries lost to a server outage are waited out and not counted."""
-        body = request_body(
-            ep.model, messages, params, n, schema if ep.structured == "server" else None
-        )
+        request = chat_request(ep.model, messages, params, n, schema, ep.structured)
         started = time.perf_counter()
         retry, stats, connections = self.retry, self.stats, ep.connections
         route = CallRoute(ep.replicas)
 
-        async def post_once() -> Reply:
+        async def post_once() -> ChatResponse:
             nonlocal started
             async with route as replica:
                 stats.requests += 1
@@ -117,7 +138,7 @@ class Sender:
                     # whole reply (about 3 µs a call).
                     try:
                         async with asyncio.timeout(retry.timeout):
-                            response = await connections[replica].chat(body)
+                            response = await connections[replica].chat(request)
                     except TimeoutError:
                         raise retry.deadline_exceeded() from None
                 except Exception:
@@ -131,10 +152,10 @@ class Sender:
                     f"asked for {n} sample(s), the reply has {len(response.choices)}"
                 )
             # Here, not in the transport: every transport's replies are held to it.
-            check_reply_size(response, body.get("max_tokens"))
+            check_reply_size(response, request.max_tokens)
             return response
 
-        response = await retry.run(post_once, route, attempts, self)
+        response = await retry.run(post_once, route, attempts, self.hooks_for(ep))
         latency = time.perf_counter() - started
         served_by = route.url
         tokens = (response.prompt_tokens, response.completion_tokens)
@@ -148,31 +169,35 @@ class Sender:
         ]
         return choices, tokens, latency
 
-    async def server_json(
+    async def tokenizer(
         self,
         ep: Endpoint,
-        path: str,
-        body: dict[str, Any],
+        route_name: str,
+        ask: Callable[[Tokenizer], Awaitable[dict[str, Any]]],
         attempts: list[Attempt] | None = None,
     ) -> dict[str, Any]:
-        """POST to the server's own API beside /v1 (vLLM's /tokenize, /detokenize) as a node
-        call is sent: the endpoint's key, its in-flight limit, the deadline, transport
-        retries, Retry-After and a server outage waited out, each failed try appended to
-        `attempts`. Raises the transport's error for an answer that is not a success (e.g.
-        404: this server has no such route)."""
+        """`ask` of a replica's Tokenizer (vLLM's /tokenize, /detokenize), sent as a node
+        call is: the endpoint's key, its in-flight limit, the deadline, transport retries,
+        Retry-After and a server outage waited out, each failed try appended to `attempts`.
+        ProviderCapabilityError when the provider has no tokenizer; TokenizerUnavailable
+        when the server has none."""
+        if not all(isinstance(c, Tokenizer) for c in ep.connections.values()):
+            raise ProviderCapabilityError(
+                f"{route_name} needs a tokenizer, and the provider of {ep.base_url} has none"
+            )
         retry = self.retry
         route = CallRoute(ep.replicas)
 
         async def post_once() -> dict[str, Any]:
             async with route as replica:
-                url = replica.url.rstrip("/").removesuffix("/v1") + path
+                tokenizer: Any = ep.connections[replica]
                 try:
                     async with asyncio.timeout(retry.timeout):
-                        reply = await ep.connections[replica].post_json(url, body)
+                        reply = await ask(tokenizer)
                 except TimeoutError:
-                    raise retry.deadline_exceeded(f"reply from {path}") from None
+                    raise retry.deadline_exceeded(f"reply from {route_name}") from None
             if not isinstance(reply, dict):
-                raise MalformedReply(f"{path} answered {type(reply).__name__}, not an object")
+                raise MalformedReply(f"{route_name} answered {type(reply).__name__}, not an object")
             return reply
 
-        return await retry.run(post_once, route, attempts, self)
+        return await retry.run(post_once, route, attempts, self.hooks_for(ep))

@@ -16,12 +16,12 @@ from pydantic import BaseModel, ValidationError
 
 from ..graph.schemas import json_schema
 from ..graph.spec import Sampling
+from ..providers.base import Choice
 from ..store.trace import Attempt
 from .counters import RunStats
 from .errors import LLMCallError
 from .outage import ServerGone
 from .registry import Endpoint, StructuredMode
-from .reply import Choice
 from .request import request_params, with_schema_instruction
 from .sender import Sender
 
@@ -142,7 +142,7 @@ class StructuredCaller:
             tries = sum(a.kind == "transport" for a in result.attempts)
             raise LLMCallError(
                 f"request failed after {tries} tr{'y' if tries == 1 else 'ies'}: "
-                f"{self.sender.describe(exc)}",
+                f"{self.sender.hooks_for(ep).describe(exc)}",
                 result.attempts,
             ) from exc
         result.prompt_tokens += tokens[0]
@@ -249,7 +249,7 @@ class StructuredCaller:
             except ServerGone:
                 raise
             except Exception as exc:
-                message = f"re-ask failed: {self.sender.describe(exc)}"
+                message = f"re-ask failed: {self.sender.hooks_for(ep).describe(exc)}"
                 raise LLMCallError(message, result.attempts) from exc
             result.prompt_tokens += tokens[0]
             result.completion_tokens += tokens[1]

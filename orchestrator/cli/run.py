@@ -118,6 +118,14 @@ def run(
             envvar="OPENAI_API_KEY", show_default=False, help="API key (env OPENAI_API_KEY)."
         ),
     ] = "EMPTY",
+    provider: Annotated[
+        str | None,
+        typer.Option(
+            help="The built-in provider that reaches --base-url: openai (OpenAI-compatible, "
+            "vLLM; the default). A graph node may name its own (docs/providers.md).",
+            show_default=False,
+        ),
+    ] = None,
     concurrency: Annotated[
         str | None,
         typer.Option(
@@ -212,6 +220,7 @@ def run(
             model=model,
             server_id=server_id,
             api_key=api_key,
+            provider=provider,
             concurrency=in_flight,
             affinity=affinity,
             limit=limit,

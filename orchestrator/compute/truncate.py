@@ -8,10 +8,11 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ProviderCapabilityError, TokenizerUnavailable
 from .registry import register
 
 if TYPE_CHECKING:
-    from ..calls.client import Endpoint
+    from ..calls.registry import Endpoint
     from ..calls.runtime import Runtime
 
 _WORD = re.compile(r"\S+")
@@ -113,7 +114,6 @@ async def truncate_with_server(
 
 def _run_tokenizer(runtime: Runtime, endpoint: Endpoint) -> tuple[Tokenize, Detokenize]:
     """Tokenize and detokenize through the run's client: key, limit, deadline, outages."""
-    import openai
 
     async def tokenize(part: str) -> dict[str, Any]:
         return await runtime.tokenize(part, endpoint)
@@ -121,7 +121,7 @@ def _run_tokenizer(runtime: Runtime, endpoint: Endpoint) -> tuple[Tokenize, Deto
     async def detokenize(tokens: list[int]) -> dict[str, Any] | None:
         try:
             return await runtime.detokenize(tokens, endpoint)
-        except openai.NotFoundError:
+        except ProviderCapabilityError:
             return None
 
     return tokenize, detokenize
@@ -140,11 +140,10 @@ async def truncate_to_tokens(
 
     Inside a run it uses the run's server (the endpoint serving `model` at `base_url`, else
     the run's own) with that endpoint's key, limits and outage handling; a server with no
-    /tokenize (404) falls back to whitespace-separated words, and the result says which
-    method was used and whether anything was cut. Any other server error fails the node.
+    /tokenize (404), or a provider with no tokenizer, falls back to whitespace-separated
+    words, and the result says which method was used and whether anything was cut. Any
+    other server error fails the node.
     """
-    import openai
-
     text = text or ""
     max_tokens = int(max_tokens)
     if max_tokens < 1:
@@ -153,8 +152,8 @@ async def truncate_to_tokens(
         endpoint = runtime.endpoint(base_url, model)
         try:
             return await truncate_with(text, max_tokens, *_run_tokenizer(runtime, endpoint))
-        except openai.NotFoundError:
-            return _by_words(text, max_tokens, _no_tokenizer(endpoint.base_url))
+        except ProviderCapabilityError as exc:
+            return _by_words(text, max_tokens, _no_tokenizer(endpoint.base_url, exc))
     if not base_url:
         return _by_words(text, max_tokens, "no server URL")
     import httpx
@@ -173,6 +172,10 @@ async def truncate_to_tokens(
         return _by_words(text, max_tokens, f"/tokenize unavailable ({type(exc).__name__})")
 
 
-def _no_tokenizer(base_url: str) -> str:
+def _no_tokenizer(base_url: str, gap: ProviderCapabilityError | None = None) -> str:
+    """The note of a word count: the server (a 404 from /tokenize) or its provider has no
+    tokenizer."""
     root = base_url.rstrip("/").removesuffix("/v1")
-    return f"{root} has no /tokenize (HTTP 404): counted words, not tokens"
+    if gap is None or isinstance(gap, TokenizerUnavailable):
+        return f"{root} has no /tokenize (HTTP 404): counted words, not tokens"
+    return f"{gap}: counted words, not tokens"

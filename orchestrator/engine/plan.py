@@ -30,8 +30,8 @@ from typing import Any, Literal
 from ..calls.endpoints import StructuredChoice
 from ..calls.outage import DEFAULT_SERVER_WAIT
 from ..calls.retry import RetryPolicy
-from ..calls.transport import Transport
 from ..calls.tuner import Concurrency
+from ..providers.base import Transport
 
 Executor = Literal["local", "ray"]
 Workers = int | Literal["auto"]

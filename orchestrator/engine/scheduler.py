@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..calls.client import Endpoint, LLMClient
+from ..calls.client import LLMClient
 from ..calls.counters import RunStats
 from ..calls.outage import ServerGone
+from ..calls.registry import Endpoint
 from ..calls.replicas import start_example
 from ..calls.runtime import Runtime
 from ..data.dataset import Row

@@ -16,7 +16,8 @@ from ..errors import NodeError
 from ..graph.spec import NodeBase
 
 if TYPE_CHECKING:
-    from ..calls.client import Endpoint, LLMClient
+    from ..calls.client import LLMClient
+    from ..calls.registry import Endpoint
     from ..calls.runtime import Runtime
     from ..compute import ComputeFunction
     from ..graph.checks import NodeScope
@@ -45,6 +46,7 @@ class EndpointWant(NamedTuple):
     base_url: str | list[str] | None  # a list: replicas serving the same model
     model: str | None
     api_key_env: str | None
+    provider: str | None = None  # a built-in provider's name (None: the run's)
 
 
 @dataclass(slots=True)

@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from jinja2 import TemplateError
 from pydantic import BaseModel
 
-from ..calls.client import LLMCallError, request_params
 from ..calls.endpoints import PARAM_PREFIX
-from ..errors import NodeError, Problem
+from ..calls.request import request_params
+from ..errors import LLMCallError, NodeError, Problem
 from ..graph.checks import check_sampling
 from ..graph.compiled import CompiledNode
 from ..graph.schemas import SchemaError, build_model, dynamic_fields, json_schema
 from ..graph.spec import SAMPLING_TYPES, FieldSpec, GraphSpec, NodeBase, Sampling, sampling_problem
+from ..providers.registry import unknown_provider
 from ..store.trace import NodeRecord
 from .base import EndpointWant, NodeKind, RunServices, evaluate
 
@@ -38,6 +39,7 @@ class LLMNode(NodeBase, Sampling):
     model: str | None = None
     base_url: str | list[str] | None = None  # a list: replicas serving the same model
     api_key_env: str | None = None
+    provider: str | None = None  # a built-in provider by name (None: the run's, --provider)
     on_error: Literal["fail", "record"] = "fail"
 
 
@@ -104,6 +106,8 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
                 if expr:
                     cn.sampling_exprs[key] = expr
         _check_samples(cn, scope)
+        if node.provider is not None and (gap := unknown_provider(node.provider)):
+            scope.problem(gap, "provider")
         urls = [node.base_url] if isinstance(node.base_url, str) else node.base_url or []
         for key, named in [("model", node.model), *(("base_url", url) for url in urls)]:
             # `model: params.X` is resolved when the run starts; the param must exist.
@@ -113,7 +117,7 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
                     scope.problem(f"'{named}': the graph declares no param '{param}'", key)
 
     def endpoint_want(self, spec: LLMNode) -> EndpointWant:
-        return EndpointWant(spec.base_url, spec.model, spec.api_key_env)
+        return EndpointWant(spec.base_url, spec.model, spec.api_key_env, spec.provider)
 
     def value_fields(self, spec: LLMNode, graph: GraphSpec) -> dict[str, FieldSpec] | None:
         # With n > 1 the value is a list of samples, not one output object.

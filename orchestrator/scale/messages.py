@@ -102,6 +102,7 @@ class EndpointPlan(BaseModel):
     # What serves the model as the run found it: a worker's cache keys must be the run's.
     identity: str
     check_joins: bool
+    provider: str | None = None  # the built-in provider the node names (None: the run's)
 
 
 @dataclass(frozen=True, kw_only=True)

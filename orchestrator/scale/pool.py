@@ -20,6 +20,7 @@ from ..engine.plan import RunPlan, ScalePlan, Workers
 from ..engine.scheduler import engine_window
 from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
+from ..kinds.base import EndpointWant
 from ..store.protocol import RunStore
 from ..store.trace import TraceStore
 from .coordinator import Coordinator, WorkerLink
@@ -76,13 +77,18 @@ class ResolvedRun:
     run_key: str
 
 
-def _api_key(parts: ResolvedRun, node: str) -> str:
-    """The key the run's own client uses for this node (decided where the run started)."""
+def _want(parts: ResolvedRun, node: str) -> EndpointWant:
+    """What the node asks of the run's servers, as the run's own client read it."""
     compiled = parts.graph.nodes[node]
     want = compiled.kind.endpoint_want(compiled.spec)
     if want is None:  # only nodes that talk to a server have endpoints
         raise ConfigurationError(f"node '{node}' has an endpoint but asks for no server")
-    return node_api_key(want, parts.choice)
+    return want
+
+
+def _api_key(parts: ResolvedRun, node: str) -> str:
+    """The key the run's own client uses for this node (decided where the run started)."""
+    return node_api_key(_want(parts, node), parts.choice)
 
 
 def worker_job(parts: ResolvedRun, count: int) -> WorkerJob:
@@ -104,6 +110,7 @@ def worker_job(parts: ResolvedRun, count: int) -> WorkerJob:
             structured=endpoint.structured,
             identity=endpoint.identity,
             check_joins=endpoint.check_joins,
+            provider=_want(parts, node).provider,
         )
         for node, endpoint in parts.endpoints.items()
     ]

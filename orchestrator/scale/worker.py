@@ -13,9 +13,10 @@ from contextlib import ExitStack, suppress
 from dataclasses import replace
 from typing import Any
 
-from ..calls.client import Endpoint, LLMClient
+from ..calls.client import LLMClient
 from ..calls.counters import RunStats
 from ..calls.outage import ServerGone
+from ..calls.registry import Endpoint
 from ..engine.flush import CacheFlusher, fewer_gc_passes
 from ..engine.runtime import ProcessRuntime, build_runtime
 from ..engine.scheduler import Engine
@@ -55,6 +56,7 @@ def _endpoints(client: LLMClient, job: WorkerJob) -> dict[str, Endpoint]:
             plan.api_key,
             identity=plan.identity,
             check_joins=plan.check_joins,
+            provider=client.provider(plan.provider) if plan.provider else None,
         )
         endpoint.structured = plan.structured
         endpoints[plan.node] = endpoint

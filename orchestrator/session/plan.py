@@ -14,7 +14,6 @@ from typing import Any
 from ..calls.endpoints import StructuredChoice
 from ..calls.outage import DEFAULT_SERVER_WAIT
 from ..calls.retry import RetryPolicy
-from ..calls.transport import Transport
 from ..calls.tuner import Concurrency
 from ..engine.plan import (
     CachePlan,
@@ -25,6 +24,7 @@ from ..engine.plan import (
     ServerPlan,
     Workers,
 )
+from ..providers.base import Transport
 
 __all__ = [
     "CachePlan",

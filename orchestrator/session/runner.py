@@ -16,10 +16,10 @@ from rich.console import Console
 from ..calls.endpoints import StructuredChoice
 from ..calls.outage import DEFAULT_SERVER_WAIT
 from ..calls.retry import RetryPolicy
-from ..calls.transport import Transport
 from ..calls.tuner import Concurrency
 from ..data.sources import FileSource
 from ..kinds.graphs import compile_graph
+from ..providers.base import Transport
 from ..store.folder import RunFolder
 from .plan import Executor, RunPlan, Workers, make_plan
 from .session import run_session

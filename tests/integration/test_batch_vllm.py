@@ -17,7 +17,6 @@ import pytest
 
 import orchestrator as orc
 from orchestrator.batch import BatchFolder, BatchJob, export_round, import_output
-from orchestrator.calls.fake import FakeTransport
 from orchestrator.local.server import (
     DEFAULT_MODEL_NAME,
     MAX_MODEL_LEN,
@@ -25,6 +24,7 @@ from orchestrator.local.server import (
     prepare_model,
     run_batch_command,
 )
+from orchestrator.providers.fake import FakeTransport
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

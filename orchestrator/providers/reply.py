@@ -1,5 +1,5 @@
-"""A chat-completion reply as the calls layer uses it: its samples, token counts and the
-server's fingerprint, read straight from the response body.
+"""An OpenAI chat-completion reply body read into a `ChatResponse` (its samples, token
+counts and the server's fingerprint), and the size a reply may have for its max_tokens.
 
 Reading the body ourselves (orjson, then these few fields) instead of letting the SDK build
 its `ChatCompletion` model takes about 0.15 ms off every request: against an instant server
@@ -9,12 +9,12 @@ a bare SDK loop went from 1,693 to 2,251 requests/s (bench/engine_overhead.py, i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from .errors import MalformedReply, ReplyTooLarge
+from ..errors import MalformedReply, ReplyTooLarge
+from .base import ChatResponse, Choice
 
 # A reply's content may hold at most this many bytes per requested token, plus CONTENT_SLACK.
 # Generous on purpose: a token is 1-4 bytes in most scripts, but one token of a byte-level
@@ -28,27 +28,6 @@ CONTENT_SLACK = 1024
 # JSON (about 60 bytes each with the keys; a token's text may be long, hence the margin).
 LOGPROB_BYTES = 256
 BODY_SLACK = 64 * 1024  # the envelope: ids, usage, finish reasons, a fingerprint
-
-
-@dataclass(slots=True)
-class Choice:
-    """One sample of a reply, as validated, cached and traced (`replica`: the server URL
-    that sent it; None for a reply from the cache)."""
-
-    content: str
-    finish_reason: str | None
-    logprobs: list[dict[str, Any]] | None
-    replica: str | None = None
-
-
-@dataclass(slots=True)
-class Reply:
-    """One reply's samples in index order, its token usage and the server's fingerprint."""
-
-    choices: list[Choice]
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    fingerprint: str | None = None
 
 
 def content_cap(max_tokens: int) -> int:
@@ -78,7 +57,7 @@ def too_large(what: str, size: int, cap: int, max_tokens: int) -> ReplyTooLarge:
     )
 
 
-def check_reply_size(reply: Reply, max_tokens: int | None) -> None:
+def check_reply_size(reply: ChatResponse, max_tokens: int | None) -> None:
     """ReplyTooLarge when a sample's content is larger than `max_tokens` allows."""
     if max_tokens is None:
         return
@@ -128,8 +107,8 @@ def _choice(raw: Any, position: int) -> tuple[int, Choice]:
     return index, Choice(content or "", finish_reason, _logprobs(choice))
 
 
-def parse_reply(body: bytes | str | dict[str, Any]) -> Reply:
-    """The Reply in a chat-completion response body; MalformedReply (retried like a 5xx) for
+def parse_reply(body: bytes | str | dict[str, Any]) -> ChatResponse:
+    """The ChatResponse in a chat-completion response body; MalformedReply (retried like a 5xx) for
     a body that is not JSON or not shaped like a completion."""
     if isinstance(body, dict):
         data = body
@@ -148,7 +127,7 @@ def parse_reply(body: bytes | str | dict[str, Any]) -> Reply:
         prompt = usage.get("prompt_tokens") or 0
         completion = usage.get("completion_tokens") or 0
     fingerprint = data.get("system_fingerprint")
-    return Reply(
+    return ChatResponse(
         [choice for _, choice in indexed],
         prompt if isinstance(prompt, int) else 0,
         completion if isinstance(completion, int) else 0,
