@@ -169,7 +169,7 @@ def run_api(graph: Path, data: Path, out: Path, base_url: str, concurrency: int)
         overwrite=True,
     )
     seconds = time.perf_counter() - started
-    return _timing_from(out, seconds, result.manifest.counts.model_dump())
+    return _timing_from(out, seconds, result.manifest.counts.as_dict())
 
 
 def run_cli(graph: Path, data: Path, out: Path, base_url: str, concurrency: int) -> Timing:

@@ -366,3 +366,15 @@ def test_unknown_manifest_keys_are_kept_aside_and_written_back(tmp_path: Path) -
         Manifest(gpu="A100")  # type: ignore[call-arg]
     with pytest.raises(ValidationError, match="gpu"):
         Manifest.model_validate(old)
+
+
+def test_counts_keep_the_model_dump_of_the_model_they_were() -> None:
+    """`Counts` became a slotted dataclass; `manifest.counts.model_dump()` (a pydantic
+    model's method, used by callers of `orc.run`) still returns the stored counters."""
+    from orchestrator.store.records import Counts
+
+    counts = Counts(examples_ok=3, prompt_tokens=5, completion_tokens=7)
+    dumped = counts.model_dump()
+    assert dumped == counts.as_dict()
+    assert dumped["examples_ok"] == 3 and dumped["tokens"] == 12
+    assert "started" not in dumped

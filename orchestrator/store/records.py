@@ -312,6 +312,11 @@ class Counts:
         """The counters as the manifest stores them (`tokens` included, `started` not)."""
         return _COUNTS.dump_python(self)
 
+    def model_dump(self) -> dict[str, int | float]:
+        """`as_dict`, under the name it had when `Counts` was a pydantic model: callers of
+        `result.manifest.counts.model_dump()` keep working."""
+        return self.as_dict()
+
 
 _COUNTS: TypeAdapter[Counts] = TypeAdapter(Counts)
 
