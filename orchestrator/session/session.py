@@ -282,7 +282,9 @@ async def _run_rows(
             manifest.workers = workers  # which processes to look at while it runs
             store.write_manifest(manifest)
 
-        work = pool.run(parts, rows, store, run.trace, run.runtime.stats, started)
+        work = pool.run(
+            parts, rows, store, run.trace, run.runtime.stats, started, events=client.events
+        )
     with fewer_gc_passes():
         await drive(
             work,
@@ -291,6 +293,7 @@ async def _run_rows(
             run.source.count(plan.limit),
             console,
             client.servers.limits_text,
+            client.events,
         )
 
 
@@ -316,7 +319,8 @@ async def _finalize(run: _Run, flush: Flusher, pool: WorkerPool | None) -> BaseE
             manifest.cache_error = f"replies not saved to the cache: {first}"
         manifest.ended = time.time()
         manifest.wall_seconds = round(manifest.ended - (manifest.started or manifest.ended), 3)
-        manifest.outages = client.outages() + (pool.outages if pool else [])
+        # The run's own outages and its workers', from the events they emitted.
+        manifest.outages = client.outages()
         manifest.replicas = [r.model_dump() for r in client.servers.replica_reports()]
         if pool is not None:
             manifest.workers = pool.workers
