@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 log = logging.getLogger(__name__)
@@ -26,18 +26,30 @@ def _now() -> float:
     return time.time()
 
 
+_COMMON = frozenset({"at", "worker"})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunEvent:
     """Something that happened during a run, at `at` (seconds since the epoch), in the
     worker named `worker` ("" for the run's own process)."""
 
     level: ClassVar[int] = logging.INFO
+    kind: ClassVar[str] = "event"  # its name in manifest.json
     at: float = field(default_factory=_now)
     worker: str = ""
 
     def describe(self) -> str:
         """The event as its log line says it."""
         raise NotImplementedError
+
+    def log_level(self) -> int:
+        """The level its log line is written at (a kind may choose it from its facts)."""
+        return self.level
+
+    def facts(self) -> dict[str, Any]:
+        """Its own fields (not when or in which worker), as the manifest keeps them."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _COMMON}
 
     @property
     def place(self) -> str:
@@ -78,6 +90,7 @@ class ServerDown(OutageStarted):
     """The one server of an endpoint does not answer: every call waits for it, up to
     `patience` seconds (--server-wait)."""
 
+    kind: ClassVar[str] = "server down"
     patience: float
 
     def describe(self) -> str:
@@ -91,6 +104,8 @@ class ServerDown(OutageStarted):
 class ServerBack(OutageEnded):
     """The server answers again after `seconds`; the calls that waited go on."""
 
+    kind: ClassVar[str] = "server back"
+
     def describe(self) -> str:
         return f"{self.url} is back after {self.seconds:.1f} s; going on."
 
@@ -100,6 +115,7 @@ class ServerGaveUp(OutageEnded):
     """The server stayed silent past the patience: the run stops with ServerGone, whose
     message (the same words) is what the user sees, so the log line is only DEBUG."""
 
+    kind: ClassVar[str] = "server gone"
     level: ClassVar[int] = logging.DEBUG
     recovered: bool = False
     patience: float
@@ -115,6 +131,7 @@ class ServerGaveUp(OutageEnded):
 class ReplicaLeft(OutageStarted):
     """A replica does not answer and leaves the rotation; `left` of `of` replicas remain."""
 
+    kind: ClassVar[str] = "replica left"
     left: int
     of: int
 
@@ -128,6 +145,8 @@ class ReplicaLeft(OutageStarted):
 class ReplicaJoined(OutageEnded):
     """A replica that left answers again after `seconds` and is back in rotation."""
 
+    kind: ClassVar[str] = "replica joined"
+
     def describe(self) -> str:
         return f"{self.url} answers again after {self.seconds:.1f} s; back in rotation."
 
@@ -137,6 +156,7 @@ class ReplicaRefused(ServerEvent):
     """A replica answers again but may not rejoin (it serves other weights): it stays out
     for the rest of the run; `reason` says why and what to do."""
 
+    kind: ClassVar[str] = "replica refused"
     level: ClassVar[int] = logging.ERROR
     reason: str
 
@@ -148,8 +168,10 @@ class ReplicaRefused(ServerEvent):
 class LimitChanged(ServerEvent):
     """A server's in-flight limit was set to `limit` (`reason`: the flag, the start, or the
     tuner's verdict), `t` seconds after the server joined the run. Frequent under auto
-    concurrency, so DEBUG: the manifest's replicas and the progress bar show them."""
+    concurrency, so DEBUG: the manifest keeps them per server under `replicas`, and the
+    progress bar shows the limits now."""
 
+    kind: ClassVar[str] = "limit changed"
     level: ClassVar[int] = logging.DEBUG
     limit: int
     reason: str
@@ -164,10 +186,11 @@ class TunedByLatency(ServerEvent):
     """A server's limit is tuned by reply latency from now on: it publishes no vLLM
     /metrics (`failures` 0), or they were unreadable `failures` times in a row."""
 
+    kind: ClassVar[str] = "tuned by latency"
     failures: int = 0
 
-    @property
     def log_level(self) -> int:
+        # Metrics that stopped being readable are news; no metrics at all is a choice.
         return logging.WARNING if self.failures else logging.INFO
 
     def describe(self) -> str:
@@ -185,6 +208,7 @@ class WorkerLost(RunEvent):
     the run stops once the others finish theirs. (The error of the same name, raised
     after, is `orchestrator.errors.WorkerLost`.)"""
 
+    kind: ClassVar[str] = "worker lost"
     level: ClassVar[int] = logging.WARNING
     cause: str
     in_flight: int
@@ -195,12 +219,6 @@ class WorkerLost(RunEvent):
 
     def describe(self) -> str:
         return f"{self.cause}; its {self.in_flight} examples in flight are lost."
-
-
-def level_of(event: RunEvent) -> int:
-    """The logging level of `event` (a record may choose it from its facts)."""
-    chosen = getattr(event, "log_level", None)
-    return chosen if isinstance(chosen, int) else event.level
 
 
 Subscriber = Callable[[RunEvent], None]
@@ -221,7 +239,7 @@ class RunEvents:
         """Log `event` through `logger` (the emitting module's, so a program that tunes
         that module's logger hears it as before; default: this module's), keep it, and
         hand it to every subscriber."""
-        (logger or log).log(level_of(event), "%s", event.describe())
+        (logger or log).log(event.log_level(), "%s", event.describe())
         self._keep(event)
 
     def adopt(self, events: Iterable[RunEvent], worker: str) -> None:
@@ -244,6 +262,11 @@ class RunEvents:
                 self._subscribers.remove(subscriber)
 
         return unsubscribe
+
+    def notable(self) -> list[RunEvent]:
+        """The events the manifest's `events` lists: all but limit changes, which can come
+        every second and which the manifest has per server under `replicas`."""
+        return [event for event in self.records if not isinstance(event, LimitChanged)]
 
     def take_new(self) -> list[RunEvent]:
         """The events kept since the last call (what a worker's next report carries)."""

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..calls.counters import RunStats
-from ..events import RunEvent, RunEvents, level_of
+from ..events import RunEvent, RunEvents
 from ..store.cache import BUSY_SECONDS, ResponseCache
 from ..store.protocol import RunStore
 from ..store.trace import TraceStore
@@ -105,7 +105,7 @@ class LatestWarning:
         self.event: RunEvent | None = None
 
     def __call__(self, event: RunEvent) -> None:
-        if level_of(event) >= logging.WARNING:
+        if event.log_level() >= logging.WARNING:
             self.event = event
 
     def text(self) -> str:

@@ -40,7 +40,7 @@ from ..scale import ResolvedRun, WorkerPool
 from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
-from ..store.records import Manifest, Summary
+from ..store.records import EventEntry, Manifest, Summary
 from ..store.runkey import RunKey, server_components, static_components
 from ..store.trace import TraceStore
 from .params import effective_params
@@ -293,7 +293,7 @@ async def _run_rows(
             run.source.count(plan.limit),
             console,
             client.servers.limits_text,
-            client.events,
+            events=client.events,
         )
 
 
@@ -321,6 +321,7 @@ async def _finalize(run: _Run, flush: Flusher, pool: WorkerPool | None) -> BaseE
         manifest.wall_seconds = round(manifest.ended - (manifest.started or manifest.ended), 3)
         # The run's own outages and its workers', from the events they emitted.
         manifest.outages = client.outages()
+        manifest.events = [EventEntry.of(event) for event in client.events.notable()]
         manifest.replicas = [r.model_dump() for r in client.servers.replica_reports()]
         if pool is not None:
             manifest.workers = pool.workers
