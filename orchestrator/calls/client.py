@@ -16,6 +16,7 @@ from pydantic import BaseModel
 # Callers imported LLMCallError from here before errors.py was its home: kept for them.
 from ..errors import LLMCallError as LLMCallError
 from ..errors import ServerError
+from ..events import RunEvents
 from ..graph.spec import Sampling
 from ..providers.base import Provider, ServedModel
 from ..providers.registry import DEFAULT_PROVIDER, make_provider
@@ -114,6 +115,11 @@ class LLMClient:
     def redact(self, text: str) -> str:
         """`text` with every API key of this client replaced by a placeholder."""
         return self.servers.redact(text)
+
+    @property
+    def events(self) -> RunEvents:
+        """The run's sink of events (outages, replicas, limits) this client emits into."""
+        return self.servers.events
 
     def outages(self) -> list[dict[str, Any]]:
         """Every stretch a server did not answer during the run (for the manifest)."""

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ..errors import ServerGone
+from ..events import ReplicaJoined, ReplicaLeft, RunEvents, ServerBack, ServerDown, ServerGaveUp
 
 Probe = Callable[[], Awaitable[bool]]
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class ServerWatch:
     probe: Probe
     patience: float
     outages: list[Outage] = field(default_factory=list)
+    # The run's sink: each outage opens and closes with an event there (log, manifest, bar).
+    events: RunEvents = field(default_factory=RunEvents)
     _last_ok: float = float("-inf")
     _gone: ServerGone | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -82,18 +85,19 @@ class ServerWatch:
                 return True
             return False
 
-    def went_down(self, what: str) -> Outage:
-        """Open an outage record for a server that others stand in for (`what` is said)."""
+    def went_down(self, left: int, of: int) -> Outage:
+        """Open an outage record for a replica that others stand in for (`left` of `of`
+        replicas remain in rotation)."""
         outage = Outage(time.monotonic())
         self.outages.append(outage)
-        log.warning("%s does not answer; %s.", self.url, what)
+        self.events.emit(ReplicaLeft(url=self.url, left=left, of=of), log)
         return outage
 
-    def came_back(self, outage: Outage, what: str) -> None:
-        """Close `outage`: the server answered its probe again."""
+    def came_back(self, outage: Outage) -> None:
+        """Close `outage`: the replica answered its probe again and is back in rotation."""
         outage.ended = self._last_ok = time.monotonic()
         outage.recovered = True
-        log.warning("%s answers again after %.1f s; %s.", self.url, outage.seconds, what)
+        self.events.emit(ReplicaJoined(url=self.url, seconds=outage.seconds), log)
 
     async def _probe_within(self, left: float) -> bool:
         """One probe, given up as failed once the patience is spent: a probe of a server
@@ -110,20 +114,15 @@ class ServerWatch:
     async def _wait_until_back(self) -> Outage:
         outage = Outage(time.monotonic())
         self.outages.append(outage)
-        log.warning(
-            "%s does not answer; waiting up to %.0f s for it to come back (--server-wait).",
-            self.url,
-            self.patience,
-        )
+        self.events.emit(ServerDown(url=self.url, patience=self.patience), log)
         delay = FIRST_WAIT
         while True:
             left = self.patience - outage.seconds
             if left <= 0:
                 outage.ended = time.monotonic()
-                self._gone = ServerGone(
-                    f"{self.url} did not answer for {outage.seconds:.0f} s (--server-wait "
-                    f"{self.patience:.0f})"
-                )
+                gave_up = ServerGaveUp(url=self.url, seconds=outage.seconds, patience=self.patience)
+                self.events.emit(gave_up, log)
+                self._gone = ServerGone(gave_up.describe())
                 raise self._gone
             await asyncio.sleep(min(delay, left))
             delay = min(delay * 2, MAX_WAIT)
@@ -131,5 +130,5 @@ class ServerWatch:
                 break
         outage.ended = self._last_ok = time.monotonic()
         outage.recovered = True
-        log.warning("%s is back after %.1f s; going on.", self.url, outage.seconds)
+        self.events.emit(ServerBack(url=self.url, seconds=outage.seconds), log)
         return outage

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ServerError
+from ..events import RunEvents
 from ..providers.base import (
     Connection,
     LoadGauge,
@@ -78,8 +79,11 @@ class ServerRegistry:
         timeout: float = 120.0,
         server_wait: float = DEFAULT_SERVER_WAIT,
         affinity: bool = True,
+        events: RunEvents | None = None,
     ) -> None:
         self.transport = transport
+        # The run's sink of events: every server's outages and limit changes go there.
+        self.events = events if events is not None else RunEvents()
         self.tuner = LimitTuner(concurrency)
         self.timeout = timeout
         self.server_wait = server_wait
@@ -161,7 +165,7 @@ class ServerRegistry:
                 self._replicas[url] = Replica(
                     url,
                     Limiter(self.tuner.initial_limit()),
-                    ServerWatch(url, pool.probe, self.server_wait),
+                    ServerWatch(url, pool.probe, self.server_wait, events=self.events),
                     pool.metrics if isinstance(pool, LoadGauge) else no_metrics,
                 )
         if urls not in self._sets:
@@ -206,12 +210,9 @@ class ServerRegistry:
         return text
 
     def outages(self) -> list[dict[str, Any]]:
-        """Every stretch a server did not answer during the run (for the manifest)."""
-        return [
-            {"base_url": url, "seconds": round(o.seconds, 2), "recovered": o.recovered}
-            for url, replica in self._replicas.items()
-            for o in replica.watch.outages
-        ]
+        """Every stretch a server did not answer during the run (for the manifest), from
+        the run's events."""
+        return self.events.outages()
 
     def identity_at(
         self,

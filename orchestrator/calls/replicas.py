@@ -18,6 +18,7 @@ from typing import Literal, TypeAlias
 
 from pydantic import BaseModel
 
+from ..events import LimitChanged, ReplicaRefused
 from .limiter import Limiter
 from .outage import FIRST_WAIT, MAX_WAIT, Outage, ServerGone, ServerWatch
 
@@ -81,6 +82,7 @@ class Replica:
             self.limit.set_limit(limit)
             t = round(time.monotonic() - self.started, 1)
             self.limits.append(LimitChange(t=t, limit=limit, reason=reason))
+            self.watch.events.emit(LimitChanged(url=self.url, limit=limit, reason=reason, t=t), log)
 
     def report(self) -> ReplicaReport:
         return ReplicaReport(
@@ -284,9 +286,7 @@ class ReplicaSet:
             return
         replica.up = False
         left = sum(r.up for r in self.replicas)
-        outage = replica.watch.went_down(
-            f"out of rotation, {left} of {len(self.replicas)} replicas left"
-        )
+        outage = replica.watch.went_down(left, len(self.replicas))
         if left == 0:
             self._some_up.clear()
             self._all_down_since = time.monotonic()
@@ -317,12 +317,12 @@ class ReplicaSet:
                 # Other weights behind the same name: their replies must never mix with the
                 # others', so it stays out for the rest of the run, not probed again.
                 for reason in refused:
-                    log.error("%s", reason)
+                    replica.watch.events.emit(ReplicaRefused(url=replica.url, reason=reason), log)
                 self._recovering.pop(replica, None)
                 return
             break
         replica.up = True
-        replica.watch.came_back(outage, "back in rotation")
+        replica.watch.came_back(outage)
         self._all_down_since = None
         self._some_up.set()
         self._recovering.pop(replica, None)

@@ -9,6 +9,7 @@ import contextlib
 import logging
 from typing import Literal
 
+from ..events import TunedByLatency
 from .autolimit import LatencyController, MetricsController, ServerLoad, Tuning, parse_vllm_metrics
 from .replicas import Replica
 
@@ -78,7 +79,7 @@ class LimitTuner:
             replica.mode = "latency"
             self._controllers[replica] = LatencyController(self.tuning)
             replica.set_limit(self.tuning.start, "start (no vLLM metrics: by latency)")
-            log.info("%s publishes no vLLM /metrics; tuning its limit by latency", replica.url)
+            replica.watch.events.emit(TunedByLatency(url=replica.url), log)
         else:
             replica.mode = "fixed"
             replica.set_limit(DEFAULT_CONCURRENCY, "default (no vLLM metrics)")
@@ -106,11 +107,8 @@ class LimitTuner:
             if load is None:
                 self._failures[replica] = failures = self._failures.get(replica, 0) + 1
                 if failures >= SCRAPE_FAILURES:
-                    log.warning(
-                        "%s: /metrics unreadable %d times in a row; tuning its limit by "
-                        "latency from now on",
-                        replica.url,
-                        failures,
+                    replica.watch.events.emit(
+                        TunedByLatency(url=replica.url, failures=failures), log
                     )
                     replica.mode = "latency"
                     self._controllers[replica] = LatencyController(self.tuning)

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
@@ -14,12 +15,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..calls.counters import RunStats
+from ..events import RunEvent, RunEvents
 from ..store.cache import BUSY_SECONDS, ResponseCache
 from ..store.protocol import RunStore
 from ..store.trace import TraceStore
 
 log = logging.getLogger(__name__)
 
+EVENT_SHOWN_SECONDS = 30.0  # how long the bar shows a server's or worker's latest warning
 FLUSH_SECONDS = 0.5  # how often finished work is written out (and the progress bar redrawn)
 RETRY_LOCK_WAIT = 0.2  # seconds a flush waits for a cache lock once a wait has timed out
 
@@ -94,6 +97,24 @@ class Flusher:
         self.store.flush()
 
 
+class LatestWarning:
+    """A progress bar's subscriber to the run's events: the last one worth a warning (a
+    server down or back, a worker lost), shown for EVENT_SHOWN_SECONDS after it happened."""
+
+    def __init__(self) -> None:
+        self.event: RunEvent | None = None
+
+    def __call__(self, event: RunEvent) -> None:
+        if event.log_level() >= logging.WARNING:
+            self.event = event
+
+    def text(self) -> str:
+        event = self.event
+        if event is None or time.time() - event.at > EVENT_SHOWN_SECONDS:
+            return ""
+        return event.describe()
+
+
 async def drive(
     work: Awaitable[None],
     flush: Callable[[], None],
@@ -101,10 +122,11 @@ async def drive(
     total: int | None,
     console: Console | None,
     limits: Callable[[], str] | None = None,
+    events: RunEvents | None = None,
 ) -> None:
     """Await `work`, flushing every FLUSH_SECONDS; with a console, a progress bar of examples,
-    requests, cache hits, retries, tokens/s and the servers' in-flight `limits` (drawn on
-    the same tick, no extra thread)."""
+    requests, cache hits, retries, tokens/s, the servers' in-flight `limits` and the latest
+    warning among the run's `events` (drawn on the same tick, no extra thread)."""
     columns = (
         TextColumn("[bold]examples"),
         BarColumn(),
@@ -115,6 +137,8 @@ async def drive(
     runner = asyncio.ensure_future(work)
     progress = Progress(*columns, console=console, auto_refresh=False) if console else None
     task = progress.add_task("run", total=total, detail="") if progress else None
+    latest = LatestWarning()
+    unsubscribe = events.subscribe(latest) if events is not None and progress else None
 
     def tick() -> None:
         flush()
@@ -129,6 +153,7 @@ async def drive(
                 f"req {stats.requests} · hits {stats.cache_hits} · retries {stats.retries} · "
                 f"{stats.tokens_per_second():.0f} tok/s"
                 + (f" · {limits()}" if limits is not None else "")
+                + (f" · {said}" if (said := latest.text()) else "")
             ),
         )
         progress.refresh()
@@ -140,6 +165,8 @@ async def drive(
             await asyncio.wait({runner}, timeout=FLUSH_SECONDS)
             tick()
     finally:
+        if unsubscribe is not None:
+            unsubscribe()
         if progress is not None:
             progress.stop()
         if not runner.done():

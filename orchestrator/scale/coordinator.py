@@ -9,6 +9,7 @@ already written, and the others are let finish theirs before the run stops.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import fields
@@ -17,9 +18,13 @@ from typing import Any, Protocol
 from ..calls.counters import RunStats
 from ..calls.outage import ServerGone
 from ..data.dataset import Row
+from ..events import RunEvents
+from ..events import WorkerLost as WorkerLostEvent  # the record; WorkerLost is the error
 from ..store.protocol import RunStore
 from ..store.trace import TraceStore
 from .messages import RowChunk, WorkerFailed, WorkerLost, WorkerReport
+
+log = logging.getLogger(__name__)
 
 CHUNK_ROWS = 32  # rows per hand-over at most: a message per 32 examples, not one per example
 _COUNTERS = [f.name for f in fields(RunStats) if f.name != "started"]
@@ -54,8 +59,11 @@ class Coordinator:
         stats: RunStats,
         window: int,
         started: Callable[[list[dict[str, Any]]], None] | None = None,
+        events: RunEvents | None = None,
     ) -> None:
         self.links = links
+        # The run's sink: the workers' events join it, and a lost worker is one.
+        self.events = events if events is not None else RunEvents()
         self.started = started
         self.store, self.trace, self.stats = store, trace, stats
         # Examples each worker may hold: twice its engine's window, so it has rows to start
@@ -68,7 +76,6 @@ class Coordinator:
         self.reported: dict[str, RunStats] = {}
         self.in_flight: dict[str, Counter[str]] = {link.name: Counter() for link in links}
         self.live = {link.name for link in links}
-        self.outages: list[dict[str, Any]] = []
         self.cache_errors: list[str] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.error: Exception | None = None
@@ -174,10 +181,10 @@ class Coordinator:
             report.stats.examples_ok + report.stats.examples_failed
         )
         self._count()
-        if report.final:
-            self.outages.extend(report.outages)
-            if report.cache_error:
-                self.cache_errors.append(report.cache_error)
+        if report.events:
+            self.events.adopt(report.events, link.name)
+        if report.final and report.cache_error:
+            self.cache_errors.append(report.cache_error)
 
     def _count(self) -> None:
         """The run's counters: its own plus every worker's latest totals."""
@@ -190,6 +197,7 @@ class Coordinator:
         self.live.discard(link.name)
         lost = self.in_flight[link.name].total()
         done = self.stats.examples_ok + self.stats.examples_failed
+        self.events.emit(WorkerLostEvent(worker=link.name, cause=str(exc), in_flight=lost), log)
         self._stop(
             WorkerLost(
                 f"{exc}; its {lost} examples in flight are lost, the {done} finished by this "

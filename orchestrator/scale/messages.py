@@ -8,7 +8,7 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import cloudpickle
 from pydantic import BaseModel, Field
@@ -20,6 +20,7 @@ from ..engine.plan import RunPlan
 from ..errors import ConfigurationError
 from ..errors import WorkerFailed as WorkerFailed
 from ..errors import WorkerLost as WorkerLost
+from ..events import RunEvent
 from ..graph.compiled import CompiledGraph, GraphRegistries
 from ..kinds.graphs import compile_source
 from ..store.trace import TraceBatch
@@ -143,8 +144,9 @@ class WorkerFailure:
 @dataclass(slots=True)
 class WorkerReport:
     """What one worker finished since its last report: result lines (JSON, one per
-    example, ids alongside), their trace rows, and its counters so far. The last report
-    of a worker is `final`, with its outages and any cache error."""
+    example, ids alongside), their trace rows, its counters so far, and the run events
+    (outages, limit changes) it saw since. The last report of a worker is `final`, with
+    any cache error."""
 
     worker: str
     pid: int
@@ -155,5 +157,5 @@ class WorkerReport:
     stats: RunStats
     final: bool = False
     failure: WorkerFailure | None = None
-    outages: list[dict[str, Any]] = field(default_factory=list)
+    events: list[RunEvent] = field(default_factory=list)
     cache_error: str | None = None

@@ -19,6 +19,7 @@ from ..data.dataset import Row
 from ..engine.plan import RunPlan, ScalePlan, Workers
 from ..engine.scheduler import engine_window
 from ..errors import ConfigurationError
+from ..events import RunEvents
 from ..graph.compiled import CompiledGraph
 from ..kinds.base import EndpointWant
 from ..store.protocol import RunStore
@@ -136,7 +137,6 @@ class WorkerPool:
     """Runs a session's rows on workers and keeps what the manifest records of them."""
 
     choice: ScalePlan
-    outages: list[dict[str, Any]] = field(default_factory=list)
     cache_errors: list[str] = field(default_factory=list)
     workers: list[dict[str, Any]] = field(default_factory=list)
 
@@ -148,15 +148,18 @@ class WorkerPool:
         trace: TraceStore,
         stats: RunStats,
         started: Callable[[list[dict[str, Any]]], None] | None = None,
+        events: RunEvents | None = None,
     ) -> None:
         """Start the workers, run the rows through them, stop them; `started` is told of
-        each worker (name, pid, host) as it first reports."""
+        each worker (name, pid, host) as it first reports; the workers' events (and any
+        worker lost) go to the run's sink `events`."""
         job, links = await self._start(parts)
-        coordinator = Coordinator(list(links), store, trace, stats, job.window, started)
+        coordinator = Coordinator(
+            list(links), store, trace, stats, job.window, started, events=events
+        )
         try:
             await coordinator.run(rows)
         finally:
-            self.outages.extend(coordinator.outages)
             self.cache_errors.extend(coordinator.cache_errors)
             self.workers = list(coordinator.workers.values())
             for link in links:

@@ -181,6 +181,9 @@ class ShardWorker:
         self._ids, self._lines = [], []
         if final:
             await self._end(report)
+        if self.runtime is not None:
+            # Taken after the end, so the final report carries every event of the worker.
+            report.events = self.runtime.client.events.take_new()
         return report
 
     async def _end(self, report: WorkerReport) -> None:
@@ -190,6 +193,5 @@ class ShardWorker:
         self._ended = True
         report.cache_error = self._flush_cache.error
         if self.runtime is not None:
-            report.outages = self.runtime.client.outages()
             await self.runtime.close()
         self._for_life.close()

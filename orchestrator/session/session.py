@@ -40,7 +40,7 @@ from ..scale import ResolvedRun, WorkerPool
 from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
-from ..store.records import Manifest, Summary
+from ..store.records import EventEntry, Manifest, Summary
 from ..store.runkey import RunKey, server_components, static_components
 from ..store.trace import TraceStore
 from .params import effective_params
@@ -282,7 +282,9 @@ async def _run_rows(
             manifest.workers = workers  # which processes to look at while it runs
             store.write_manifest(manifest)
 
-        work = pool.run(parts, rows, store, run.trace, run.runtime.stats, started)
+        work = pool.run(
+            parts, rows, store, run.trace, run.runtime.stats, started, events=client.events
+        )
     with fewer_gc_passes():
         await drive(
             work,
@@ -291,6 +293,7 @@ async def _run_rows(
             run.source.count(plan.limit),
             console,
             client.servers.limits_text,
+            events=client.events,
         )
 
 
@@ -316,7 +319,9 @@ async def _finalize(run: _Run, flush: Flusher, pool: WorkerPool | None) -> BaseE
             manifest.cache_error = f"replies not saved to the cache: {first}"
         manifest.ended = time.time()
         manifest.wall_seconds = round(manifest.ended - (manifest.started or manifest.ended), 3)
-        manifest.outages = client.outages() + (pool.outages if pool else [])
+        # The run's own outages and its workers', from the events they emitted.
+        manifest.outages = client.outages()
+        manifest.events = [EventEntry.of(event) for event in client.events.notable()]
         manifest.replicas = [r.model_dump() for r in client.servers.replica_reports()]
         if pool is not None:
             manifest.workers = pool.workers

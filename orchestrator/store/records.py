@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from ..events import RunEvent
 from .runkey import RunKey
 
 Status = Literal["ok", "failed"]
@@ -323,6 +324,31 @@ _COUNTS: TypeAdapter[Counts] = TypeAdapter(Counts)
 log = logging.getLogger(__name__)
 
 
+class EventEntry(BaseModel):
+    """One run event as manifest.json keeps it: its kind, when, where, in which worker ("":
+    the run's own process), its log level and line, and the facts of its record."""
+
+    event: str
+    at: float
+    place: str
+    worker: str = ""
+    level: str
+    text: str
+    facts: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, record: RunEvent) -> EventEntry:
+        return cls(
+            event=record.kind,
+            at=record.at,
+            place=record.place,
+            worker=record.worker,
+            level=logging.getLevelName(record.log_level()),
+            text=record.describe(),
+            facts=record.facts(),
+        )
+
+
 class Manifest(BaseModel):
     """manifest.json: what ran, against what, with which settings, and how it ended.
 
@@ -353,7 +379,8 @@ class Manifest(BaseModel):
     wall_seconds: float | None = None
     counts: Counts = Field(default_factory=Counts)
     means: dict[str, float] = Field(default_factory=dict)
-    outages: list[dict[str, Any]] = Field(default_factory=list)
+    outages: list[dict[str, Any]] = Field(default_factory=list)  # derived from the events
+    events: list[EventEntry] = Field(default_factory=list)  # outages, workers lost, ...
     replicas: list[dict[str, Any]] = Field(default_factory=list)  # one report per server URL
     workers: list[dict[str, Any]] = Field(default_factory=list)  # a scaled-out run's workers
     # Keys of a manifest on disk that this version does not declare.
