@@ -47,18 +47,21 @@ typecheck: venv
 # venv of its own built from scratch: a floor the code does not work with fails here. ~4 min
 # on 2 cores, most of it the tests' own waits (timeouts, backoff) rather than CPU.
 FLOORS := .venv-floors
-FLOOR_TESTS := tests/test_engine.py tests/test_validation.py tests/test_faults.py \
-	tests/test_server_faults.py tests/test_run_identity.py tests/test_cli.py \
-	tests/test_hostile_graphs.py tests/test_hostile_data.py tests/test_input_errors.py \
-	tests/test_secrets.py tests/test_expert.py tests/test_pairwise.py tests/test_ratings.py \
-	tests/test_transport.py tests/test_node_kinds.py tests/test_records.py \
-	tests/test_samples.py tests/test_single_flight.py tests/test_aggregates.py \
-	tests/test_params.py tests/test_authoring.py tests/test_failure_reasons.py \
-	tests/test_functions_doc.py tests/test_compare.py tests/test_reply.py tests/test_wire.py \
-	tests/test_trust.py tests/test_server_identity.py tests/test_damaged_folders.py \
-	tests/test_reply_size.py \
-	tests/test_workers.py::test_a_kind_and_a_function_registered_in_a_function_body_run_on_workers \
-	tests/test_workers.py::test_what_a_graph_brings_to_workers_is_never_written_to_its_run_folder
+FLOOR_TESTS := tests/engine/test_engine.py tests/graph/test_validation.py \
+	tests/resilience/test_faults.py tests/resilience/test_server_faults.py \
+	tests/session/test_run_identity.py tests/cli/test_cli.py tests/graph/test_hostile_graphs.py \
+	tests/data/test_hostile_data.py tests/data/test_input_errors.py tests/calls/test_secrets.py \
+	tests/compute/test_expert.py tests/compute/test_pairwise.py tests/compute/test_ratings.py \
+	tests/calls/test_transport.py tests/kinds/test_node_kinds.py tests/store/test_records.py \
+	tests/engine/test_samples.py tests/engine/test_single_flight.py \
+	tests/engine/test_aggregates.py tests/session/test_params.py tests/graph/test_authoring.py \
+	tests/resilience/test_failure_reasons.py tests/compute/test_functions_doc.py \
+	tests/analysis/test_compare.py tests/calls/test_reply.py tests/calls/test_wire.py \
+	tests/graph/test_trust.py tests/calls/test_server_identity.py \
+	tests/resilience/test_damaged_folders.py tests/calls/test_reply_size.py \
+	tests/scale/test_workers.py::test_a_kind_and_a_function_registered_in_a_function_body_run_on_workers \
+	tests/scale/test_workers.py::test_what_a_graph_brings_to_workers_is_never_written_to_its_run_folder \
+	tests/conformance tests/providers/test_providers.py
 
 test-floors:
 	rm -rf $(FLOORS)

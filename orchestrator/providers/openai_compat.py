@@ -73,7 +73,7 @@ def chat_body(request: ChatRequest) -> dict[str, Any]:
     when the server is to enforce it. What a batch file line carries too, and what a replay
     of a traced call re-sends (bench/vllm_saturation.py)."""
     body: dict[str, Any] = {"model": request.model, "messages": request.messages, "n": request.n}
-    # The key order is the one the wire has always had (tests/test_wire.py, batch ids).
+    # The key order is the one the wire has always had (tests/calls/test_wire.py, batch ids).
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.max_tokens is not None:

@@ -31,7 +31,7 @@ from orchestrator.compute.expert import (
 from orchestrator.graph.schemas import build_model
 from orchestrator.kinds.graphs import compile_graph
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GRAPH = ROOT / "graphs" / "expert.yaml"
 EXAMPLES = ROOT / "examples" / "expert.jsonl"
 

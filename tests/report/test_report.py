@@ -34,7 +34,7 @@ from orchestrator.report.render import histogram, interval, render_value, summar
 from orchestrator.report.sources import NodeInfo
 from orchestrator.report.values import abridge
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BROKEN = "BROKEN-REPLY-MARKER"
 HOSTILE = "</script><script>window.__pwned = 1</script><!--"
 PHRASE = (

@@ -446,7 +446,7 @@ def test_cli_refuses_bad_input_in_one_line(shifted: tuple[Path, Path], tmp_path:
 def test_the_worked_example_in_the_docs_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    doc = (Path(__file__).parent.parent / "docs" / "analysis.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).parents[2] / "docs" / "analysis.md").read_text(encoding="utf-8")
     section = doc.split("### A worked example", 1)[1]
     block = section.split("```python\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)

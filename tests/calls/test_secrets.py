@@ -21,7 +21,7 @@ from orchestrator.store.folder import read_results
 
 pytestmark = pytest.mark.reliability
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OUTPUT = {"score": {"type": "integer", "min": 1, "max": 10}}
 GRAPH: dict[str, Any] = {
     "name": "judge",

@@ -204,7 +204,7 @@ def test_required_params_are_refused_before_any_request(tmp_path: Path) -> None:
     (it used to fail every row with the same error)."""
     from orchestrator.kinds.graphs import compile_graph
 
-    shipped = Path(__file__).parent.parent / "graphs/perq_distilled.yaml"
+    shipped = Path(__file__).parents[2] / "graphs/perq_distilled.yaml"
     # Its scorer needs the `metrics` extra: read it without loading functions.
     assert compile_graph(shipped, functions=False).spec.required_params == ["model_dir"]
     needs = _write(
@@ -287,7 +287,7 @@ def test_run_order_follows_the_file_for_independent_nodes(tmp_path: Path) -> Non
                 "-c",
                 "import orchestrator as o; print(o.load_graph('graphs/jury2.yaml').order)",
             ],
-            cwd=Path(__file__).parent.parent,
+            cwd=Path(__file__).parents[2],
             capture_output=True,
             text=True,
             env={**__import__("os").environ, "PYTHONHASHSEED": seed},

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def test_run_pointwise_then_trace(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from orchestrator.cli import app
 from orchestrator.compute.ratings import bradley_terry, elo_ratings
 from orchestrator.errors import ConfigurationError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ROWS = [json.loads(line) for line in (REPO / "examples" / "aupel.jsonl").read_text().splitlines()]
 PARAMS = {"repeats_per_order": 1}  # one vote per order keeps the runs small
 

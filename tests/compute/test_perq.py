@@ -11,7 +11,7 @@ from helpers import run_graph
 
 from orchestrator.compute import agreement as ag
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GRAPH = ROOT / "graphs" / "perq_jury.yaml"
 EXAMPLES = ROOT / "examples" / "perq_jury.jsonl"
 

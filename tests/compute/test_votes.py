@@ -14,7 +14,7 @@ from helpers import run_graph
 from orchestrator.compute import votes as v
 from orchestrator.kinds.graphs import compile_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GRAPH = ROOT / "graphs" / "style_ensemble.yaml"
 EXAMPLES = ROOT / "examples" / "style_ensemble.jsonl"
 

@@ -88,7 +88,7 @@ def test_a_param_that_does_not_fit_its_function_is_refused_before_any_request(
     """ExPerT's `failed_judgment` goes straight to `expert_scores`, which takes "reference"
     or "keep_other". A typo used to fail every example at its last node, after all its calls were
     paid for; now the run is refused before the first, naming param, node and argument."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     fake = orc.FakeTransport()
     with pytest.raises(orc.ConfigurationError) as refused:
         orc.run(

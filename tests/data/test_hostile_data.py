@@ -33,7 +33,7 @@ from orchestrator.store.folder import read_results
 
 pytestmark = pytest.mark.reliability
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROMPT = "Rate this text.\n<<{{ text }}>>"
 GRAPH = judge_graph(max_tokens=50, retries=1)
 

@@ -40,7 +40,7 @@ from helpers import is_canary, requests_per_call, write_graph, write_rows
 
 pytestmark = pytest.mark.reliability
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONCURRENCY = 8
 EXAMPLES = 110  # 330 calls, 8 in flight, 0.2 s each: ~8.3 s of requests (see above)
 BOUND = 1.1

@@ -24,18 +24,14 @@ from orchestrator.compute.truncate import truncate_to_tokens
 from orchestrator.errors import (
     ConfigurationError,
     GraphError,
-    OrchestratorError,
     ProviderCapabilityError,
     TokenizerUnavailable,
 )
 from orchestrator.providers.base import (
     ChatRequest,
     ChatResponse,
-    Provider,
     ServedModel,
-    Tokenizer,
 )
-from orchestrator.providers.batch import BatchTransport
 from orchestrator.providers.fake import FAKE_BASE_URL, FakeConnection, FakeTransport
 from orchestrator.providers.openai_compat import OpenAITransport, chat_body
 from orchestrator.providers.registry import BUILT_IN, make_provider
@@ -272,53 +268,3 @@ def test_the_runs_provider_by_name_travels_to_workers(tmp_path: Path) -> None:
         result = orc.run(graph, data, base_url=server.base_url, provider="openai", workers=2)
         over_http = [b for b in server.requests if not is_canary(b)]
     assert result.manifest.counts.examples_ok == 4 and len(over_http) == 4
-
-
-# -- every provider keeps the same contract ------------------------------------------------
-
-
-def _batch_reply(body: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "choices": [
-            {"index": i, "message": {"content": '{"score": 1}'}, "finish_reason": "stop"}
-            for i in range(int(body.get("n") or 1))
-        ],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
-    }
-
-
-@pytest.mark.parametrize("name", ["openai", "fake", "batch"])
-async def test_every_provider_keeps_the_contract(name: str) -> None:
-    """A ChatRequest in, a ChatResponse with one choice per sample out; a tokenizer gap or
-    refusal is the library's error; exceptions are named in one line."""
-    asked: list[dict[str, Any]] = []
-
-    def lookup(custom_id: str) -> dict[str, Any] | None:
-        return _batch_reply(asked[-1]) if asked else None
-
-    with FakeServer(schema_responder) as server:
-        provider: Provider
-        if name == "openai":
-            provider, url = make_provider("openai"), server.base_url
-        elif name == "fake":
-            provider, url = FakeTransport(), FAKE_BASE_URL
-        else:
-            provider, url = BatchTransport(lookup), "batch://run-batch/v1"
-        request = ChatRequest("fake-model", [{"role": "user", "content": "x"}], 2, schema=SCHEMA)
-        asked.append(chat_body(request))
-        connection = provider.connect(url, "EMPTY", connections=4, timeout=10.0)
-        try:
-            reply = await connection.chat(request)
-            assert isinstance(reply, ChatResponse) and len(reply.choices) == 2
-            assert all(isinstance(c.content, str) for c in reply.choices)
-            assert isinstance(connection, Tokenizer)
-            try:
-                counted = await connection.tokenize("fake-model", "two words")
-            except OrchestratorError:
-                pass  # the library's own error (batch rounds have no server to ask)
-            else:
-                assert counted["count"] == 2
-            assert isinstance(await provider.list_models(url, "EMPTY"), list)
-            assert provider.describe(ValueError("bad")).count("\n") == 0
-        finally:
-            await connection.close()

@@ -19,7 +19,7 @@ from orchestrator.store.runkey import RunKey, static_components
 
 pytestmark = pytest.mark.reliability
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = {"score": {"type": "integer", "min": 1, "max": 10}}
 JUDGE: dict[str, Any] = {"kind": "llm", "prompt": "judge.jinja", "output": OUTPUT}
 
@@ -264,7 +264,7 @@ def test_deeply_nested_yaml_file_is_a_graph_error(tmp_path: Path) -> None:
         )
 
 
-# --- servers (the CLI and real sockets: tests/test_secrets.py) -------------------------------
+# --- servers (the CLI and real sockets: tests/calls/test_secrets.py) -----------------------
 
 
 def test_graphs_server_param_is_allowed_only_by_the_user() -> None:

@@ -31,7 +31,7 @@ from orchestrator.graph.yamlfile import MAX_GRAPH_BYTES, MAX_YAML_DEPTH, MAX_YAM
 
 pytestmark = pytest.mark.reliability
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JUDGE_TEMPLATE = "Judge this text: {{ text }}\n"
 
 JUDGE: dict[str, Any] = {

@@ -183,7 +183,7 @@ def test_a_server_that_never_answers_times_out_and_stop_ends_it(tmp_path: Path) 
 # vLLM is replaced by tests/fake_vllm.py (the fake OpenAI server under the default model's
 # name), put in `server_command`; a folder with the ready marker stands for the model.
 
-FAKE_VLLM = Path(__file__).with_name("fake_vllm.py")
+FAKE_VLLM = Path(__file__).parents[1] / "fake_vllm.py"
 
 
 @dataclass

@@ -177,7 +177,7 @@ def test_cli_validate_exit_codes(tmp_path: Path) -> None:
 
 
 def test_shipped_graphs_validate() -> None:
-    root = Path(__file__).parent.parent
+    root = Path(__file__).parents[2]
     for graph in sorted((root / "graphs").glob("*.yaml")):
         try:
             compile_graph(graph)

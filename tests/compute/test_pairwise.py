@@ -22,7 +22,7 @@ from orchestrator.compute.pairwise import (
     verdicts,
 )
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 GRAPHS = ROOT / "graphs"
 EXAMPLES = ROOT / "examples"
 THREE = [

@@ -10,7 +10,7 @@ from orchestrator.cli import app
 from orchestrator.compute.catalog import catalog, catalog_markdown, describe
 from orchestrator.compute.registry import names
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def test_docs_functions_md_is_generated_from_the_code() -> None:

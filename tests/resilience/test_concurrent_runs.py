@@ -3,7 +3,7 @@
 Both runs are `orchestrator run` processes started together with the same `--cache`, so
 their batched cache writes (one transaction every 0.5 s each) contend for SQLite's single
 writer lock while both also read. The graph, data and server latency are those of
-tests/test_kill_resume.py (three LLM calls per example, 0.1–0.3 s per reply), which keeps
+tests/resilience/test_kill_resume.py (three LLM calls per example, 0.1–0.3 s per reply), which keeps
 both processes writing through most of their runs instead of one finishing first.
 A third case holds a write transaction on the cache from another process while a run
 starts: the run must wait for it (busy_timeout is 30 s) rather than fail. Past that
@@ -199,7 +199,7 @@ def test_a_new_cache_file_opened_while_another_connection_writes_waits(tmp_path:
 
     SQLite answers a journal-mode change that could deadlock with "database is locked"
     without calling the busy handler. Two runs started together on a new cache file hit
-    it: one failed with "database is locked" in tests/test_concurrent_runs.py's same-data
+    it: one failed with "database is locked" in tests/resilience/test_concurrent_runs.py's same-data
     case, in a full-suite run. Here the other writer is pinned down so it happens every
     time: a plain connection creates the file and holds a write for 0.3 s.
     """

@@ -13,7 +13,7 @@ from helpers import run_graph
 from orchestrator.analysis import distill as d
 from orchestrator.compute import distilled, embeddings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Four topics stand in for four quality levels: a separable problem for any text embedding.
 TOPICS = {
