@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import trace_records
 
 from orchestrator import RunConfig, compile_graph, execute
 from orchestrator.calls.client import LLMClient
-from orchestrator.calls.counters import RunStats
-from orchestrator.store.trace import TraceStore
+from orchestrator.store.records import Counts
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,9 +38,7 @@ def test_pointwise_end_to_end_then_from_cache(embedded_server: Any, tmp_path: Pa
 
     judge_model = graph.nodes["judge"].model
     assert judge_model is not None
-    store = TraceStore(tmp_path / "run1/traces.sqlite")
-    judged = [r for r in store.node_runs(node="judge")]
-    store.close()
+    judged = trace_records(tmp_path / "run1/traces.sqlite", node="judge")
     assert len(judged) == 3
     for record in judged:
         accepted = record["attempts"][-1]
@@ -61,7 +59,7 @@ def test_pointwise_end_to_end_then_from_cache(embedded_server: Any, tmp_path: Pa
 
 def test_canary_detects_enforcement(embedded_server: Any) -> None:
     async def check() -> bool:
-        client = LLMClient(cache=None, stats=RunStats())
+        client = LLMClient(cache=None, stats=Counts())
         try:
             return await client.canary(
                 client.endpoint(embedded_server.base_url, embedded_server.model)
