@@ -30,7 +30,7 @@ _EXPORTS = {
     "FakeTransport": ".providers.fake",
     "RetryPolicy": ".calls.retry",
     "Transport": ".providers.base",
-    "CompiledGraph": ".graph.compiled",
+    "CompiledGraph": ".kinds.graphs",  # importing it lets CompiledGraph.load compile
     "compile_graph": ".kinds.graphs",
     "register": ".compute.registry",
     "ConfigurationError": ".errors",

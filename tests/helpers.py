@@ -156,3 +156,14 @@ def wait_for_lines(path: Path, count: int, proc: subprocess.Popen[str] | None = 
             raise AssertionError(f"the run ended before {count} lines:\n{output}")
         time.sleep(0.05)
     raise AssertionError(f"{path} never reached {count} lines")
+
+
+def trace_records(
+    trace: Path, example: str | None = None, node: str | None = None
+) -> list[dict[str, Any]]:
+    """A trace file's node executions (oldest first) as plain dicts, as
+    `orchestrator trace --format jsonl` prints them, each with its attempts."""
+    from orchestrator.store.reader import TraceReader
+
+    with TraceReader.open(trace) as reader:
+        return [run.model_dump() for run in reader.node_runs(example, node)]

@@ -13,8 +13,8 @@ from pydantic import BaseModel
 from ..graph.spec import Sampling
 from ..providers.base import Choice
 from ..store.cache import ResponseCache, cache_key
+from ..store.records import Counts
 from ..store.trace import Attempt
-from .counters import RunStats
 from .registry import Endpoint
 from .structured import Ask, CallResult, StructuredCaller, finish, validate
 
@@ -23,7 +23,7 @@ class CachedCaller:
     """`inner`'s calls, served from `cache` where it can (`refresh`: only written to)."""
 
     def __init__(
-        self, inner: StructuredCaller, cache: ResponseCache, stats: RunStats, refresh: bool
+        self, inner: StructuredCaller, cache: ResponseCache, stats: Counts, refresh: bool
     ) -> None:
         self.inner = inner
         self.cache = cache

@@ -21,9 +21,9 @@ from ..graph.spec import Sampling
 from ..providers.base import Provider, ServedModel
 from ..providers.registry import DEFAULT_PROVIDER, make_provider
 from ..store.cache import ResponseCache
+from ..store.records import Counts
 from ..store.trace import Attempt
 from .cached import CachedCaller
-from .counters import RunStats
 from .outage import DEFAULT_SERVER_WAIT
 from .registry import Endpoint, ServerRegistry, canary
 from .retry import RetryPolicy
@@ -45,7 +45,7 @@ class LLMClient:
         self,
         *,
         cache: ResponseCache | None,
-        stats: RunStats,
+        stats: Counts,
         concurrency: Concurrency = None,
         timeout: float = 120.0,
         transport_retries: int = 4,

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MalformedReply, ProviderCapabilityError
 from ..providers.base import ChatResponse, Choice, Provider, Tokenizer
 from ..providers.reply import check_reply_size
+from ..store.records import Counts
 from ..store.trace import Attempt
-from .counters import RunStats
 from .replicas import Replica, ReplicaSet
 from .request import chat_request
 from .retry import RetryPolicy
@@ -61,7 +61,7 @@ class ProviderHooks:
 
     __slots__ = ("provider", "redact", "stats")
 
-    def __init__(self, provider: Provider, stats: RunStats, redact: Callable[[str], str]) -> None:
+    def __init__(self, provider: Provider, stats: Counts, redact: Callable[[str], str]) -> None:
         self.provider = provider
         self.stats = stats
         self.redact = redact
@@ -90,7 +90,7 @@ class Sender:
         self,
         transport: Provider,
         retry: RetryPolicy,
-        stats: RunStats,
+        stats: Counts,
         redact: Callable[[str], str],
     ) -> None:
         self.transport = transport

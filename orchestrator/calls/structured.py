@@ -17,8 +17,8 @@ from pydantic import BaseModel, ValidationError
 from ..graph.schemas import json_schema
 from ..graph.spec import Sampling
 from ..providers.base import Choice
+from ..store.records import Counts
 from ..store.trace import Attempt
-from .counters import RunStats
 from .errors import LLMCallError
 from .outage import ServerGone
 from .registry import Endpoint, StructuredMode
@@ -88,7 +88,7 @@ def validate(model: type[BaseModel], choice: Choice, mode: StructuredMode) -> di
 class StructuredCaller:
     """Validated samples for rendered prompts; LLMCallError when the budget runs out."""
 
-    def __init__(self, sender: Sender, stats: RunStats) -> None:
+    def __init__(self, sender: Sender, stats: Counts) -> None:
         self.sender = sender
         self.stats = stats
 

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..calls.counters import RunStats
 from ..events import RunEvent, RunEvents
 from ..store.cache import BUSY_SECONDS, ResponseCache
 from ..store.protocol import RunStore
+from ..store.records import Counts
 from ..store.trace import TraceStore
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class LatestWarning:
 async def drive(
     work: Awaitable[None],
     flush: Callable[[], None],
-    stats: RunStats,
+    stats: Counts,
     total: int | None,
     console: Console | None,
     limits: Callable[[], str] | None = None,

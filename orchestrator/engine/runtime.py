@@ -12,9 +12,9 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from ..calls.client import Endpoint, LLMClient
-from ..calls.counters import RunStats
 from ..graph.compiled import CompiledGraph
 from ..store.cache import ResponseCache, default_cache_path, open_cache
+from ..store.records import Counts
 from ..store.trace import TraceRecorder
 from .plan import RunPlan
 from .scheduler import Engine, EngineOptions
@@ -25,7 +25,7 @@ class ProcessRuntime:
     """A run's cache, client and counters in this process; `engine` puts them to work."""
 
     plan: RunPlan
-    stats: RunStats
+    stats: Counts
     cache: ResponseCache | None
     client: LLMClient
 
@@ -56,10 +56,10 @@ class ProcessRuntime:
                     self.cache.close()
 
 
-def build_runtime(plan: RunPlan, stats: RunStats | None = None) -> ProcessRuntime:
+def build_runtime(plan: RunPlan, stats: Counts | None = None) -> ProcessRuntime:
     """Open the plan's cache (None when it has none, or a damaged file: that costs its
     replies, not the run) and the client over it."""
-    stats = stats if stats is not None else RunStats()
+    stats = stats if stats is not None else Counts()
     cache = None
     if plan.cache.use:
         cache = open_cache(plan.cache.path or default_cache_path(), replace=plan.cache.refresh)

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..calls.client import LLMClient
-from ..calls.counters import RunStats
 from ..calls.outage import ServerGone
 from ..calls.registry import Endpoint
 from ..calls.replicas import start_example
@@ -20,7 +19,7 @@ from ..data.dataset import Row
 from ..errors import NodeError
 from ..graph.compiled import CompiledGraph, CompiledNode
 from ..kinds.base import RunServices, evaluate
-from ..store.records import ResultLine
+from ..store.records import Counts, ResultLine
 from ..store.trace import WHOLE, NodeRecord, TraceRecorder
 
 # Where each example's line goes as it ends: the run store (`RunStore.write_result`), or a
@@ -81,7 +80,7 @@ class Engine:
         client: LLMClient,
         trace: TraceRecorder,
         endpoints: dict[str, Endpoint],
-        stats: RunStats,
+        stats: Counts,
         options: EngineOptions,
     ) -> None:
         self.graph = graph

@@ -3,12 +3,13 @@ schemas) in a runnable order, and what identifies it (source, template closure, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..compute import ComputeFunction, registered
+from ..errors import ConfigurationError
 from .spec import Aggregate, GraphSpec, NodeBase
 from .templates import Expression
 
@@ -16,6 +17,36 @@ if TYPE_CHECKING:
     # Type hints only (they do not run): the kinds sit above the graph.
     from ..kinds.base import NodeKind
     from .spec import Kinds
+
+
+@dataclass
+class _Compilers:
+    """How `CompiledGraph.load` / `.from_dict` compile: with every registered node kind,
+    which only `orchestrator.kinds` knows. It sits above this layer, so it hands these in
+    when imported (`install_compilers`) instead of this module reaching up for them."""
+
+    load: Callable[..., CompiledGraph] | None = None
+    from_dict: Callable[..., CompiledGraph] | None = None
+
+
+_COMPILERS = _Compilers()
+
+
+def install_compilers(
+    load: Callable[..., CompiledGraph], from_dict: Callable[..., CompiledGraph]
+) -> None:
+    """Called once by `orchestrator.kinds.graphs` on import."""
+    _COMPILERS.load, _COMPILERS.from_dict = load, from_dict
+
+
+def _compiler(which: str) -> Callable[..., CompiledGraph]:
+    found: Callable[..., CompiledGraph] | None = getattr(_COMPILERS, which)
+    if found is None:
+        raise ConfigurationError(
+            f"CompiledGraph.{which} compiles with the registered node kinds: import "
+            "orchestrator.kinds (or use orchestrator.load_graph / orchestrator.Graph) first"
+        )
+    return found
 
 
 @dataclass
@@ -75,11 +106,7 @@ class CompiledGraph:
     @classmethod
     def load(cls, path: Path | str, *, trust: bool = False) -> CompiledGraph:
         """Load and check a graph file (same as `orchestrator.load_graph`)."""
-        # With every registered kind, which only the kinds' own package knows: the one
-        # upward import left in graph/ (pyproject's import-linter contract names it).
-        from ..kinds.graphs import compile_graph
-
-        return compile_graph(path, trust=trust)
+        return _compiler("load")(path, trust=trust)
 
     @classmethod
     def from_dict(
@@ -91,9 +118,7 @@ class CompiledGraph:
         trust: bool = False,
     ) -> CompiledGraph:
         """A graph built in Python: the file's structure as a dict, templates by name."""
-        from ..kinds.graphs import compile_dict  # as in `load`
-
-        return compile_dict(spec, prompts, name=name, trust=trust)
+        return _compiler("from_dict")(spec, prompts, name=name, trust=trust)
 
     def _functions(self) -> list[ComputeFunction]:
         """Every function its nodes and aggregates run."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..graph import compile as _compile
-from ..graph.compiled import CompiledGraph, GraphRegistries
+from ..graph.compiled import CompiledGraph, GraphRegistries, install_compilers
 from .base import kinds
 
 
@@ -60,3 +60,8 @@ def compile_source(
         trust=trust,
         known_functions=brought.functions,
     )
+
+
+# `CompiledGraph.load` / `.from_dict` (public as `orc.Graph`, `orc.CompiledGraph`) compile
+# with these: the graph layer is handed them rather than importing the kinds above it.
+install_compilers(compile_graph, compile_dict)

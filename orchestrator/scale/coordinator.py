@@ -15,19 +15,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 from typing import Any, Protocol
 
-from ..calls.counters import RunStats
 from ..calls.outage import ServerGone
 from ..data.dataset import Row
 from ..events import RunEvents
 from ..events import WorkerLost as WorkerLostEvent  # the record; WorkerLost is the error
 from ..store.protocol import RunStore
+from ..store.records import Counts
 from ..store.trace import TraceStore
 from .messages import RowChunk, WorkerFailed, WorkerLost, WorkerReport
 
 log = logging.getLogger(__name__)
 
 CHUNK_ROWS = 32  # rows per hand-over at most: a message per 32 examples, not one per example
-_COUNTERS = [f.name for f in fields(RunStats) if f.name != "started"]
+_COUNTERS = [f.name for f in fields(Counts) if f.name != "started"]
 
 
 class WorkerLink(Protocol):
@@ -56,7 +56,7 @@ class Coordinator:
         links: list[WorkerLink],
         store: RunStore,
         trace: TraceStore,
-        stats: RunStats,
+        stats: Counts,
         window: int,
         started: Callable[[list[dict[str, Any]]], None] | None = None,
         events: RunEvents | None = None,
@@ -72,8 +72,8 @@ class Coordinator:
         # A quarter of that per hand-over, so a small run is spread over every worker too
         # rather than filling the first one's room.
         self.chunk = max(1, min(CHUNK_ROWS, self.window // 4))
-        self.base = RunStats(**{name: getattr(stats, name) for name in _COUNTERS})
-        self.reported: dict[str, RunStats] = {}
+        self.base = Counts(**{name: getattr(stats, name) for name in _COUNTERS})
+        self.reported: dict[str, Counts] = {}
         self.in_flight: dict[str, Counter[str]] = {link.name: Counter() for link in links}
         self.live = {link.name for link in links}
         self.cache_errors: list[str] = []

@@ -13,7 +13,6 @@ from typing import Literal
 import cloudpickle
 from pydantic import BaseModel, Field
 
-from ..calls.counters import RunStats
 from ..calls.registry import StructuredMode
 from ..data.dataset import Row
 from ..engine.plan import RunPlan
@@ -23,6 +22,7 @@ from ..errors import WorkerLost as WorkerLost
 from ..events import RunEvent
 from ..graph.compiled import CompiledGraph, GraphRegistries
 from ..kinds.graphs import compile_source
+from ..store.records import Counts
 from ..store.trace import TraceBatch
 
 # (node, foreach item) -> the stored JSON of its finished value, for one example.
@@ -154,7 +154,7 @@ class WorkerReport:
     ids: list[str]
     lines: list[bytes]
     trace: TraceBatch
-    stats: RunStats
+    stats: Counts
     final: bool = False
     failure: WorkerFailure | None = None
     events: list[RunEvent] = field(default_factory=list)

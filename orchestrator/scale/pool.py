@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..calls.counters import RunStats
 from ..calls.endpoints import ServerChoice, node_api_key
 from ..calls.registry import Endpoint
 from ..calls.tuner import Concurrency
@@ -23,6 +22,7 @@ from ..events import RunEvents
 from ..graph.compiled import CompiledGraph
 from ..kinds.base import EndpointWant
 from ..store.protocol import RunStore
+from ..store.records import Counts
 from ..store.trace import TraceStore
 from .coordinator import Coordinator, WorkerLink
 from .messages import EndpointPlan, GraphRecipe, WorkerJob
@@ -146,7 +146,7 @@ class WorkerPool:
         rows: Iterable[Row],
         store: RunStore,
         trace: TraceStore,
-        stats: RunStats,
+        stats: Counts,
         started: Callable[[list[dict[str, Any]]], None] | None = None,
         events: RunEvents | None = None,
     ) -> None:

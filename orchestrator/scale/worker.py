@@ -14,13 +14,12 @@ from dataclasses import replace
 from typing import Any
 
 from ..calls.client import LLMClient
-from ..calls.counters import RunStats
 from ..calls.outage import ServerGone
 from ..calls.registry import Endpoint
 from ..engine.flush import CacheFlusher, fewer_gc_passes
 from ..engine.runtime import ProcessRuntime, build_runtime
 from ..engine.scheduler import Engine
-from ..store.records import ResultLine
+from ..store.records import Counts, ResultLine
 from ..store.trace import WHOLE, TraceRecorder, loads
 from .messages import ResumeValues, RowChunk, WorkerFailure, WorkerJob, WorkerReport
 
@@ -71,7 +70,7 @@ class ShardWorker:
         self.name = name
         self.pid = os.getpid()
         self.host = socket.gethostname()
-        self.stats = RunStats()
+        self.stats = Counts()
         self.runtime: ProcessRuntime | None = None
         self.engine: Engine | None = None
         self.trace = ShardTrace(job.run_id, job.graph_hash, job.run_key)

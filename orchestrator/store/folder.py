@@ -27,7 +27,6 @@ from .trace import TraceStore, check_intact
 if TYPE_CHECKING:
     from ..data.dataset import Row
     from ..graph.compiled import CompiledGraph
-    from .reader import RunReader
 
 RESULTS = "results.jsonl"
 TRACES = "traces.sqlite"
@@ -324,12 +323,6 @@ class RunFolder:
 
     def results(self) -> Iterator[ResultLine]:
         return result_lines(self.results_path)
-
-    def reader(self) -> RunReader:
-        """The folder read back as typed records (what report, trace and meta-eval use)."""
-        from .reader import RunReader
-
-        return RunReader(self.path)
 
     def describe(self) -> str:
         return str(self.path)

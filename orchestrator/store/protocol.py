@@ -19,13 +19,13 @@ from .trace import TraceStore
 if TYPE_CHECKING:
     from ..data.dataset import Row
     from ..graph.compiled import CompiledGraph
-    from .reader import RunReader
 
 
 class RunStore(Protocol):
     """What a run writes through and is read back from: the trace writer (`trace`), the
-    resume index (`done`, `begin`, and the trace's `finished_value`) and the reader
-    (`reader`, a `RunReader`, or None for a store that keeps nothing to read back).
+    resume index (`done`, `begin`, and the trace's `finished_value`) and the records read
+    back (`results`, `read_manifest`, `read_summary`); a folder's whole record, trace
+    included, is read by opening `reader.RunReader` on it.
 
     What goes wrong raises from the library's tree: RunFolderError and below, StorageError
     naming the file when the disk fails a read or write (disk.py); never a bare OSError or
@@ -90,10 +90,6 @@ class RunStore(Protocol):
 
     def describe(self) -> str:
         """How messages name the store."""
-        ...
-
-    def reader(self) -> RunReader | None:
-        """The run read back as typed records (`reader.RunReader`)."""
         ...
 
 
@@ -163,7 +159,3 @@ class MemoryStore:
 
     def describe(self) -> str:
         return "memory"
-
-    def reader(self) -> RunReader | None:
-        # Nothing is written, so there is no folder to read; `RunResult` holds the records.
-        return None

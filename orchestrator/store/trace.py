@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
-from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from operator import attrgetter
@@ -26,7 +25,7 @@ from .disk import damaged, storage_error
 from .records import WHOLE, Attempt, NodeRun, TraceRun
 
 if TYPE_CHECKING:
-    from .reader import TraceReader
+    pass
 
 __all__ = [
     "WHOLE",
@@ -348,13 +347,6 @@ class TraceStore(TraceRecorder):
         super().__init__(run_id, graph_hash, run_key, first_id=(last or 0) + 1)
         self._resumable = resumable
 
-    @classmethod
-    def reader(cls, path: Path) -> TraceReader:
-        """Open a trace to read only (a run may be writing it): typed node runs, no writes."""
-        from .reader import TraceReader
-
-        return TraceReader.open(path)
-
     def start_run(self, **fields: Any) -> None:
         settings = fields.pop("settings", None)
         try:
@@ -450,21 +442,6 @@ class TraceStore(TraceRecorder):
         if row is None:
             return False, None
         return True, loads(row[1])
-
-    def _reading(self) -> TraceReader:
-        """A reader over this store's own connection, with every queued record written."""
-        from .reader import TraceReader
-
-        self.flush()
-        return TraceReader(self._db, self.path)
-
-    def node_runs(
-        self, example_id: str | None = None, node: str | None = None
-    ) -> Iterator[dict[str, Any]]:
-        """Node executions (oldest first) as plain dicts, each with its attempts: the JSON
-        export of `trace --format jsonl`. Typed access is `reader.TraceReader.node_runs`."""
-        for run in self._reading().node_runs(example_id, node):
-            yield run.model_dump()
 
     def close(self) -> None:
         """Write what is queued and close; the file is closed even when the write fails."""

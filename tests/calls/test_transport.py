@@ -13,12 +13,12 @@ from helpers import judge_graph
 
 import orchestrator as orc
 from orchestrator.calls.client import LLMClient
-from orchestrator.calls.counters import RunStats
 from orchestrator.errors import FakeTransientError, LLMCallError
 from orchestrator.graph.schemas import build_model
 from orchestrator.graph.spec import FieldSpec, Sampling
 from orchestrator.providers.fake import FAKE_BASE_URL, FakeRequest
 from orchestrator.store.cache import ResponseCache
+from orchestrator.store.records import Counts
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}
 ROWS = [{"id": f"e{i}", "text": f"t{i}"} for i in range(5)]
@@ -119,7 +119,7 @@ def test_retry_after_is_waited_without_spending_a_retry(graph: orc.Graph):
 
 async def test_cache_decorator_serves_the_second_identical_call(tmp_path: Path):
     fake = orc.FakeTransport()
-    stats = RunStats()
+    stats = Counts()
     cache = ResponseCache(tmp_path / "cache.sqlite")
     client = LLMClient(cache=cache, stats=stats, transport=fake)
     model = build_model("Judge", {"score": FieldSpec(type="integer", min=1, max=10)})
@@ -182,7 +182,7 @@ def test_out_of_range_value_is_fed_back_and_truncation_grows_max_tokens(graph: o
 
 async def test_exhausted_reasks_raise_with_every_attempt():
     fake = orc.FakeTransport(lambda request: "no json here")
-    client = LLMClient(cache=None, stats=RunStats(), transport=fake)
+    client = LLMClient(cache=None, stats=Counts(), transport=fake)
     model = build_model("Judge", {"score": FieldSpec(type="integer", min=1, max=10)})
     ep = client.endpoint(FAKE_BASE_URL, "fake-model")
     with pytest.raises(LLMCallError, match="no valid reply after 2 attempts") as caught:
@@ -196,7 +196,7 @@ async def test_n_samples_and_tokenize_through_the_fake():
     fake = orc.FakeTransport(
         lambda request: orc.FakeAnswer([json.dumps({"score": s}) for s in (3, 1, 2)])
     )
-    client = LLMClient(cache=None, stats=RunStats(), transport=fake)
+    client = LLMClient(cache=None, stats=Counts(), transport=fake)
     model = build_model("Judge", {"score": FieldSpec(type="integer", min=1, max=10)})
     ep = client.endpoint(FAKE_BASE_URL, "fake-model")
     result = await client.call(ep, [{"role": "user", "content": "x"}], model, Sampling(n=3))

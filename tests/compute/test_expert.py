@@ -14,7 +14,15 @@ from typing import Any
 import httpx
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
-from helpers import Ran, is_canary, orchestrator_command, results, run_graph, write_rows
+from helpers import (
+    Ran,
+    is_canary,
+    orchestrator_command,
+    results,
+    run_graph,
+    trace_records,
+    write_rows,
+)
 from pydantic import ValidationError
 
 from orchestrator.compute.expert import (
@@ -394,7 +402,6 @@ def test_failed_tokenize_tries_are_kept_in_the_trace(tmp_path: Path) -> None:
     """A /tokenize try that fails and is sent again is kept as a transport attempt of the
     truncation node, like a failed try of an LLM call; before, the trace kept only the value
     and the retry left no mark."""
-    from orchestrator.store.trace import TraceStore
 
     data = write_rows(tmp_path / "rows.jsonl", [json.loads(EXAMPLES.open().readline())])
     with FakeServer(ExpertResponder()) as server:
@@ -402,13 +409,11 @@ def test_failed_tokenize_tries_are_kept_in_the_trace(tmp_path: Path) -> None:
         run(GRAPH, data, tmp_path / "run", server.base_url, params={"max_tokens_per_text": 8})
     line = next(iter(results(tmp_path / "run").values()))
     assert line["status"] == "ok", line
-    store = TraceStore(tmp_path / "run" / "traces.sqlite")
     tries = {
         rec["node"]: rec["attempts"]
-        for rec in store.node_runs()
+        for rec in trace_records(tmp_path / "run" / "traces.sqlite")
         if rec["node"] in ("reference_text", "output_text")
     }
-    store.close()
     failed = [a["error"] for attempts in tries.values() for a in attempts]
     # The fake server has no /detokenize: those 404s are kept too, and say why the cut
     # text came from a word cut.

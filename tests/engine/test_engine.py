@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
-from helpers import is_canary, results, run_graph, user_text, write_graph, write_rows
+from helpers import is_canary, results, run_graph, trace_records, user_text, write_graph, write_rows
 
 import orchestrator as orc
 from orchestrator import GraphError, RetryPolicy, RunFolderError
@@ -115,13 +115,7 @@ def test_malformed_json_is_reasked_with_the_error(graph: Path, data: Path, tmp_p
 
 
 def _trace_rows(run: Path, example: str) -> list[dict[str, Any]]:
-    from orchestrator.store.trace import TraceStore
-
-    store = TraceStore(run / "traces.sqlite")
-    try:
-        return list(store.node_runs(example))
-    finally:
-        store.close()
+    return trace_records(run / "traces.sqlite", example)
 
 
 def test_server_errors_and_timeouts_are_retried(graph: Path, data: Path, tmp_path: Path):

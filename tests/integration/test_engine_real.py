@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import trace_records
 
-from orchestrator import RunConfig, compile_graph, execute
+import orchestrator as orc
+from orchestrator import compile_graph
 from orchestrator.calls.client import LLMClient
-from orchestrator.calls.counters import RunStats
-from orchestrator.store.trace import TraceStore
+from orchestrator.store.records import Counts
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,27 +21,27 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_pointwise_end_to_end_then_from_cache(embedded_server: Any, tmp_path: Path) -> None:
     graph = compile_graph(ROOT / "graphs/pointwise.yaml")
-    config = RunConfig(
-        graph=ROOT / "graphs/pointwise.yaml",
-        data=ROOT / "examples/pointwise.jsonl",
-        out=tmp_path / "run1",
-        base_url=embedded_server.base_url,
-        cache=tmp_path / "cache.sqlite",
-        limit=3,
-        progress=False,
-    )
-    first = asyncio.run(execute(config))
-    counts = first.manifest["counts"]
-    assert counts["examples_ok"] == 3, (tmp_path / "run1/results.jsonl").read_text()
-    server = next(iter(first.manifest["servers"].values()))
+
+    def run(out: str) -> orc.RunResult:
+        return orc.run(
+            ROOT / "graphs/pointwise.yaml",
+            ROOT / "examples/pointwise.jsonl",
+            out=tmp_path / out,
+            base_url=embedded_server.base_url,
+            cache=tmp_path / "cache.sqlite",
+            limit=3,
+        )
+
+    first = run("run1")
+    counts = first.manifest.counts
+    assert counts.examples_ok == 3, (tmp_path / "run1/results.jsonl").read_text()
+    server = next(iter(first.manifest.servers.values()))
     assert server["structured_output"] == "server"  # the canary saw the schema enforced
     assert server["version"]  # vLLM answers /version
 
     judge_model = graph.nodes["judge"].model
     assert judge_model is not None
-    store = TraceStore(tmp_path / "run1/traces.sqlite")
-    judged = [r for r in store.node_runs(node="judge")]
-    store.close()
+    judged = trace_records(tmp_path / "run1/traces.sqlite", node="judge")
     assert len(judged) == 3
     for record in judged:
         accepted = record["attempts"][-1]
@@ -48,9 +49,9 @@ def test_pointwise_end_to_end_then_from_cache(embedded_server: Any, tmp_path: Pa
         parsed = judge_model.model_validate_json(accepted["raw"])  # the server's own bytes
         assert 1 <= parsed.content <= 10 and 1 <= parsed.style <= 10
 
-    second = asyncio.run(execute(RunConfig(**{**config.__dict__, "out": tmp_path / "run2"})))
-    assert second.manifest["counts"]["cache_hits"] == 3  # one validated reply per example
-    assert second.manifest["counts"]["requests"] == 1  # only the canary reaches the server
+    second = run("run2")
+    assert second.manifest.counts.cache_hits == 3  # one validated reply per example
+    assert second.manifest.counts.requests == 1  # only the canary reaches the server
     # Results stream in finishing order; compare them by example.
     runs = [
         sorted((tmp_path / f"{run}/results.jsonl").read_text().splitlines())
@@ -61,7 +62,7 @@ def test_pointwise_end_to_end_then_from_cache(embedded_server: Any, tmp_path: Pa
 
 def test_canary_detects_enforcement(embedded_server: Any) -> None:
     async def check() -> bool:
-        client = LLMClient(cache=None, stats=RunStats())
+        client = LLMClient(cache=None, stats=Counts())
         try:
             return await client.canary(
                 client.endpoint(embedded_server.base_url, embedded_server.model)

@@ -7,14 +7,13 @@ G-Eval finds the score token in real logprobs. A few rows keep the CPU run short
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator import RunConfig, execute
+import orchestrator as orc
 from orchestrator.compute.expert import SCORE_KEYS, scores_from_explanation
 
 pytestmark = pytest.mark.integration
@@ -33,17 +32,15 @@ def rows(name: str, ids: list[str] | None, limit: int, tmp: Path) -> Path:
 
 
 def run(graph: str, data: Path, out: Path, server: Any) -> list[dict[str, Any]]:
-    config = RunConfig(
-        graph=ROOT / "graphs" / f"{graph}.yaml",
-        data=data,
+    orc.run(
+        ROOT / "graphs" / f"{graph}.yaml",
+        data,
         out=out,
         base_url=server.base_url,
         model=server.model,
-        use_cache=False,
+        cache=False,
         timeout=600,
-        progress=False,
     )
-    asyncio.run(execute(config))
     return [json.loads(x) for x in (out / "results.jsonl").open()]
 
 

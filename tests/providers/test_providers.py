@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 
 import orchestrator as orc
 from orchestrator.calls.client import LLMClient
-from orchestrator.calls.counters import RunStats
 from orchestrator.calls.runtime import Runtime
 from orchestrator.cli import app
 from orchestrator.compute.truncate import truncate_to_tokens
@@ -35,6 +34,7 @@ from orchestrator.providers.base import (
 from orchestrator.providers.fake import FAKE_BASE_URL, FakeConnection, FakeTransport
 from orchestrator.providers.openai_compat import OpenAITransport, chat_body
 from orchestrator.providers.registry import BUILT_IN, make_provider
+from orchestrator.store.records import Counts
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}
 SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}}}
@@ -68,7 +68,7 @@ def test_prompt_mode_and_unset_sampling_leave_their_keys_out() -> None:
 
 async def test_the_fake_sees_the_body_the_calls_layer_asked_for() -> None:
     fake = orc.FakeTransport()
-    client = LLMClient(cache=None, stats=RunStats(), transport=fake)
+    client = LLMClient(cache=None, stats=Counts(), transport=fake)
     ep = client.endpoint(FAKE_BASE_URL, "fake-model")
     messages = [{"role": "user", "content": "x"}]
     await client.sender.chat(ep, messages, {"max_tokens": 9, "seed": 1}, 1, SCHEMA)
@@ -111,7 +111,7 @@ class PlainProvider(FakeTransport):
 
 
 async def test_a_provider_without_a_tokenizer_raises_the_librarys_error() -> None:
-    client = LLMClient(cache=None, stats=RunStats(), transport=PlainProvider())
+    client = LLMClient(cache=None, stats=Counts(), transport=PlainProvider())
     ep = client.endpoint(FAKE_BASE_URL, "fake-model")
     with pytest.raises(ProviderCapabilityError, match="tokenizer") as caught:
         await client.tokenize(ep, "two words")
@@ -120,7 +120,7 @@ async def test_a_provider_without_a_tokenizer_raises_the_librarys_error() -> Non
 
 
 async def test_truncation_counts_words_when_the_provider_has_no_tokenizer() -> None:
-    client = LLMClient(cache=None, stats=RunStats(), transport=PlainProvider())
+    client = LLMClient(cache=None, stats=Counts(), transport=PlainProvider())
     ep = client.endpoint(FAKE_BASE_URL, "fake-model")
     runtime = Runtime(client, {"judge": ep}, {})
     result = await truncate_to_tokens("one two three four", 2, runtime=runtime)
@@ -131,7 +131,7 @@ async def test_truncation_counts_words_when_the_provider_has_no_tokenizer() -> N
 
 async def test_a_server_without_detokenize_is_the_librarys_error_not_the_sdks() -> None:
     with FakeServer() as server:  # has /tokenize, no /detokenize (404)
-        client = LLMClient(cache=None, stats=RunStats())
+        client = LLMClient(cache=None, stats=Counts())
         ep = client.endpoint(server.base_url, "fake-model")
         tokens = await client.tokenize(ep, "two words")
         with pytest.raises(TokenizerUnavailable, match="/detokenize") as caught:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from fakeserver import FakeServer, Reply
-from helpers import run_graph
+from helpers import run_graph, trace_records
 
 from orchestrator.compute.expert import aspect_credit
 from orchestrator.report import build_report, make_server
@@ -330,24 +330,21 @@ def test_failed_example_keeps_every_attempt_and_its_error(pointwise: Path) -> No
 
 
 def test_shared_prompt_head_is_stored_once_and_rebuilds_the_prompt(pointwise: Path) -> None:
-    from orchestrator.store.trace import TraceStore
 
     meta, rows, details = page_data(build_report(pointwise))
     assert meta["shared"], "the pointwise instructions are the same for every example"
-    store = TraceStore(pointwise / "traces.sqlite")
-    original = next(store.node_runs("review-near-copy", "judge"))["messages"]
-    store.close()
+    original = trace_records(pointwise / "traces.sqlite", "review-near-copy", "judge")[0][
+        "messages"
+    ]
     messages = node(detail_of(rows, details, "review-near-copy"), "judge")["rec"]["m"]
     assert [prompt_text(meta, m) for m in messages] == [m["content"] for m in original]
     assert any(m[1] >= 0 for m in messages)
 
 
 def test_long_prompts_are_abridged_unless_full_prompts(pointwise: Path) -> None:
-    from orchestrator.store.trace import TraceStore
 
-    store = TraceStore(pointwise / "traces.sqlite")
-    original = next(store.node_runs("very-long", "judge"))["messages"][-1]["content"]
-    store.close()
+    original = trace_records(pointwise / "traces.sqlite", "very-long", "judge")[0]["messages"]
+    original = original[-1]["content"]
     meta, rows, details = page_data(build_report(pointwise))
     short = prompt_text(meta, node(detail_of(rows, details, "very-long"), "judge")["rec"]["m"][-1])
     assert "characters omitted" in short

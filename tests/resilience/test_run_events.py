@@ -23,12 +23,12 @@ from rich.console import Console
 
 import orchestrator as orc
 from orchestrator import events as ev
-from orchestrator.calls.counters import RunStats
 from orchestrator.calls.registry import ServerRegistry
 from orchestrator.engine.flush import FLUSH_SECONDS, drive
 from orchestrator.errors import WorkerLost
 from orchestrator.providers.openai_compat import OpenAITransport
 from orchestrator.session import session as session_module
+from orchestrator.store.records import Counts
 
 pytestmark = pytest.mark.reliability
 
@@ -227,6 +227,6 @@ async def test_the_progress_bar_shows_the_latest_warning_beside_the_limits() -> 
         sink.emit(down)
         await asyncio.sleep(2 * FLUSH_SECONDS)
 
-    await drive(work(), lambda: None, RunStats(), 1, console, lambda: "limit 8", events=sink)
+    await drive(work(), lambda: None, Counts(), 1, console, lambda: "limit 8", events=sink)
     assert down.describe() in shown.getvalue() and "limit 8" in shown.getvalue()
     assert sink._subscribers == []  # the bar's subscription ends with the run

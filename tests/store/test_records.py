@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
-from helpers import is_canary, judge_graph, run_graph, write_graph, write_rows
+from helpers import is_canary, judge_graph, run_graph, trace_records, write_graph, write_rows
 from pydantic import BaseModel, ValidationError
 
 from orchestrator import RunFolderError
@@ -114,7 +114,7 @@ def test_a_node_run_written_is_the_node_run_read(tmp_path: Path) -> None:
     store = TraceStore(tmp_path / "traces.sqlite", "run-1", "gh", "key")
     store.record(written)
     store.close()
-    with TraceStore.reader(tmp_path / "traces.sqlite") as trace:
+    with TraceReader.open(tmp_path / "traces.sqlite") as trace:
         (read,) = trace.node_runs()
     assert read.model_dump(exclude=STORE_FIELDS) == written.model_dump(exclude=STORE_FIELDS)
     assert list(read.schema or {}) == ["type", "properties"]
@@ -141,9 +141,9 @@ def test_an_unknown_attempt_kind_in_a_trace_is_a_clear_error(tmp_path: Path) -> 
         list(trace.node_runs())
     message = str(caught.value)
     assert "'teleport'" in message and "newer orchestrator" in message and "judge" in message
-    # The dict view (trace --format jsonl, older callers) reads through the same models.
+    # The dict view (trace --format jsonl) reads through the same models.
     with pytest.raises(RunFolderError, match="teleport"):
-        list(TraceStore(path).node_runs())
+        trace_records(path)
 
 
 def _make_layout_1(run_dir: Path, target: Path) -> Path:
