@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from ..errors import DamagedRunFile, ReadOnlyRunFolder, RunFolderError, RunKeyMismatch
 from .disk import on_disk, storage_error
 from .lock import LOCK, RunLock
-from .records import Manifest, ResultLine, Summary
+from .records import Manifest, ResultLine, Summary, first_problem
 from .runkey import RunKey
 from .trace import TraceStore, check_intact
 
@@ -150,10 +150,8 @@ def result_lines(path: Path) -> Iterator[ResultLine]:
         try:
             yield ResultLine.model_validate(line)
         except ValidationError as exc:
-            first = exc.errors()[0]
             raise RunFolderError(
-                f"{path}:{number} is not a result line "
-                f"({'.'.join(map(str, first['loc']))}: {first['msg']})"
+                f"{path}:{number} is not a result line ({first_problem(exc)})"
             ) from None
 
 
@@ -487,10 +485,8 @@ class RunFolder:
         try:
             return Manifest.from_disk(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
             raise DamagedRunFile(
-                f"{self.manifest_path} is not a run manifest "
-                f"({'.'.join(map(str, first['loc']))}: {first['msg']}).",
+                f"{self.manifest_path} is not a run manifest ({first_problem(exc)}).",
                 str(self.manifest_path),
             ) from None
 

@@ -37,7 +37,16 @@ from .folder import (
     snapshot_graph,
     snapshot_prompts,
 )
-from .records import ATTEMPT_KINDS, InputLine, Manifest, NodeRun, ResultLine, Summary, TraceRun
+from .records import (
+    ATTEMPT_KINDS,
+    InputLine,
+    Manifest,
+    NodeRun,
+    ResultLine,
+    Summary,
+    TraceRun,
+    first_problem,
+)
 from .trace import (
     ATTEMPT_COLUMNS,
     NODE_RUN_COLUMNS,
@@ -210,10 +219,7 @@ class TraceReader:
                     f"orchestrator does not know ({', '.join(ATTEMPT_KINDS)}): the trace was "
                     "written by a newer orchestrator or edited by hand; upgrade to read it."
                 ) from None
-            first = exc.errors()[0]
-            raise RunFolderError(
-                f"{where} cannot be read: {'.'.join(map(str, first['loc']))}: {first['msg']}"
-            ) from None
+            raise RunFolderError(f"{where} cannot be read: {first_problem(exc)}") from None
 
     def first_example(self) -> str | None:
         """The id of the first example with a recorded node execution, if any."""

@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     SkipValidation,
     TypeAdapter,
+    ValidationError,
     computed_field,
 )
 from pydantic.dataclasses import dataclass as pydantic_dataclass
@@ -261,6 +262,13 @@ class ResultLine(BaseModel):
         flat: dict[str, Any] = {"id": self.id, "status": self.status, "error": self.error}
         flat.update(flatten(self.outputs))
         return flat
+
+
+def first_problem(exc: ValidationError) -> str:
+    """The first thing wrong with a record read back, as `field.path: message`: what an
+    error naming a damaged line or file says."""
+    first = exc.errors()[0]
+    return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
 
 
 def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
