@@ -44,7 +44,7 @@ from workload import execute_timed
 
 from orchestrator import RunConfig
 from orchestrator.calls.request import request_body, with_schema_instruction
-from orchestrator.store.trace import TraceStore
+from orchestrator.store.reader import TraceReader
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BASE_URL = "http://127.0.0.1:8765/v1"
@@ -55,6 +55,12 @@ REQUESTS = "vllm:request_success_total"
 GENERATED = "vllm:generation_tokens_total"
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
+
+
+def trace_dicts(trace: Path) -> list[dict[str, Any]]:
+    """Every node execution in a trace file, oldest first, as plain dicts."""
+    with TraceReader.open(trace) as reader:
+        return [run.model_dump() for run in reader.node_runs()]
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,9 +165,7 @@ def run_graph(
     outcome, wall = execute_timed(config, Console(stderr=True, quiet=True))
     after = scrape(base_url)
     counts = outcome.manifest["counts"]
-    store = TraceStore(out / "traces.sqlite")
-    records = list(store.node_runs())
-    store.close()
+    records = trace_dicts(out / "traces.sqlite")
     first = min(r["started"] for r in records)
     last = max(r["finished"] for r in records)
     return GraphRun(
@@ -199,9 +203,7 @@ def request_bodies(trace: Path) -> Bodies:
     Re-asks after an invalid reply are not in the node's messages; they are counted from
     the attempts instead (`replies - len(bodies)`).
     """
-    store = TraceStore(trace)
-    records = [r for r in store.node_runs() if r["request"] and r["messages"]]
-    store.close()
+    records = [r for r in trace_dicts(trace) if r["request"] and r["messages"]]
     records.sort(key=lambda r: r["started"])  # the order our engine issued them
     bodies: list[dict[str, Any]] = []
     kinds: Counter[str] = Counter()

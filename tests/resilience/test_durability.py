@@ -16,6 +16,7 @@ from helpers import (
     results,
     run_graph,
     start_cli_run,
+    trace_records,
     user_text,
     wait_for_lines,
     write_graph,
@@ -81,9 +82,7 @@ def test_trace_keeps_request_params_and_each_schema_once(tmp_path: Path):
     with FakeServer(slow_after(fast=100, delay=0)) as server:
         run_graph(graph, data, tmp_path / "run", server.base_url)
         sent = next(b for b in server.requests if not is_canary(b))
-    store = TraceStore(tmp_path / "run" / "traces.sqlite")
-    records = list(store.node_runs())
-    store.close()
+    records = trace_records(tmp_path / "run" / "traces.sqlite")
     assert len(records) == 5
     for rec in records:
         assert rec["request"]["params"]["max_tokens"] == 100

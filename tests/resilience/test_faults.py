@@ -18,12 +18,12 @@ from helpers import (
     requests_per_call,
     results,
     run_graph,
+    trace_records,
     write_graph,
     write_rows,
 )
 
 from orchestrator.calls.structured import DEFAULT_RETRIES
-from orchestrator.store.trace import TraceStore
 
 pytestmark = pytest.mark.reliability
 
@@ -81,11 +81,7 @@ def marked(text: str) -> str:
 
 def trace_attempts(out: Path) -> dict[str, list[dict[str, Any]]]:
     """Every attempt of each example's judge call, by example id."""
-    store = TraceStore(out / "traces.sqlite")
-    try:
-        return {rec["example_id"]: rec["attempts"] for rec in store.node_runs()}
-    finally:
-        store.close()
+    return {rec["example_id"]: rec["attempts"] for rec in trace_records(out / "traces.sqlite")}
 
 
 def sent_to_server(attempts: list[dict[str, Any]]) -> int:

@@ -20,13 +20,13 @@ from helpers import (
     results,
     run_graph,
     start_cli_run,
+    trace_records,
     wait_for_lines,
     write_graph,
     write_rows,
 )
 
 from orchestrator.calls.outage import ServerGone, ServerWatch
-from orchestrator.store.trace import TraceStore
 
 pytestmark = pytest.mark.reliability
 
@@ -49,11 +49,9 @@ def result_ids(out: Path) -> list[str]:
 
 
 def traced_examples(out: Path) -> set[str]:
-    store = TraceStore(out / "traces.sqlite")
-    try:
-        return {rec["example_id"] for rec in store.node_runs() if rec["status"] == "ok"}
-    finally:
-        store.close()
+    return {
+        rec["example_id"] for rec in trace_records(out / "traces.sqlite") if rec["status"] == "ok"
+    }
 
 
 def test_server_back_after_ten_seconds_run_waits_and_completes(tmp_path: Path, figure):
@@ -92,14 +90,12 @@ def test_server_back_after_ten_seconds_run_waits_and_completes(tmp_path: Path, f
     assert all(line["status"] == "ok" for line in results(out).values())
     [outage] = manifest["outages"]
     assert outage["recovered"] and outage["seconds"] > DOWN_FOR / 2
-    store = TraceStore(out / "traces.sqlite")
     waited = [
         a
-        for rec in store.node_runs()
+        for rec in trace_records(out / "traces.sqlite")
         for a in rec["attempts"]
         if "the server was down" in (a["error"] or "")
     ]
-    store.close()
     assert waited, "the tries lost to the outage are in the trace"
     worst = max(requests_per_call(server.requests).values())
     assert worst <= 2  # a try lost to the outage is repeated once, not counted as a retry

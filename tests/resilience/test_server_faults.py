@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
-from helpers import is_canary, judge_graph, results, run_graph, write_graph, write_rows
+from helpers import (
+    is_canary,
+    judge_graph,
+    results,
+    run_graph,
+    trace_records,
+    write_graph,
+    write_rows,
+)
 
 pytestmark = pytest.mark.reliability
 
@@ -112,16 +120,12 @@ def test_rate_limit_with_retry_after_is_honoured(graph: Path, tmp_path: Path, fi
         took = time.monotonic() - started
     lines = results(tmp_path / "run")
     assert [line for line in lines.values() if line["status"] != "ok"] == []
-    from orchestrator.store.trace import TraceStore
-
-    store = TraceStore(tmp_path / "run" / "traces.sqlite")
     waits = [
         a["error"]
-        for rec in store.node_runs()
+        for rec in trace_records(tmp_path / "run" / "traces.sqlite")
         for a in rec["attempts"]
         if a["kind"] == "transport" and "Retry-After" in (a["error"] or "")
     ]
-    store.close()
     assert waits and all("waited 4" in w for w in waits)
     figure(
         "rate limit with Retry-After",
