@@ -1,4 +1,4 @@
-"""Shared test setup: tests/ importable (fakeserver) from any folder; reliability figures."""
+"""Shared test setup: tests/ and its folders importable (fakeserver, shared builders) from any test file; reliability figures."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ from typing import Any
 import pytest
 
 TESTS = Path(__file__).parent
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
+# tests/ and each package-shaped folder under it: a suite may reuse another's builders
+# (`from test_expert import ExpertResponder`) whichever file pytest is asked to run.
+for _folder in [TESTS, *sorted(p for p in TESTS.iterdir() if p.is_dir() and p.name.isidentifier())]:
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 # Where reliability tests' figures go (bench/reliability_table.py sets it and builds the
 # table of docs/RELIABILITY.md from the file); unset, figures are only asserted on.
