@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,7 @@ from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError, nodes
 from ..compute import ComputeFunction, resolve
 from ..errors import GraphError, Problem
 from ..shipped import shipped_root
-from .compiled import CompiledNode
+from .compiled import CompiledGraph, CompiledNode
 from .loaders import SealedLoader, template_sources
 from .spec import (
     SAMPLING_RANGES,
@@ -690,3 +690,50 @@ def check_arguments(
 
 def _not_loaded(**_: Any) -> Any:
     raise RuntimeError("this graph was compiled for reading only; its functions are not loaded")
+
+
+SAMPLE_ROWS = 20  # rows read before any request to learn what the inputs hold
+
+
+def check_input_types(
+    graph: CompiledGraph, rows: Sequence[Mapping[str, Any]], location: str
+) -> None:
+    """A `foreach` over a dataset input that holds no list in any of the first rows (a text,
+    a number, an object): refused before any request with one error naming the node and
+    the input, instead of failing every row. Inputs have no declared type, so their first
+    rows (`rows`, the first SAMPLE_ROWS that could be read) are what is known; a mix of
+    lists and others is left to each row."""
+    sample = rows[:SAMPLE_ROWS]
+    inputs = set(graph.spec.inputs) | set(graph.spec.optional_inputs)
+    problems = []
+    for name, cn in graph.nodes.items():
+        path = plain_path(cn.foreach.source) if cn.foreach is not None else None
+        if path is None or path[0] not in inputs:
+            continue
+        seen = [found for row in sample if (found := _walk_row(row, path)) is not None]
+        if not seen or any(isinstance(value, list | tuple) for value in seen):
+            continue
+        kinds = sorted({_kind(value) for value in seen})
+        example = shorten(repr(seen[0]), 60)
+        problems.append(
+            Problem(
+                graph.label,
+                f"foreach needs a list, but input '{'.'.join(path)}' is {' or '.join(kinds)} "
+                f"in the first {len(sample)} row(s) of {location} (e.g. {example}); give a "
+                "list there, or loop over something that is one",
+                name,
+                "foreach",
+            )
+        )
+    if problems:
+        raise GraphError(problems)
+
+
+def _walk_row(row: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    """The value at `path` in a row, or None when a step is missing."""
+    value: Any = row
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return None
+        value = value[key]
+    return value
