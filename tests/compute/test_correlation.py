@@ -114,7 +114,7 @@ def _function_problem(tmp_path: Path, function: str) -> str:
 
 
 def test_misspelt_builtin_gets_did_you_mean(tmp_path: Path) -> None:
-    assert "did you mean spearman?" in _function_problem(tmp_path, "spearmann")
+    assert "did you mean spearman or pearson?" in _function_problem(tmp_path, "spearmann")
 
 
 def test_misspelt_user_function_gets_did_you_mean(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_misspelt_user_function_gets_did_you_mean(tmp_path: Path) -> None:
     def judge_gap_score(x: Any, y: Any) -> float:
         return 0.0
 
-    assert "did you mean judge_gap_score?" in _function_problem(tmp_path, "judge_gap_scor")
+    assert "did you mean judge_gap_score" in _function_problem(tmp_path, "judge_gap_scor")
 
 
 def test_misspelt_function_of_a_trusted_module_gets_did_you_mean(tmp_path: Path) -> None:
