@@ -101,7 +101,7 @@ def _samples(judgment: Any) -> list[dict[str, Any]]:
     return [s for s in found if isinstance(s, dict) and not s.get("failed")]
 
 
-@register("map_votes")
+@register("map_votes", answer_map=("positions", "judgments", "field"))
 def map_votes(
     comparisons: list[dict[str, Any]],
     judgments: list[Any],

@@ -42,6 +42,10 @@ class ComputeFunction:
     # calibration file): in a graph not trusted, only the user may give them, since a graph
     # choosing them could read the user's files or load code (graph/checks.check_arguments).
     reads_files: tuple[str, ...] = field(default=())
+    # (map, values, field): the argument `map` is keyed by the answers found in field
+    # `field` of each element of argument `values` (map_votes' `positions`); `validate`
+    # checks the keys against that field's enum (graph/checks.check_answer_map).
+    answer_map: tuple[str, str, str] | None = None
 
     @property
     def wants_runtime(self) -> bool:
@@ -129,6 +133,7 @@ class _Options:
     requires: tuple[str, ...]
     extra: str | None
     reads_files: tuple[str, ...] = ()
+    answer_map: tuple[str, str, str] | None = None
 
 
 _OPTIONS = "__orchestrator_options__"  # where `register` leaves a function's options
@@ -141,18 +146,22 @@ def register(
     requires: tuple[str, ...] = (),
     extra: str | None = None,
     reads_files: tuple[str, ...] = (),
+    answer_map: tuple[str, str, str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for compute functions. `blocking=True` runs the function in a worker
     thread so a slow one does not stall every other request; `name` also makes it
     available to graph files by that name (once its module is imported). `reads_files`
     names arguments that point at a file or folder the function reads: a graph file from
-    someone else may not choose them (only the user, through a param)."""
+    someone else may not choose them (only the user, through a param). `answer_map`
+    (map, values, field) says argument `map` is keyed by the values of field `field` of
+    argument `values`' elements, so `validate` checks its keys against that enum."""
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         # Kept on the function, so a graph naming it as module:function gets the options too.
-        setattr(fn, _OPTIONS, _Options(blocking, requires, extra, reads_files))
+        options = _Options(blocking, requires, extra, reads_files, answer_map)
+        setattr(fn, _OPTIONS, options)
         if name is not None:
-            _REGISTRY[name] = ComputeFunction(name, fn, blocking, requires, extra, reads_files)
+            _REGISTRY[name] = _with_options(name, fn, options)
         return fn
 
     return wrap
@@ -197,7 +206,7 @@ def resolve(name: str, near: Path | None = None, *, trusted: bool = False) -> Co
     if point is not None:
         module_name, _, attr = point.value.partition(":")
     elif not module_name:
-        close = difflib.get_close_matches(name, names(), n=3)
+        close = difflib.get_close_matches(name, _known_names(), n=3)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise LookupError(
             f"unknown compute function '{name}': {hint}`orchestrator functions` lists the "
@@ -223,13 +232,26 @@ def resolve(name: str, near: Path | None = None, *, trusted: bool = False) -> Co
         ) from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise LookupError(f"module '{module_name}' has no function '{attr}'")
+        functions = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        close = difflib.get_close_matches(attr, functions, n=1)
+        hint = f" (did you mean '{module_name}:{close[0]}'?)" if close else ""
+        raise LookupError(f"module '{module_name}' has no function '{attr}'{hint}")
     options = getattr(fn, _OPTIONS, None)
     if isinstance(options, _Options):
-        return ComputeFunction(
-            name, fn, options.blocking, options.requires, options.extra, options.reads_files
-        )
+        return _with_options(name, fn, options)
     return ComputeFunction(name, fn)
+
+
+def _with_options(name: str, fn: Callable[..., Any], options: _Options) -> ComputeFunction:
+    return ComputeFunction(
+        name,
+        fn,
+        options.blocking,
+        options.requires,
+        options.extra,
+        options.reads_files,
+        options.answer_map,
+    )
 
 
 def _import_near(module_name: str, near: Path | None) -> ModuleType:
@@ -242,6 +264,13 @@ def _import_near(module_name: str, near: Path | None) -> ModuleType:
         return importlib.import_module(module_name)
     finally:
         sys.path[:] = saved
+
+
+def _known_names() -> list[str]:
+    """Every name a graph may use without a module path: the built-ins, the functions
+    registered in this process (the user's own) and installed packages' entry points."""
+    points = [point.name for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    return sorted({*_REGISTRY, *points})
 
 
 def registered(name: str) -> ComputeFunction | None:

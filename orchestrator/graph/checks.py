@@ -6,7 +6,9 @@ node and field."""
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +19,7 @@ from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError, nodes
 from ..compute import ComputeFunction, resolve
 from ..errors import GraphError, Problem
 from ..shipped import shipped_root
-from .compiled import CompiledNode
+from .compiled import CompiledGraph, CompiledNode
 from .loaders import SealedLoader, template_sources
 from .spec import (
     SAMPLING_RANGES,
@@ -266,6 +268,103 @@ def _static_kind(ck: Checker, ast: nodes.Expr, source: str) -> str | None:
     return None if spec.type == "list" else f"a field of type {spec.type}"
 
 
+def _ast_path(ast: nodes.Expr) -> tuple[str, ...] | None:
+    """`a.b['c']` as ("a", "b", "c") when the expression is only a name and lookups."""
+    if isinstance(ast, nodes.Name):
+        return (ast.name,)
+    if isinstance(ast, nodes.Getattr):
+        head = _ast_path(ast.node)
+        return None if head is None else (*head, ast.attr)
+    if isinstance(ast, nodes.Getitem) and isinstance(ast.arg, nodes.Const):
+        head = _ast_path(ast.node)
+        key = ast.arg.value
+        return None if head is None or not isinstance(key, str) else (*head, key)
+    return None
+
+
+def _path_spec(ck: Checker, path: tuple[str, ...], items: dict[str, FieldSpec]) -> FieldSpec | None:
+    """The declared schema of the value at `path` (a node's field, or a field of a bound
+    `foreach` element), or None when it is not known before a call."""
+    head, rest = path[0], path[1:]
+    if head in items:
+        spec: FieldSpec | None = items[head]
+        fields = None
+    else:
+        fields = _known_fields(ck, head)
+        if fields is None or not rest:
+            return None
+        spec = None
+    for part in rest:
+        if spec is not None:
+            fields = spec.fields
+        if fields is None or part not in fields:
+            return None
+        spec = fields[part]
+    return spec
+
+
+def item_specs(ck: Checker, name: str, foreach: Expression | None) -> dict[str, FieldSpec]:
+    """The schema of node `name`'s `foreach` element when it walks a declared list field
+    (`foreach: claims.claims`), by the name it is bound to; else nothing."""
+    node = ck.spec.nodes[name]
+    path = plain_path(foreach.source) if foreach is not None else None
+    spec = _path_spec(ck, path, {}) if path else None
+    if spec is None or spec.type != "list" or spec.items is None:
+        return {}
+    return {node.as_: spec.items}
+
+
+def _truth_reads(
+    ck: Checker, ast: nodes.Expr, items: dict[str, FieldSpec]
+) -> list[tuple[str, FieldSpec]]:
+    """Fields of a declared type other than boolean that `ast` takes as true/false as they
+    are: under `not`, `and`, `or` or bare (`x == 'yes'` compares, so it is not one)."""
+    if isinstance(ast, nodes.Not):
+        return _truth_reads(ck, ast.node, items)
+    if isinstance(ast, nodes.And | nodes.Or):
+        return _truth_reads(ck, ast.left, items) + _truth_reads(ck, ast.right, items)
+    path = _ast_path(ast)
+    spec = _path_spec(ck, path, items) if path else None
+    if spec is None or spec.type == "boolean":
+        return []
+    return [(".".join(path or ()), spec)]
+
+
+def _comparison_hint(name: str, spec: FieldSpec) -> str:
+    """The comparison a `when` should write instead of reading `name` as true/false."""
+    if spec.enum:
+        return f"{name} == {spec.enum[0]!r}"
+    return {
+        "string": f"{name} != ''",
+        "integer": f"{name} > 0",
+        "number": f"{name} > 0",
+        "list": f"{name} | length > 0",
+    }.get(spec.type, f"{name} is not none")
+
+
+def check_when(ck: Checker, name: str, expr: Expression, items: dict[str, FieldSpec]) -> None:
+    """`when` takes a declared field as true/false only if it is a boolean: a "no" string is
+    true, and so is every number but 0, so the node would run where it should not."""
+    try:
+        ast = parse_expression(ck.env, expr.source)
+    except (TemplateSyntaxError, RecursionError):
+        return  # reported where the expression was parsed
+    for field_name, spec in _truth_reads(ck, ast, items):
+        values = f" ({', '.join(map(repr, spec.enum))})" if spec.enum else ""
+        why = {
+            "string": 'any non-empty text, "no" too, is true',
+            "integer": "every number but 0 is true",
+            "number": "every number but 0 is true",
+        }.get(spec.type, "it is true whenever it is not empty")
+        ck.problem(
+            f"when '{shorten(expr.source)}' needs a true/false value, but '{field_name}' is a "
+            f"{spec.type} field{values}: {why}, so the node would run on rows it should "
+            f'skip. Compare it, e.g. when: "{_comparison_hint(field_name, spec)}"',
+            name,
+            "when",
+        )
+
+
 def _kind(value: Any) -> str:
     names = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
     return names.get(type(value), "a mapping" if isinstance(value, dict) else "not a list")
@@ -332,6 +431,178 @@ def check_attributes(ck: Checker, owner: str | None, sources: list[tuple[str, st
                 )
 
 
+# Filters that read a field of each element of a list: by `attribute=`, or (these) by their
+# first argument.
+_FIELD_FIRST = frozenset({"selectattr", "rejectattr", "groupby"})
+RESULT_FIELDS = ("id", "status", "row", "error")  # on every line of results.jsonl
+
+
+def _element_fields(ck: Checker, name: str) -> tuple[dict[str, FieldSpec] | None, str]:
+    """The fields of each element of node `name`'s value when that value is a list of
+    outputs of a known schema (one per `foreach` element, or its n samples), and how to
+    name that list; (None, "") otherwise."""
+    other = ck.spec.nodes.get(name)
+    if other is None:
+        return None, ""
+    sampled = "n" in type(other).model_fields
+    n = getattr(other, "n", None) or (ck.spec.defaults.n if sampled else None)
+    many = n is not None and n != 1  # an expression counts: it is a list when it is not 1
+    kind = node_kind(ck.kinds, other)
+    if other.foreach:
+        # With n > 1 too, each element is itself a list of samples: not read here.
+        fields = None if many else kind.value_fields(other, ck.spec)
+        return fields, f"node '{name}' (a list, one value per foreach element)"
+    if many:
+        fields = kind.value_fields(other.model_copy(update={"n": 1}), ck.spec)
+        return fields, f"node '{name}' (a list of its n samples)"
+    return None, ""
+
+
+def _field_reads(env: Any, source: str) -> Iterable[tuple[nodes.Expr, str, str]]:
+    """(list expression, the filter as written, field) for every filter reading a named
+    field of each element of a list: `x | map(attribute='f')`, `x | selectattr('f')`."""
+    for flt in env.parse(source).find_all(nodes.Filter):
+        named = [("attribute=", kw.value) for kw in flt.kwargs if kw.key == "attribute"]
+        if flt.name in _FIELD_FIRST and flt.args:
+            named.append(("", flt.args[0]))
+        for how, value in named:
+            if isinstance(value, nodes.Const) and isinstance(value.value, str) and flt.node:
+                yield flt.node, f"{flt.name}({how}{value.value!r})", value.value
+
+
+def check_list_reads(
+    ck: Checker,
+    owner: str | None,
+    sources: list[tuple[str, str]],
+    results: list[str] | None = None,
+) -> None:
+    """A field read off each element of a list whose elements' schema is known now, that
+    the schema lacks: a node's n samples or foreach values, a declared list field's items,
+    and (`results`, in an aggregate) the result lines, whose fields are the graph's
+    outputs. Found otherwise only once every call is paid for."""
+    for fld, source in sources:
+        try:
+            reads = list(_field_reads(ck.env, source))
+        except (TemplateSyntaxError, RecursionError):
+            continue  # reported where the source was first parsed
+        for target, flt, attr in reads:
+            path = _ast_path(target)
+            if path is None:
+                continue
+            fields: list[str] | None = None
+            if path == ("results",) and results is not None:
+                fields, what = (
+                    results,
+                    "results (one line per example: id, status, error, row and the outputs)",
+                )
+            elif len(path) == 1:
+                found, what = _element_fields(ck, path[0])
+                fields = list(found) if found is not None else None
+            else:
+                spec = _path_spec(ck, path, {})
+                if spec is not None and spec.items is not None and spec.items.fields:
+                    fields, what = list(spec.items.fields), f"list field '{'.'.join(path)}'"
+            first = attr.split(".")[0]
+            if (
+                fields is None
+                or first in fields
+                or first.isdigit()
+                or first in ("failed", "error")  # a node's value with on_error: record
+                or hasattr(dict, first)
+            ):
+                continue
+            close = difflib.get_close_matches(first, fields, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            ck.problem(
+                f"'{'.'.join(path)} | {flt}': each element of {what} has no "
+                f"field '{first}' ({hint}fields: {', '.join(fields)})",
+                owner,
+                fld,
+            )
+
+
+def check_answer_map(
+    ck: Checker,
+    function: ComputeFunction,
+    args: dict[str, Expression | Any],
+    node: str | None,
+    where: str,
+) -> None:
+    """The keys of an answer map (map_votes' `positions`) are the answers the judge can
+    give: each key one of the enum values of the field it maps, and every value a key.
+    'Output (A)' for an enum of 'Output (a)' would fail every row after its calls."""
+    if function.answer_map is None:
+        return
+    map_arg, values_arg, field_arg = function.answer_map
+    keys = _literal(ck, args.get(map_arg))
+    values = args.get(values_arg)
+    path = plain_path(values.source) if isinstance(values, Expression) else None
+    if not isinstance(keys, dict) or path is None or len(path) != 1:
+        return
+    field_name = (
+        _literal(ck, args[field_arg]) if field_arg in args else _default(function, field_arg)
+    )
+    fields, what = _element_fields(ck, path[0])
+    if fields is None or not isinstance(field_name, str):
+        return
+    place = f"{where}.{map_arg}"
+    spec = fields.get(field_name)
+    if spec is None:
+        close = difflib.get_close_matches(field_name, list(fields), n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        ck.problem(
+            f"'{map_arg}' maps the answers in field '{field_name}', but each element of {what} "
+            f"has no such field ({hint}fields: {', '.join(fields)})",
+            node,
+            f"{where}.{field_arg}" if field_arg in args else place,
+        )
+        return
+    if not spec.enum:
+        return
+    answers = [str(v) for v in spec.enum]
+    for key in map(str, keys):
+        if key not in answers:
+            # 'Output (A)' for 'Output (a)': difflib alone weighs case like any letter.
+            same = [a for a in answers if a.casefold() == key.casefold()]
+            close = same or difflib.get_close_matches(key, answers, n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            ck.problem(
+                f"'{map_arg}' key '{key}' is not an answer the judge can give in '{path[0]}."
+                f"{field_name}' ({hint}its enum: {', '.join(answers)})",
+                node,
+                place,
+            )
+    missing = [a for a in answers if a not in set(map(str, keys))]
+    if missing:
+        ck.problem(
+            f"'{map_arg}' has no key for the answer(s) {', '.join(missing)} that "
+            f"'{path[0]}.{field_name}' may give; a row with that answer would fail",
+            node,
+            place,
+        )
+
+
+def _literal(ck: Checker, value: Any) -> Any:
+    """The value of a literal argument or of an expression that is a constant (a dict or a
+    quoted string), else None."""
+    if not isinstance(value, Expression):
+        return value
+    try:
+        ast = parse_expression(ck.env, value.source)
+        return ast.as_const(nodes.EvalContext(ck.env))
+    except Exception:  # not a constant: known only when it runs
+        return None
+
+
+def _default(function: ComputeFunction, argument: str) -> Any:
+    """The default of one of the function's arguments, or None."""
+    try:
+        param = inspect.signature(function.fn).parameters.get(argument)
+    except (TypeError, ValueError):
+        return None
+    return None if param is None or param.default is param.empty else param.default
+
+
 def _check_param(ck: Checker, name: str, owner: str | None, fld: str) -> None:
     """`params.X` where the graph declares no X: it could never be given (an unknown
     `--param` is refused), so every row would fail on it."""
@@ -392,6 +663,7 @@ def check_arguments(
     literals = {k: v for k, v in args.items() if not isinstance(v, Expression)}
     for arg, message in function.argument_problems(literals, set(args)).items():
         ck.problem(message, node, f"{where}.{arg}" if arg in args else where)
+    check_answer_map(ck, function, args, node, where)
     for arg in function.reads_files if not ck.trusted else ():
         if arg not in args:
             continue
@@ -418,3 +690,50 @@ def check_arguments(
 
 def _not_loaded(**_: Any) -> Any:
     raise RuntimeError("this graph was compiled for reading only; its functions are not loaded")
+
+
+SAMPLE_ROWS = 20  # rows read before any request to learn what the inputs hold
+
+
+def check_input_types(
+    graph: CompiledGraph, rows: Sequence[Mapping[str, Any]], location: str
+) -> None:
+    """A `foreach` over a dataset input that holds no list in any of the first rows (a text,
+    a number, an object): refused before any request with one error naming the node and
+    the input, instead of failing every row. Inputs have no declared type, so their first
+    rows (`rows`, the first SAMPLE_ROWS that could be read) are what is known; a mix of
+    lists and others is left to each row."""
+    sample = rows[:SAMPLE_ROWS]
+    inputs = set(graph.spec.inputs) | set(graph.spec.optional_inputs)
+    problems = []
+    for name, cn in graph.nodes.items():
+        path = plain_path(cn.foreach.source) if cn.foreach is not None else None
+        if path is None or path[0] not in inputs:
+            continue
+        seen = [found for row in sample if (found := _walk_row(row, path)) is not None]
+        if not seen or any(isinstance(value, list | tuple) for value in seen):
+            continue
+        kinds = sorted({_kind(value) for value in seen})
+        example = shorten(repr(seen[0]), 60)
+        problems.append(
+            Problem(
+                graph.label,
+                f"foreach needs a list, but input '{'.'.join(path)}' is {' or '.join(kinds)} "
+                f"in the first {len(sample)} row(s) of {location} (e.g. {example}); give a "
+                "list there, or loop over something that is one",
+                name,
+                "foreach",
+            )
+        )
+    if problems:
+        raise GraphError(problems)
+
+
+def _walk_row(row: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    """The value at `path` in a row, or None when a step is missing."""
+    value: Any = row
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return None
+        value = value[key]
+    return value

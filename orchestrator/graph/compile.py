@@ -18,14 +18,18 @@ import networkx as nx
 from ..compute import ComputeFunction
 from ..errors import GraphError, Problem
 from .checks import (
+    RESULT_FIELDS,
     Checker,
     NodeScope,
     check_arguments,
     check_attributes,
     check_cycles,
     check_foreach,
+    check_list_reads,
     check_names,
     check_sampling,
+    check_when,
+    item_specs,
     node_sources,
     resolve_function,
 )
@@ -205,6 +209,7 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
         if expr:
             check_names(ck, expr.names, inputs | node_names, None, f"outputs.{key}")
             check_attributes(ck, None, [(f"outputs.{key}", "{{ " + source + " }}")])
+            check_list_reads(ck, None, [(f"outputs.{key}", "{{ " + source + " }}")])
             outputs[key] = expr
     if not spec.outputs:
         ck.problem("the graph declares no outputs", field="outputs")
@@ -291,6 +296,7 @@ def _compile_node(
         if cn.when:
             scope.use(cn.when.names, "when")
             check_names(ck, cn.when.names, known | item_names, name, "when")
+            check_when(ck, name, cn.when, item_specs(ck, name, cn.foreach))
     for dep in node.after:
         if dep not in node_names:
             close = difflib.get_close_matches(dep, sorted(node_names), n=1)
@@ -304,7 +310,9 @@ def _compile_node(
     cn.deps = (used & node_names) - {name} - item_names
     if name in used - item_names:
         ck.problem("node refers to itself", name, scope.refs.get(name))
-    check_attributes(ck, name, node_sources(ck, cn, scope))
+    sources = node_sources(ck, cn, scope)
+    check_attributes(ck, name, sources)
+    check_list_reads(ck, name, sources)
     return cn
 
 
@@ -325,6 +333,9 @@ def _compile_aggregate(ck: Checker, name: str, item: Aggregate) -> CompiledAggre
             expr = ck.expression(value, None, f"{where}.args.{arg}")
             if expr:
                 check_names(ck, expr.names, {"results"}, None, f"{where}.args.{arg}")
+                fields = [*RESULT_FIELDS, *ck.spec.outputs]
+                source = "{{ " + value + " }}"
+                check_list_reads(ck, None, [(f"{where}.args.{arg}", source)], results=fields)
                 args[arg] = expr
         else:
             args[arg] = value

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import logging
 import platform
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -35,6 +36,7 @@ from ..engine.plan import RunPlan
 from ..engine.runtime import ProcessRuntime, build_runtime
 from ..engine.scheduler import engine_window
 from ..errors import StorageError
+from ..graph.checks import SAMPLE_ROWS, check_input_types
 from ..graph.compiled import CompiledGraph
 from ..scale import ResolvedRun, WorkerPool
 from ..store.cache import ResponseCache
@@ -89,10 +91,22 @@ async def run_session(
     # A misspelt or missing param is refused before the folder or a server is touched.
     given = frozenset(plan.params)  # the user's own: a server one names is the user's
     plan = replace(plan, params=effective_params(graph, plan.params))
+    check_input_types(graph, _first_rows(source, plan.limit), source.location)
     with _locked(store, plan.overwrite):
         static_key = _check_static_key(graph, source, store, plan)
         run = await _plan(graph, source, store, plan, static_key, given)
         return await _execute(run, console)
+
+
+def _first_rows(source: RowSource, limit: int | None) -> list[dict[str, Any]]:
+    """The fields of the first rows that can be read: what the inputs are known to hold
+    before any request (a `foreach` over a text is refused up front, not per row)."""
+    rows = source.rows(limit)
+    try:
+        return [row.data for row in itertools.islice(rows, SAMPLE_ROWS) if row.error is None]
+    finally:
+        if isinstance(rows, Generator):
+            rows.close()  # the file is closed now, not when the generator is collected
 
 
 @contextmanager

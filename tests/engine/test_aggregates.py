@@ -47,8 +47,10 @@ def _run(tmp_path: Path, graph: Path, base_url: str) -> Any:
 
 def test_failing_aggregate_is_recorded_and_fixed_without_a_request(tmp_path: Path) -> None:
     templates = {"judge.jinja": "Rate: {{ text }}"}
-    # `scor` is a typo: the aggregate's expression fails only after every example ran.
-    broken = write_graph(tmp_path, _graph("results | map(attribute='scor') | list"), templates)
+    # Ids are no numbers: the aggregate fails only after every example ran (a field name
+    # that no output provides, `scor`, is refused by validate now: tests/graph/
+    # test_static_types.py).
+    broken = write_graph(tmp_path, _graph("results | map(attribute='id') | list"), templates)
     write_rows(tmp_path / "rows.jsonl", [{"id": f"r{i}", "text": f"t{i}"} for i in range(4)])
     with FakeServer(schema_responder) as server:
         result = _run(tmp_path, broken, server.base_url)

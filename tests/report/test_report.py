@@ -196,7 +196,7 @@ def foreach_graph(root: Path) -> Path:
                 "kind": "compute",
                 "function": "mean",
                 "args": {
-                    "values": "check | rejectattr('none') | map(attribute='supported')"
+                    "values": "check | reject('none') | map(attribute='supported')"
                     + " | map('int') | list"
                 },
             },
