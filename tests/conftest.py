@@ -1,4 +1,5 @@
-"""Shared test setup: tests/ and its folders importable (fakeserver, shared builders) from any test file; reliability figures."""
+"""Shared test setup: tests/ and its folders importable (fakeserver, shared builders)
+from any test file; reliability figures."""
 
 from __future__ import annotations
 
