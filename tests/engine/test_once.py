@@ -5,10 +5,12 @@ stopping the run before any row, and `validate` refusing one that reads a row.""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, results, run_graph, trace_records, user_text, write_graph, write_rows
 
@@ -163,3 +165,32 @@ def test_once_nodes_may_read_params_and_other_once_nodes(tmp_path: Path):
     path = write_graph(tmp_path / "g", spec, TEMPLATES)
     graph = orc.load_graph(path)
     assert graph.nodes["count"].deps == {"steps"}
+
+
+DOC = Path(__file__).parent.parent.parent / "docs" / "graph-format.md"
+
+
+def test_the_docs_example_runs_with_its_steps_asked_once(tmp_path: Path):
+    """The `once` example of docs/graph-format.md, its templates as its comments give them,
+    run over three rows: one steps request, three judge requests."""
+    block = re.search(r"### `once`.*?```yaml\n(.*?)```", DOC.read_text(), re.S)
+    assert block, "the once example moved; keep this test pointing at it"
+    spec = yaml.safe_load(block.group(1))
+    templates = dict(re.findall(r'prompt: (\S+)\s+# "(.*)"', block.group(1)))
+    assert set(templates) == {"steps.jinja", "judge.jinja"}
+    graph = write_graph(tmp_path / "g", spec, templates)
+    rows = write_rows(tmp_path / "rows.jsonl", [{"id": f"r{i}", "text": f"t{i}"} for i in range(3)])
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_canary(body):
+            return schema_responder(body)
+        if "evaluation steps for coherence" in user_text(body):
+            return Reply(json.dumps({"steps": "read it twice"}))
+        return Reply(json.dumps({"score": 4}))
+
+    with FakeServer(respond) as server:
+        ran = run_graph(graph, rows, tmp_path / "run", server.base_url, use_cache=False)
+    assert len(asked(server, "evaluation steps")) == 1
+    assert len(asked(server, "Follow these steps: read it twice")) == 3
+    assert ran.manifest["status"] == "complete"
+    assert {v["steps"] for v in results(tmp_path / "run").values()} == {"read it twice"}
