@@ -12,8 +12,9 @@ if TYPE_CHECKING:
     from .compiled import CompiledGraph
     from .spec import GraphSpec
 
-# The example id the trace records once-node executions under (rows may not take it), so a
-# resumed run finds their values there as it finds a row's.
+# The example id the trace records once-node executions under, so a resumed run finds their
+# values there as it finds a row's. A row that happens to have this id shares it harmlessly:
+# it never runs a once-node, so the two never record the same node.
 ONCE_EXAMPLE = "__once__"
 
 # Names every once-node may read: the run's params and its server facts; nothing of a row.
