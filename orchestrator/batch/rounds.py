@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from ..calls.retry import RetryPolicy
 from ..data.sources import FileSource
 from ..kinds.graphs import compile_graph
-from ..providers.batch import BATCH_BASE_URL, BatchTransport, deferrals_unreported
+from ..providers.batch import BATCH_BASE_URL, BatchTransport, Deferred, deferrals_unreported
 from ..providers.batchfile import BatchRequestLine
 from ..session.plan import make_plan
 from ..session.session import run_session
@@ -88,6 +88,9 @@ async def run_round(
     try:
         with deferrals_unreported():
             await run_session(graph, FileSource(job.data), scratch, plan)
+    except Deferred:
+        # A once-node waits for its reply: no row has started, its request is the frontier.
+        pass
     finally:
         replies.close()
     lines = list(scratch.results())

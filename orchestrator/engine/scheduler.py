@@ -6,6 +6,7 @@ means is its kind's business (orchestrator/kinds); `foreach`, `when` and resume 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from ..calls.runtime import Runtime
 from ..data.dataset import Row
 from ..errors import NodeError
 from ..graph.compiled import CompiledGraph, CompiledNode
+from ..graph.once import ONCE_EXAMPLE, once_order, row_order
 from ..kinds.base import RunServices, evaluate
 from ..store.records import Counts, ResultLine
 from ..store.trace import WHOLE, NodeRecord, TraceRecorder
@@ -59,16 +61,14 @@ def _first_error(group: BaseExceptionGroup) -> Exception:
     return first if isinstance(first, Exception) else RuntimeError(str(first))
 
 
-def _is_chain(graph: CompiledGraph) -> bool:
-    """True when every node (in run order) depends, directly or not, on the one before."""
+def _is_chain(graph: CompiledGraph, order: list[str]) -> bool:
+    """True when every node of `order` (a run order) depends, directly or not, on the one
+    before."""
     ancestors: dict[str, set[str]] = {}
-    for name in graph.order:  # topological: a node's deps come before it
-        deps = graph.nodes[name].deps
+    for name in order:  # topological: a node's deps come before it
+        deps = graph.nodes[name].deps & set(order)  # once-nodes are done before the rows
         ancestors[name] = set(deps).union(*(ancestors[d] for d in deps))
-    return all(
-        before in ancestors[after]
-        for before, after in zip(graph.order, graph.order[1:], strict=False)
-    )
+    return all(before in ancestors[after] for before, after in itertools.pairwise(order))
 
 
 class Engine:
@@ -98,15 +98,41 @@ class Engine:
         self.runtime = Runtime(client, endpoints, self.run_info)
         # What node kinds execute with; the engine itself never looks inside a node.
         self.services = RunServices(client, trace, endpoints, self.runtime)
-        self._chain = _is_chain(graph)
+        self._rows_order = row_order(graph)
+        self._chain = _is_chain(graph, self._rows_order)
+        # The once-nodes' values, every row's to read; None until they have run (or were
+        # handed over by the run's owner, in a worker).
+        self.once: dict[str, Any] | None = None if once_order(graph) else {}
 
     # -- dataset level ----------------------------------------------------------------
+
+    async def run_once(self) -> dict[str, Any]:
+        """Run the once-nodes (in order, each seeing params and the once-nodes before it)
+        unless they ran already; their values by node. A failure raises: no row may run
+        without them. Recorded in the trace under ONCE_EXAMPLE, so resume reuses them."""
+        if self.once is not None:
+            return self.once
+        start_example()
+        values: dict[str, Any] = {}
+        base = {"params": self.params, "run": self.run_info}
+        for name in once_order(self.graph):
+            cn = self.graph.nodes[name]
+            ctx = {**base, **{d: values[d] for d in cn.deps}}
+            values[name] = await self._run_node(cn, ctx, ONCE_EXAMPLE)
+        self.once = values
+        return values
+
+    def use_once(self, values: dict[str, Any]) -> None:
+        """Take the once-nodes' values the run's owner computed (a worker runs none)."""
+        self.once = dict(values)
 
     async def run(
         self, rows: Iterable[Row], sink: ResultSink, skip: set[str] | None = None
     ) -> None:
-        """Run every row not in `skip`; `sink` gets each result line as its example ends."""
+        """Run every row not in `skip`; `sink` gets each result line as its example ends.
+        The once-nodes run first, if they have not; their failure stops the run here."""
         skip = skip or set()
+        await self.run_once()
         slots = asyncio.Semaphore(self.options.window)
         running: set[asyncio.Task[None]] = set()
         stop: list[Exception] = []
@@ -170,11 +196,11 @@ class Engine:
 
     async def _run_nodes(self, row: Row, base: dict[str, Any]) -> dict[str, Any]:
         """Every node of one example as its own task, then the graph outputs."""
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = dict(self.once or {})
         tasks: dict[str, asyncio.Task[None]] = {}
         if self._chain:
             # Each node needs the one before it: nothing could overlap, so skip the tasks.
-            for name in self.graph.order:
+            for name in self._rows_order:
                 cn = self.graph.nodes[name]
                 ctx = {**base, **{d: values[d] for d in cn.deps}}
                 values[name] = await self._run_node(cn, ctx, row.id)
@@ -183,13 +209,14 @@ class Engine:
         async def node_task(name: str) -> None:
             cn = self.graph.nodes[name]
             for dep in cn.deps:
-                await tasks[dep]
+                if dep in tasks:  # not a once-node, whose value is there already
+                    await tasks[dep]
             ctx = {**base, **{d: values[d] for d in cn.deps}}
             values[name] = await self._run_node(cn, ctx, row.id)
 
         try:
             async with asyncio.TaskGroup() as group:
-                for name in self.graph.order:
+                for name in self._rows_order:
                     tasks[name] = group.create_task(node_task(name))
         except ExceptionGroup as group_error:
             raise _first_error(group_error) from None

@@ -35,6 +35,7 @@ from .checks import (
 )
 from .compiled import CompiledAggregate, CompiledGraph, CompiledNode, GraphOrigin
 from .loaders import SealedLoader, all_sources, has_dynamic_reference
+from .once import check_once
 from .spec import (
     IDENTIFIER,
     Aggregate,
@@ -197,6 +198,7 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
             graph.add_edge(dep, name)
 
     check_cycles(ck, graph)
+    check_once(ck, spec, inputs)
     for name, cn in compiled.items():
         if cn.foreach is not None:
             check_foreach(ck, name, cn.foreach)

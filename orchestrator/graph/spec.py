@@ -150,6 +150,8 @@ class NodeBase(_Strict):
     when: str | None = None
     after: list[str] = Field(default_factory=list)
     description: str | None = None
+    # Run once per run, before the rows, its value shared by every row (graph/once.py).
+    once: bool = False
 
 
 class Aggregate(_Strict):

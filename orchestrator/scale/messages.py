@@ -8,7 +8,7 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import cloudpickle
 from pydantic import BaseModel, Field
@@ -119,6 +119,9 @@ class WorkerJob:
     run_id: str
     graph_hash: str
     run_key: str
+    # The once-nodes' values by node, as the owner ran them (or took them from the trace)
+    # before any worker started: a worker never runs a once-node.
+    once: dict[str, Any] = field(default_factory=dict)
 
 
 # The two records below go back and forth several times a second with thousands of rows

@@ -76,6 +76,7 @@ class ResolvedRun:
     cache: Path | None
     run_id: str
     run_key: str
+    once: dict[str, Any] = field(default_factory=dict)  # the once-nodes' values, by node
 
 
 def _want(parts: ResolvedRun, node: str) -> EndpointWant:
@@ -129,6 +130,7 @@ def worker_job(parts: ResolvedRun, count: int) -> WorkerJob:
         run_id=parts.run_id,
         graph_hash=parts.graph.content_hash,
         run_key=parts.run_key,
+        once=parts.once,
     )
 
 

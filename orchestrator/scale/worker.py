@@ -99,6 +99,7 @@ class ShardWorker:
             self._flush_cache = CacheFlusher(self.runtime.cache)
             endpoints = _endpoints(self.runtime.client, self.job)
             self.engine = self.runtime.engine(graph, self.trace, endpoints, self.job.window)
+            self.engine.use_once(self.job.once)
         except Exception as exc:
             self._fail(WorkerFailure("error", f"{self.describe()} could not start: {exc}"))
 

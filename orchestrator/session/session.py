@@ -38,6 +38,7 @@ from ..engine.scheduler import engine_window
 from ..errors import StorageError
 from ..graph.checks import SAMPLE_ROWS, check_input_types
 from ..graph.compiled import CompiledGraph
+from ..graph.once import once_order
 from ..scale import ResolvedRun, WorkerPool
 from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
@@ -281,6 +282,11 @@ async def _run_rows(
         work = engine.run(rows, store.write_result, store.done)
     else:
         cache = run.runtime.cache
+        # The once-nodes run here, before any worker starts; their values go with the job.
+        once: dict[str, Any] = {}
+        if once_order(graph):
+            engine = run.runtime.engine(graph, run.trace, run.endpoints, 1)
+            once = await engine.run_once()
         parts = ResolvedRun(
             plan=plan,
             graph=graph,
@@ -290,6 +296,7 @@ async def _run_rows(
             cache=cache.path if cache is not None else None,
             run_id=run.run_id,
             run_key=run.run_key.digest,
+            once=once,
         )
 
         def started(workers: list[dict[str, Any]]) -> None:

@@ -521,3 +521,26 @@ def test_the_next_round_runs_from_another_directory(
     monkeypatch.chdir(elsewhere)
     again = export(folder)
     assert again.round == 2
+
+
+def test_a_once_node_is_one_request_in_the_first_round_then_the_rows_follow(
+    tmp_path: Path,
+) -> None:
+    """A `once: true` node is the first round's only request; the rows run after it is
+    answered, and the results equal a live run's."""
+    spec = {
+        **GRAPH,
+        "nodes": {**GRAPH["nodes"], "extract": {**GRAPH["nodes"]["extract"], "once": True}},
+    }
+    templates = {**TEMPLATES, "extract.jinja": "Topic of: the whole dataset"}
+    folder, job = setup(tmp_path)
+    graph = write_graph(tmp_path / "g_once", spec, templates)
+    job = job.model_copy(update={"graph": graph})
+    rounds = rounds_until_done(folder, job)
+    assert [r.round for r in rounds] == [1, 2, None]
+    assert len(rounds[0].state.frontier) == 1 and rounds[0].state.examples == 0
+    assert len(rounds[1].state.frontier) == 2 * len(ROWS)  # judge and style of every row
+    final = export(folder, out=tmp_path / "run")
+    expected = outputs(live(tmp_path, job, FakeTransport(respond, models=[MODEL])))
+    assert folder_outputs(final.run_folder) == expected
+    assert {v["topic"] for v in expected.values()} == {"topic of dataset"}

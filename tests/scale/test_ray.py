@@ -7,6 +7,7 @@ only when ray cannot be imported (`pip install 'orchestrator[scale]'`).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 import test_workers
-from fakeserver import FakeServer, schema_responder
+from fakeserver import FakeServer, Reply, schema_responder
 from test_kill_resume import (
     NODES,
     Workload,
@@ -157,3 +158,43 @@ def test_ray_actors_run_kinds_and_functions_registered_in_a_function_body(
     outputs = {line.id: line.outputs for line in on_ray.results}
     assert outputs == {line.id: line.outputs for line in one.results}
     assert outputs["e3"] == {"score": 4, "bonus": 104, "tag": f"{registered_in_a_body}4"}
+
+
+def test_ray_actors_read_the_once_value_the_owner_asked_for_once(tmp_path: Path) -> None:
+    """A `once: true` node is asked by the run's own process, once; every actor's rows
+    read its value."""
+    graph = orc.graph_from_dict(
+        {
+            "name": "once_on_ray",
+            "inputs": ["text"],
+            "nodes": {
+                "steps": {
+                    "kind": "llm",
+                    "once": True,
+                    "prompt": "s",
+                    "output": {"steps": "string"},
+                },
+                "judge": {"kind": "llm", "prompt": "j", "output": {"echo": "string"}},
+            },
+            "outputs": {"echo": "judge.echo"},
+        },
+        {"s": "Write the steps.", "j": "Steps [{{ steps.steps }}] for <<{{ text }}>>"},
+    )
+
+    def respond(body: dict[str, Any]) -> Any:
+        text = body["messages"][-1]["content"]
+        if text == "Write the steps.":
+            return Reply(content='{"steps": "S"}')
+        if text.startswith("Steps"):
+            return Reply(content=json.dumps({"echo": text}))
+        return schema_responder(body)  # the structured-output canary
+
+    rows = [{"id": f"e{i}", "text": f"t{i}"} for i in range(12)]
+    with FakeServer(respond) as server:
+        on_ray = orc.run(graph, rows, base_url=server.base_url, executor="ray", workers=2)
+        asked = [b for b in server.requests if b["messages"][-1]["content"] == "Write the steps."]
+    assert on_ray.manifest.status == "complete" and len(asked) == 1
+    assert len(on_ray.manifest.workers) == 2
+    assert {line.id: line.outputs["echo"] for line in on_ray.results} == {
+        f"e{i}": f"Steps [S] for <<t{i}>>" for i in range(12)
+    }
