@@ -6,8 +6,10 @@
     result.to_pandas()
 
 `run` works in scripts and inside Jupyter (where an event loop is already running); `arun`
-is the same coroutine for async code. Nothing is printed unless `progress=True`, and nothing
-is written unless `out=` names a run folder (or `cache=` asks for the response cache).
+is the same coroutine for async code. Nothing is printed unless `progress=True` (a bar on a
+terminal; elsewhere, and without it, a progress line every 2 s is logged at INFO on the
+`orchestrator` logger), and nothing is written unless `out=` names a run folder (or
+`cache=` asks for the response cache).
 """
 
 from __future__ import annotations

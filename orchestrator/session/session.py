@@ -294,6 +294,7 @@ async def _run_rows(
             console,
             client.servers.limits_text,
             events=client.events,
+            in_flight=client.servers.in_flight,
         )
 
 
