@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from ..errors import OrchestratorError, RunFolderError
-from .app import app, console, fail
+from .app import WideConsole, app, console, fail
 
 if TYPE_CHECKING:
     from ..store.records import NodeRun
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 # `trace` is an audit view: data, prompts and replies are shown as the bytes that were
 # sent. Rich would turn `:thumbs_up:` into an emoji and colour numbers and paths; markup
 # stays on for our own labels, data is escaped where it meets markup.
-literal = Console(emoji=False, highlight=False)
+literal = WideConsole(emoji=False, highlight=False)
 
 
 def _describe_request(rec: NodeRun) -> str:
