@@ -247,6 +247,10 @@ async def arun(
         from ..scale.onray import import_ray
 
         import_ray()  # a missing extra is said before the folder or a server is touched
+    elif plan.scale.sharded:
+        from ..scale.processes import check_main_guard
+
+        check_main_guard()  # a script without `if __name__ == "__main__":`, said up front
     store: RunStore = RunFolder(out) if out is not None else MemoryStore()
     console = Console(stderr=True) if progress else None
     outcome = await run_session(compiled, as_source(data), store, plan, console)
