@@ -22,7 +22,8 @@ ROOT = Path(__file__).parents[2]
 
 def _cli(args: list[str], log: Path) -> subprocess.CompletedProcess[bytes]:
     """`python -m orchestrator …` as a user runs it under `nohup`: every output a file."""
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    forced = {"COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"}  # rich's overrides
+    env = {k: v for k, v in os.environ.items() if k not in forced}
     with log.open("wb") as sink:
         return subprocess.run(
             [sys.executable, "-m", "orchestrator", *args],
