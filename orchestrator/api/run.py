@@ -271,6 +271,12 @@ def _blocking(coroutine_function: Callable[P, Coroutine[Any, Any, R]]) -> Callab
         try:
             asyncio.get_running_loop()
         except RuntimeError:
+            in_loop = False
+        else:
+            in_loop = True
+        if not in_loop:
+            # Outside the `except`: a run's own error must not be shown as raised "during
+            # handling of" the probe's RuntimeError ("no running event loop").
             return asyncio.run(coroutine_function(*args, **kwargs))
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="orchestrator") as pool:
             return pool.submit(asyncio.run, coroutine_function(*args, **kwargs)).result()
