@@ -177,10 +177,10 @@ async def drive(
     events: RunEvents | None = None,
     in_flight: Callable[[], int] | None = None,
 ) -> None:
-    """Await `work`, flushing every FLUSH_SECONDS; with a terminal console, a progress bar of
-    examples, requests, cache hits, retries, tokens/s, the servers' in-flight `limits` and
-    the latest warning among the run's `events` (drawn on the same tick, no extra thread);
-    without one, a plain progress line (ProgressLines) every PROGRESS_LINE_SECONDS."""
+    """Await `work`, flushing every FLUSH_SECONDS; with a console, a progress bar of examples,
+    requests, cache hits, retries, tokens/s, the servers' in-flight `limits` and the latest
+    warning among the run's `events` (drawn on the same tick, no extra thread); without a
+    terminal, a plain progress line (ProgressLines) every PROGRESS_LINE_SECONDS."""
     columns = (
         TextColumn("[bold]examples"),
         BarColumn(),
@@ -189,11 +189,12 @@ async def drive(
         TimeElapsedColumn(),
     )
     runner = asyncio.ensure_future(work)
-    # A bar is redrawn in place: only where a terminal (or a notebook) shows it that way.
-    drawn = console is not None and (console.is_terminal or console.is_jupyter)
-    progress = Progress(*columns, console=console, auto_refresh=False) if drawn else None
+    progress = Progress(*columns, console=console, auto_refresh=False) if console else None
     task = progress.add_task("run", total=total, detail="") if progress else None
-    lines = None if drawn else ProgressLines(stats, total, limits, in_flight)
+    # A bar is redrawn in place only where a terminal (or a notebook) shows it that way:
+    # anywhere else (no console, or one writing to a file) the run logs progress lines.
+    live = console is not None and (console.is_terminal or console.is_jupyter)
+    lines = None if live else ProgressLines(stats, total, limits, in_flight)
     latest = LatestWarning()
     unsubscribe = events.subscribe(latest) if events is not None and progress else None
 
