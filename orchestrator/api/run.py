@@ -6,8 +6,10 @@
     result.to_pandas()
 
 `run` works in scripts and inside Jupyter (where an event loop is already running); `arun`
-is the same coroutine for async code. Nothing is printed unless `progress=True`, and nothing
-is written unless `out=` names a run folder (or `cache=` asks for the response cache).
+is the same coroutine for async code. Nothing is printed unless `progress=True` (a bar on a
+terminal; elsewhere, and without it, a progress line every 2 s is logged at INFO on the
+`orchestrator` logger), and nothing is written unless `out=` names a run folder (or
+`cache=` asks for the response cache).
 """
 
 from __future__ import annotations
@@ -245,6 +247,10 @@ async def arun(
         from ..scale.onray import import_ray
 
         import_ray()  # a missing extra is said before the folder or a server is touched
+    elif plan.scale.sharded:
+        from ..scale.processes import check_main_guard
+
+        check_main_guard()  # a script without `if __name__ == "__main__":`, said up front
     store: RunStore = RunFolder(out) if out is not None else MemoryStore()
     console = Console(stderr=True) if progress else None
     outcome = await run_session(compiled, as_source(data), store, plan, console)
@@ -265,6 +271,12 @@ def _blocking(coroutine_function: Callable[P, Coroutine[Any, Any, R]]) -> Callab
         try:
             asyncio.get_running_loop()
         except RuntimeError:
+            in_loop = False
+        else:
+            in_loop = True
+        if not in_loop:
+            # Outside the `except`: a run's own error must not be shown as raised "during
+            # handling of" the probe's RuntimeError ("no running event loop").
             return asyncio.run(coroutine_function(*args, **kwargs))
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="orchestrator") as pool:
             return pool.submit(asyncio.run, coroutine_function(*args, **kwargs)).result()

@@ -191,6 +191,10 @@ class ServerRegistry:
         """Each server's share of the work and its limit over time (for the manifest)."""
         return [r.report() for r in self._replicas.values()]
 
+    def in_flight(self) -> int:
+        """Requests holding a server's slot now, over every server (for progress lines)."""
+        return sum(r.limit.active for r in self._replicas.values())
+
     def limits_text(self) -> str:
         """The in-flight limits now, for the progress bar: `limit 48` or `limits 48/40`."""
         limits = [r.limit.limit for r in self._replicas.values() if r.up]

@@ -7,8 +7,12 @@ import logging
 from typing import TYPE_CHECKING, NoReturn
 
 import typer
-from rich.console import Console
+from rich.align import AlignMethod
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
+from rich.rule import Rule
+from rich.style import Style
+from rich.text import Text
 
 if TYPE_CHECKING:
     pass
@@ -19,10 +23,54 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Run LLM-judge evaluation protocols (graph files) against a vLLM server.",
 )
-console = Console()
+OFF_TERMINAL_WIDTH = 10_000  # "no wrapping": wider than any table or command we print
+RULE_WIDTH = 80  # a rule is decoration: off a terminal it keeps a reading width
+
+
+class WideConsole(Console):
+    """A console that never hard-wraps off a terminal: rich wraps at 80 columns when its
+    output is a file, a pipe or CI's log, which splits tables and the suggested
+    `orchestrator trace …` command so it cannot be pasted. On a terminal (or with COLUMNS
+    set) it keeps the width it is given."""
+
+    def _off_terminal(self) -> bool:
+        return (
+            self._width is None
+            and not self.is_terminal
+            and not self.is_jupyter
+            and not (self._environ.get("COLUMNS") or "").isdigit()
+        )
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        given = super().size
+        return (
+            ConsoleDimensions(OFF_TERMINAL_WIDTH, given.height) if self._off_terminal() else given
+        )
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+    def rule(
+        self,
+        title: str | Text = "",
+        *,
+        characters: str = "─",
+        style: str | Style = "rule.line",
+        align: AlignMethod = "center",
+    ) -> None:
+        """A rule as wide as the terminal, or RULE_WIDTH off one (not OFF_TERMINAL_WIDTH)."""
+        if not self._off_terminal():
+            super().rule(title, characters=characters, style=style, align=align)
+            return
+        self.print(Rule(title, characters=characters, style=style, align=align), width=RULE_WIDTH)
+
+
+console = WideConsole()
 # A 135M model on two CPU cores, shared by many requests at once, can take minutes a reply.
 EMBEDDED_TIMEOUT = 600.0
-err = Console(stderr=True)
+err = WideConsole(stderr=True)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

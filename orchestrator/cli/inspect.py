@@ -1,20 +1,21 @@
-"""Verbs that read a run folder or manage local state: trace, report, meta-eval, distill,
-serve, cache."""
+"""Verbs that read a run folder or manage local state: trace, status, report, meta-eval,
+distill, serve, cache."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from ..errors import OrchestratorError, RunFolderError
-from .app import app, console, fail
+from .app import WideConsole, app, console, fail
 
 if TYPE_CHECKING:
     from ..store.records import NodeRun
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 # `trace` is an audit view: data, prompts and replies are shown as the bytes that were
 # sent. Rich would turn `:thumbs_up:` into an emoji and colour numbers and paths; markup
 # stays on for our own labels, data is escaped where it meets markup.
-literal = Console(emoji=False, highlight=False)
+literal = WideConsole(emoji=False, highlight=False)
 
 
 def _describe_request(rec: NodeRun) -> str:
@@ -107,6 +108,107 @@ def trace(
         literal.print("no node executions recorded for this example")
     for rec in records:
         _print_record(rec, prompt_chars)
+
+
+SHOWN_STATUS_ROWS = 20  # a status lists the oldest examples in progress and latest timeouts
+
+
+@dataclass
+class InProgress:
+    """An example with finished node runs in the trace and no result line yet."""
+
+    example: str
+    nodes: int  # node runs finished so far
+    since: float  # when its first node run started (epoch seconds)
+
+
+@dataclass
+class TimedOut:
+    """An attempt that got no complete reply within the run's --timeout."""
+
+    example: str
+    node: str
+    attempt: int
+    error: str
+
+
+@dataclass
+class RunStatus:
+    """What a run folder says now: the manifest's status, examples finished, examples in
+    progress and attempts that timed out (all from the manifest, results and trace)."""
+
+    status: str
+    started: float | None
+    finished: int
+    failed: int
+    in_progress: list[InProgress] = field(default_factory=list)
+    timed_out: list[TimedOut] = field(default_factory=list)
+
+
+def read_status(folder: Path) -> RunStatus:
+    """The run's status from its files; reads what a running run has flushed (every 0.5 s).
+    A node run is in the trace once it finishes: an example none of whose nodes has
+    finished yet is not listed as in progress."""
+    from ..store.reader import RunReader
+
+    run = RunReader(folder)
+    results = {r.id: r for r in run.results()}
+    manifest = run.manifest
+    status = RunStatus(
+        status=manifest.status,
+        started=manifest.started,
+        finished=len(results),
+        failed=sum(r.status == "failed" for r in results.values()),
+    )
+    if not run.has_trace:
+        return status
+    open_examples: dict[str, InProgress] = {}
+    for rec in run.node_runs():
+        for attempt in rec.attempts:
+            if attempt.kind == "transport" and (attempt.error or "").startswith("timed out"):
+                status.timed_out.append(
+                    TimedOut(rec.example_id, rec.node, attempt.number, attempt.error or "")
+                )
+        if rec.example_id in results:
+            continue
+        seen = open_examples.setdefault(rec.example_id, InProgress(rec.example_id, 0, rec.started))
+        seen.nodes += 1
+        seen.since = min(seen.since, rec.started)
+    status.in_progress = sorted(open_examples.values(), key=lambda e: e.since)
+    return status
+
+
+@app.command()
+def status(folder: Annotated[Path, typer.Argument(help="Run folder.")]) -> None:
+    """What a run is doing now (or where it stopped): examples finished, examples in
+    progress and for how long, and attempts that timed out."""
+    from ..store.folder import MANIFEST
+
+    if not (folder / MANIFEST).is_file():
+        fail(f"{folder} has no {MANIFEST}; is it a run folder?")
+    try:
+        now, found = time.time(), read_status(folder)
+    except RunFolderError as exc:
+        fail(str(exc))
+        raise
+    running = f", started {now - found.started:.0f} s ago" if found.started else ""
+    literal.print(f"run {escape(str(folder))}: {escape(found.status)}{running}")
+    literal.print(f"examples finished: {found.finished} ({found.failed} failed)")
+    literal.print(
+        f"examples in progress (a node finished, the example not): {len(found.in_progress)}"
+    )
+    for item in found.in_progress[:SHOWN_STATUS_ROWS]:
+        literal.print(
+            f"  {escape(item.example)}: {item.nodes} node runs done, for {now - item.since:.0f} s",
+            soft_wrap=True,
+        )
+    literal.print(f"attempts timed out: {len(found.timed_out)}")
+    for late in found.timed_out[-SHOWN_STATUS_ROWS:]:
+        literal.print(
+            f"  {escape(late.example)} · {escape(late.node)} · attempt {late.attempt}: "
+            f"{escape(late.error)}",
+            soft_wrap=True,
+        )
 
 
 def _print_record(rec: NodeRun, prompt_chars: int) -> None:

@@ -1,5 +1,6 @@
 """Driving a run: finished work written on a steady tick (replies, then traces, then result
-lines), an optional progress bar drawn on the same tick, and fewer GC passes while it runs."""
+lines), a progress bar on a terminal or a plain progress line off one on the same tick, and
+fewer GC passes while it runs."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 
 EVENT_SHOWN_SECONDS = 30.0  # how long the bar shows a server's or worker's latest warning
 FLUSH_SECONDS = 0.5  # how often finished work is written out (and the progress bar redrawn)
+PROGRESS_LINE_SECONDS = 2.0  # off a terminal, how often a progress line is logged
 RETRY_LOCK_WAIT = 0.2  # seconds a flush waits for a cache lock once a wait has timed out
 
 
@@ -115,6 +117,56 @@ class LatestWarning:
         return event.describe()
 
 
+class ProgressLines:
+    """Off a terminal (a file, CI, a notebook's captured output, `nohup`), one plain line
+    every PROGRESS_LINE_SECONDS: examples done of total, failed, requests in flight, the
+    request rate and the servers' current in-flight limits.
+
+    The lines go through logging (INFO on `orchestrator.engine.flush`), not a console: a
+    user tailing a log file expects them in the same stream, order and format as the run's
+    other messages (warnings, server outages, the embedded server's phases), timestamped by
+    whatever handler the application set, with no cursor moves or colour codes; the CLI
+    sends the `orchestrator` logger to stderr, a library user chooses with the log level.
+    """
+
+    def __init__(
+        self,
+        stats: Counts,
+        total: int | None,
+        limits: Callable[[], str] | None,
+        in_flight: Callable[[], int] | None,
+    ) -> None:
+        self.stats, self.total, self.limits, self.in_flight = stats, total, limits, in_flight
+        self.started = time.monotonic()
+        self.last = self.started  # the first line after PROGRESS_LINE_SECONDS of work
+        self.last_requests = stats.requests
+
+    def text(self, now: float) -> str:
+        """The line as it stands at `now` (monotonic seconds)."""
+        stats = self.stats
+        done = stats.examples_ok + stats.examples_failed + stats.examples_resumed
+        rate = (stats.requests - self.last_requests) / max(now - self.last, 1e-6)
+        parts = [
+            f"progress: {done} of {self.total if self.total is not None else '?'} examples",
+            f"failed {stats.examples_failed}",
+        ]
+        if self.in_flight is not None:
+            parts.append(f"in flight {self.in_flight()}")
+        parts.append(f"{rate:.1f} req/s")
+        if self.limits is not None:
+            parts.append(self.limits())
+        parts.append(f"{now - self.started:.0f} s")
+        return " · ".join(parts)
+
+    def __call__(self) -> None:
+        """Log a line when PROGRESS_LINE_SECONDS have passed since the last one."""
+        now = time.monotonic()
+        if now - self.last < PROGRESS_LINE_SECONDS:
+            return
+        log.info("%s", self.text(now))
+        self.last, self.last_requests = now, self.stats.requests
+
+
 async def drive(
     work: Awaitable[None],
     flush: Callable[[], None],
@@ -123,10 +175,12 @@ async def drive(
     console: Console | None,
     limits: Callable[[], str] | None = None,
     events: RunEvents | None = None,
+    in_flight: Callable[[], int] | None = None,
 ) -> None:
     """Await `work`, flushing every FLUSH_SECONDS; with a console, a progress bar of examples,
     requests, cache hits, retries, tokens/s, the servers' in-flight `limits` and the latest
-    warning among the run's `events` (drawn on the same tick, no extra thread)."""
+    warning among the run's `events` (drawn on the same tick, no extra thread); without a
+    terminal, a plain progress line (ProgressLines) every PROGRESS_LINE_SECONDS."""
     columns = (
         TextColumn("[bold]examples"),
         BarColumn(),
@@ -137,11 +191,17 @@ async def drive(
     runner = asyncio.ensure_future(work)
     progress = Progress(*columns, console=console, auto_refresh=False) if console else None
     task = progress.add_task("run", total=total, detail="") if progress else None
+    # A bar is redrawn in place only where a terminal (or a notebook) shows it that way:
+    # anywhere else (no console, or one writing to a file) the run logs progress lines.
+    live = console is not None and (console.is_terminal or console.is_jupyter)
+    lines = None if live else ProgressLines(stats, total, limits, in_flight)
     latest = LatestWarning()
     unsubscribe = events.subscribe(latest) if events is not None and progress else None
 
     def tick() -> None:
         flush()
+        if lines is not None:
+            lines()
         if progress is None or task is None:
             return
         done = stats.examples_ok + stats.examples_failed + stats.examples_resumed

@@ -516,6 +516,21 @@ def engine_env() -> dict[str, str]:
     return env
 
 
+WAIT_REPORT_SECONDS = 15.0  # how often a start still waiting for the server says so
+
+
+class _Phases:
+    """The start's phases (model downloaded or converted, process started, waiting for the
+    server to answer, ready) as plain lines, each led by the seconds since the start began:
+    a start can take minutes, and off a terminal these lines are all a log file shows."""
+
+    def __init__(self, log: Log) -> None:
+        self.log, self.started = log, time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        self.log(f"[{time.monotonic() - self.started:.0f} s] {message}")
+
+
 def start_server(
     port: int = DEFAULT_PORT,
     model_dir: Path | None = None,
@@ -537,7 +552,7 @@ def start_server(
         check_port_free(port)  # names the holder
         raise PortTaken(f"{_holder_hint(port)}; pass --port, or wait for it to stop")
     try:
-        return _start_claimed(claim, port, model_dir, log, startup_timeout, shared)
+        return _start_claimed(claim, port, model_dir, _Phases(log), startup_timeout, shared)
     except BaseException:
         claim.close()
         raise
@@ -553,7 +568,9 @@ def _start_claimed(
 ) -> EmbeddedServer:
     _refuse_if_listened_on(port)
     require_modules(["vllm"], "The embedded server")
+    log("Preparing the model (downloaded and converted once, then reused)")
     folder = prepare_model(model_dir, log)
+    log(f"Model folder: {folder}")
     _refuse_if_listened_on(port)  # preparing can take a while; look again
     logs = logs_dir()
     logs.mkdir(parents=True, exist_ok=True)
@@ -587,7 +604,8 @@ def _start_claimed(
             },
         )
         started = time.monotonic()
-        _wait_until_ready(server, startup_timeout)
+        log(f"Waiting for vLLM (pid {process.pid}) to answer on port {port}")
+        _wait_until_ready(server, startup_timeout, log)
     except BaseException:
         server.stop()
         raise
@@ -595,9 +613,12 @@ def _start_claimed(
     return server
 
 
-def _wait_until_ready(server: EmbeddedServer, timeout: float) -> None:
-    """Return once the server answers ``/v1/models`` from its own process group."""
-    deadline = time.monotonic() + timeout
+def _wait_until_ready(server: EmbeddedServer, timeout: float, log: Log = logger.info) -> None:
+    """Return once the server answers ``/v1/models`` from its own process group; says it is
+    still waiting every WAIT_REPORT_SECONDS (a CPU start can take minutes)."""
+    began = time.monotonic()
+    deadline = began + timeout
+    reported = began
     while True:
         code = server.process.poll()
         if code is not None:
@@ -621,4 +642,11 @@ def _wait_until_ready(server: EmbeddedServer, timeout: float) -> None:
                 f"vLLM did not answer on port {server.port} within {timeout:.0f} s. {hint}\n"
                 f"--- last lines of {server.log_path} ---\n{_log_tail(server.log_path)}"
             )
-        time.sleep(1.0)
+        now = time.monotonic()
+        if now - reported >= WAIT_REPORT_SECONDS:
+            log(
+                f"Still waiting for vLLM (pid {server.process.pid}) to answer on port "
+                f"{server.port}: {now - began:.0f} s of at most {timeout:.0f} s"
+            )
+            reported = now
+        time.sleep(min(1.0, WAIT_REPORT_SECONDS))

@@ -13,13 +13,19 @@ takes the owner's environment as it is when the run starts (see `worker_main`).
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import importlib.util
 import logging
 import multiprocessing
+import multiprocessing.spawn
 import os
 import pickle
 import signal
+import sys
 from multiprocessing.connection import Connection
+from pathlib import Path
+from types import FrameType
 
 from ..engine.flush import FLUSH_SECONDS
 from ..errors import ConfigurationError
@@ -31,6 +37,83 @@ log = logging.getLogger(__name__)
 
 JOIN_SECONDS = 10.0  # how long a worker gets to exit after its last report
 PRELOAD = ["orchestrator.scale.processes"]  # what the fork server imports for every worker
+
+
+def _reimported_main() -> Path | None:
+    """The file a worker process runs again as `__mp_main__` while it starts (the user's
+    script), or None when none is (an interactive session, `python -m package`)."""
+    # multiprocessing's own account of what a child re-imports, so the two cannot differ.
+    data = multiprocessing.spawn.get_preparation_data("probe")
+    if "init_main_from_path" in data:
+        return Path(data["init_main_from_path"])
+    name = data.get("init_main_from_name")
+    if name is None or name == "__main__" or name.endswith(".__main__"):
+        return None  # a package's __main__ is never re-imported (spawn._fixup_main_from_name)
+    spec = importlib.util.find_spec(name)
+    return Path(spec.origin) if spec is not None and spec.origin else None
+
+
+def _main_module_frame() -> FrameType | None:
+    """The frame running `__main__`'s top level, if this call comes from there."""
+    main = sys.modules.get("__main__")
+    frame: FrameType | None = sys._getframe()
+    while frame is not None:
+        if (
+            main is not None
+            and frame.f_code.co_name == "<module>"
+            and frame.f_globals is vars(main)
+        ):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _is_main_guard(statement: ast.stmt) -> bool:
+    """`if __name__ == "__main__":` (either way round, or any `if` testing `__name__`)."""
+    return isinstance(statement, ast.If) and any(
+        isinstance(node, ast.Name) and node.id == "__name__" for node in ast.walk(statement.test)
+    )
+
+
+def _unguarded_line() -> tuple[Path, int] | None:
+    """Where the user's script starts a run with workers outside an `if __name__ ==
+    "__main__":` block: (script, line), or None when it is guarded or no script is re-run."""
+    script, frame = _reimported_main(), _main_module_frame()
+    if script is None or frame is None:
+        return None
+    try:
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None  # nothing to read: the worker's own check still catches it
+    line = frame.f_lineno
+    for statement in tree.body:
+        end = statement.end_lineno or statement.lineno
+        if statement.lineno <= line <= end:
+            return None if _is_main_guard(statement) else (script, line)
+    return None
+
+
+def _guard_error(where: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"{where} starts a run with worker processes at the top level of the script, "
+        'without an `if __name__ == "__main__":` guard. Each worker process imports the '
+        "script again as it starts, which would start the run again inside the worker. Put "
+        'the call under the guard:\n\n    if __name__ == "__main__":\n        '
+        "orc.run(...)\n"
+    )
+
+
+def check_main_guard() -> None:
+    """Refuse, before any worker process starts, a script that calls `orc.run(...,
+    workers=N)` outside an `if __name__ == "__main__":` guard: its workers would run it
+    again while starting and fail with an error that names neither cause nor fix."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # This process is a worker importing the script: the owner's check could not read it.
+        raise _guard_error("the script")
+    found = _unguarded_line()
+    if found is not None:
+        script, line = found
+        raise _guard_error(f"{script}, line {line},")
 
 
 def worker_main(
@@ -99,6 +182,7 @@ class ProcessLink:
 
     @classmethod
     async def start(cls, name: str, job: WorkerJob) -> ProcessLink:
+        check_main_guard()
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)  # read only when the server first starts
         rows_out, rows_in = context.Pipe(duplex=False)  # (read end, write end)

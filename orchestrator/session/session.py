@@ -315,6 +315,8 @@ async def _run_rows(
             console,
             client.servers.limits_text,
             events=client.events,
+            # Workers hold their requests in their own processes: none is counted here.
+            in_flight=client.servers.in_flight if pool is None else None,
         )
 
 

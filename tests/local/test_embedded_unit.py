@@ -388,3 +388,36 @@ def test_run_starts_its_own_server_elsewhere_when_the_default_port_is_taken(
     finally:
         signal.signal(signal.SIGTERM, sigterm)
     assert fake_vllm.started() == [server.process.pid]
+
+
+# -- the start's phases as lines with elapsed seconds (issue 26) -----------------------------
+
+
+def test_a_start_says_each_phase_with_the_seconds_since_it_began(fake_vllm: FakeVLLM) -> None:
+    """Off a terminal too (the lines go wherever `log` writes): model, process, waiting,
+    ready, each led by `[N s]`."""
+    lines: list[str] = []
+    server = embedded.start_server(
+        port=_closed_port(), model_dir=fake_vllm.folder, log=lines.append, startup_timeout=30
+    )
+    server.stop(timeout=4)
+    assert lines and all(re.match(r"\[\d+ s\] ", line) for line in lines), lines
+    said = "\n".join(lines)
+    for phase in ("Preparing the model", "Starting vLLM", "Waiting for vLLM", "vLLM ready"):
+        assert phase in said, said
+
+
+def test_a_slow_start_says_it_is_still_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embedded, "WAIT_REPORT_SECONDS", 0.3)
+    server = _fake_server(tmp_path, "import time; time.sleep(60)")
+    lines: list[str] = []
+    try:
+        with pytest.raises(EmbeddedServerError, match="did not answer"):
+            embedded._wait_until_ready(server, timeout=2.0, log=lines.append)
+    finally:
+        server.stop(timeout=4)
+    waiting = [line for line in lines if line.startswith("Still waiting for vLLM")]
+    assert len(waiting) >= 2, lines
+    assert f"pid {server.process.pid}" in waiting[0] and "of at most 2 s" in waiting[0]
