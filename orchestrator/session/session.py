@@ -132,6 +132,12 @@ def _check_static_key(
     return static_key
 
 
+def new_run_id() -> str:
+    """Twelve characters, the first a letter: a bare hex id such as `73e020132014` is read
+    back from CSV as the float `inf` by pandas and spreadsheets (seen in CI)."""
+    return "r" + uuid.uuid4().hex[:11]
+
+
 async def _plan(
     graph: CompiledGraph,
     source: RowSource,
@@ -143,7 +149,7 @@ async def _plan(
     """Phase 3, plan: the runtime built, the servers asked which endpoint each node uses,
     the whole run key checked, the trace and the store opened for writing."""
     runtime = build_runtime(plan)
-    run_id = uuid.uuid4().hex[:12]
+    run_id = new_run_id()
     choice = _server_choice(plan, given_params)
     try:
         endpoints, servers = await prepare_endpoints(graph, runtime.client, choice)
