@@ -177,3 +177,33 @@ def test_the_readme_example_runs_as_shown(tmp_path: Path) -> None:
     result = orc.run(graph, [row], transport=fake, model="m")
     (line,) = result.results
     assert line.model_dump(mode="json", exclude_none=True) == shown
+
+
+def test_the_api_reference_lists_every_public_name() -> None:
+    """docs/api.md (the site's reference, generated from docstrings by mkdocstrings) has an
+    entry for every name `import orchestrator as orc` exports, at the module it lives in."""
+    from orchestrator import _EXPORTS
+
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^::: orchestrator\.([\w.]+)$", text, re.M))
+    hand_written = set(re.findall(r"^### (\w+)$", text, re.M))  # `run`: arun, blocking
+    missing = [
+        name
+        for name, module in _EXPORTS.items()
+        if not (
+            f"{module.lstrip('.')}.{name}" in documented
+            or name in hand_written
+            or module == ".errors"  # the module whole: `::: orchestrator.errors`
+        )
+    ]
+    assert "errors" in documented
+    assert not missing, f"add to docs/api.md: {missing}"
+
+
+def test_the_site_lists_every_page() -> None:
+    """Every page under docs/ is in mkdocs.yml's nav, and every nav entry is a page."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = config.split("\nnav:\n", 1)[1].split("\nmarkdown_extensions:", 1)[0]
+    listed = set(re.findall(r"([\w-]+\.md)$", nav, re.M))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert listed == pages
