@@ -17,12 +17,16 @@ def pair_label(run_a: str, run_b: str) -> str:
 
 def difference_cells(pair: PairDifference) -> list[str]:
     """A pair's row from `n` on: means, b − a, its CI, p, Holm, d_z, wins/ties/losses."""
-    ci = "—" if pair.ci is None else f"{number(pair.ci.low)}, {number(pair.ci.high)}"
+    # A difference is as noisy as the scores it came from: their size is its scale.
+    scale = max(abs(pair.mean_a or 0.0), abs(pair.mean_b or 0.0))
+    ci = "—"
+    if pair.ci is not None:
+        ci = f"{number(pair.ci.low, scale=scale)}, {number(pair.ci.high, scale=scale)}"
     return [
         str(pair.n),
         number(pair.mean_a),
         number(pair.mean_b),
-        number(pair.difference),
+        number(pair.difference, scale=scale),
         ci,
         p_value(pair.p),
         p_value(pair.p_holm),

@@ -25,11 +25,20 @@ DIFFERENCE_COLUMNS = [
 ]
 
 
-def format_number(value: float | None, digits: int = 3) -> str:
-    """A comparison's number as the table and the HTML page print it ("—" for none)."""
+# Below this fraction of the numbers it was computed from, a value is float rounding (a
+# mean of differences that cancel leaves ~1e-17), not a finding.
+NOISE = 1e-12
+
+
+def format_number(value: float | None, digits: int = 3, *, scale: float = 1.0) -> str:
+    """A comparison's number as the table and the HTML page print it ("—" for none); one
+    within rounding noise of zero, relative to `scale` (the size of its inputs), prints 0."""
     if value is None:
         return "—"
-    # Fixed decimals read best in a column; a tiny non-zero value would show as 0.000.
+    if abs(value) <= NOISE * max(1.0, abs(scale)):
+        value = 0.0  # also turns -0.0 into 0.0: a sign on nothing reads as a direction
+    # Fixed decimals read best in a column; a small real value keeps `digits` significant
+    # digits rather than showing as 0.000.
     return f"{value:.{digits}g}" if 0 < abs(value) < 1e-3 else f"{value:.{digits}f}"
 
 

@@ -31,6 +31,17 @@ MAX_TOKENS_GROWTH = 4  # a truncated reply is re-asked with up to 4x the node's 
 Keep = Callable[[int, Choice], None]  # told of each sample's valid reply (by sample index)
 
 
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What the request that brought one reply took: its seconds and tokens. A reply that
+    shares its request with other samples carries the tokens only on the first sample, so
+    a call's attempts add up to the call's tokens."""
+
+    latency: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
 @dataclass
 class CallResult:
     """The validated samples of one node call."""
@@ -133,7 +144,7 @@ class StructuredCaller:
         raises LLMCallError."""
         started = time.perf_counter()
         try:
-            choices, tokens, _ = await self.sender.chat(
+            choices, tokens, latency = await self.sender.chat(
                 ep, ask.messages, ask.params, len(pending), ask.schema, result.attempts
             )
         except (LLMCallError, ServerGone):
@@ -148,9 +159,10 @@ class StructuredCaller:
         result.prompt_tokens += tokens[0]
         result.completion_tokens += tokens[1]
         # Samples that came back invalid are repaired one by one, concurrently.
+        costs = [Cost(latency, *tokens)] + [Cost(latency)] * (len(choices) - 1)
         repairs = [
-            self._settle(ep, ask, choice, result, i, keep)
-            for i, choice in zip(pending, choices, strict=True)
+            self._settle(ep, ask, choice, cost, result, i, keep)
+            for i, choice, cost in zip(pending, choices, costs, strict=True)
         ]
         settled: list[Any]
         if len(repairs) == 1:  # the usual case; a task per call costs more than the rest
@@ -185,6 +197,7 @@ class StructuredCaller:
         ep: Endpoint,
         ask: Ask,
         choice: Choice,
+        cost: Cost,
         result: CallResult,
         index: int,
         keep: Keep | None,
@@ -202,6 +215,9 @@ class StructuredCaller:
                         kind="ok",
                         raw=choice.content,
                         finish_reason=choice.finish_reason,
+                        latency=cost.latency,
+                        prompt_tokens=cost.prompt_tokens,
+                        completion_tokens=cost.completion_tokens,
                         sample=index,
                         replica=choice.replica,
                     )
@@ -219,6 +235,9 @@ class StructuredCaller:
                     error=parsed,
                     raw=choice.content,
                     finish_reason=choice.finish_reason,
+                    latency=cost.latency,
+                    prompt_tokens=cost.prompt_tokens,
+                    completion_tokens=cost.completion_tokens,
                     sample=index,
                     replica=choice.replica,
                 )
@@ -243,7 +262,7 @@ class StructuredCaller:
                     },
                 ]
             try:
-                choices, tokens, _ = await self.sender.chat(
+                choices, tokens, latency = await self.sender.chat(
                     ep, reask, asked, 1, ask.schema, result.attempts
                 )
             except ServerGone:
@@ -253,7 +272,7 @@ class StructuredCaller:
                 raise LLMCallError(message, result.attempts) from exc
             result.prompt_tokens += tokens[0]
             result.completion_tokens += tokens[1]
-            choice = choices[0]
+            choice, cost = choices[0], Cost(latency, *tokens)
         last = result.attempts[-1]
         raise LLMCallError(
             f"no valid reply after {ask.retries + 1} attempts; last error: {last.error}",

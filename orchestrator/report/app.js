@@ -342,7 +342,9 @@
 
   function renderAttempts(attempts) {
     const t = h('table', { class: 'data attempts' });
-    t.append(h('thead', null, h('tr', null, ['#', 'kind', 'sample', 'error', 'finish', 'latency', 'tokens', 'cache'].map((c) => h('th', { text: c })))));
+    /* Numbers are right-aligned, so digits line up down a column. */
+    const numeric = new Set(['#', 'sample', 'latency', 'tokens']);
+    t.append(h('thead', null, h('tr', null, ['#', 'kind', 'sample', 'error', 'finish', 'latency', 'tokens', 'cache'].map((c) => h('th', { text: c, class: numeric.has(c) ? 'num' : null })))));
     const body = h('tbody');
     for (const a of attempts) {
       const err = h('td');
@@ -351,13 +353,13 @@
       const other = otherFields(a, KA, SHOWN_ATTEMPT);
       if (Object.keys(other).length) err.append(kvGrid(other));
       body.append(h('tr', null,
-        h('td', { text: a[KA.number] }),
+        h('td', { class: 'num', text: a[KA.number] }),
         h('td', null, badge(a[KA.kind] === 'ok' || a[KA.kind] === 'cache' ? 'ok' : 'failed'), ' ', a[KA.kind]),
-        h('td', { text: a[KA.sample] === undefined ? '' : a[KA.sample] }),
+        h('td', { class: 'num', text: a[KA.sample] === undefined ? '' : a[KA.sample] }),
         err,
         h('td', { text: a[KA.finish_reason] || '' }),
-        h('td', { text: seconds(a[KA.latency]) || '' }),
-        h('td', { text: a[KA.prompt_tokens] || a[KA.completion_tokens] ? a[KA.prompt_tokens] + ' + ' + a[KA.completion_tokens] : '' }),
+        h('td', { class: 'num', text: seconds(a[KA.latency]) || '' }),
+        h('td', { class: 'num', text: a[KA.prompt_tokens] || a[KA.completion_tokens] ? a[KA.prompt_tokens] + ' + ' + a[KA.completion_tokens] : '' }),
         h('td', { text: a[KA.cached] ? 'hit' : '' })));
     }
     t.append(body);

@@ -86,7 +86,7 @@ def _moved(
             f'<span class="mono" id="{_anchor(k, n, s.id)}">{escape(s.id)}</span>',
             number(s.a),
             number(s.b),
-            f"<b>{number(s.difference)}</b>",
+            f"<b>{number(s.difference, scale=max(abs(s.a), abs(s.b)))}</b>",
             links,
         ]
 

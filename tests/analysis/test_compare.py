@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 
 import orchestrator as orc
 from orchestrator.analysis import paired
+from orchestrator.analysis.comparison import format_number
 from orchestrator.cli import app
 from orchestrator.cli.app import console
 from orchestrator.compute.statistics import bootstrap_mean_ci, cohen_kappa
@@ -457,3 +459,56 @@ def test_the_worked_example_in_the_docs_runs(
     # The table pasted in the doc is this run's.
     assert f"{pair.ci.low:.3f}, {pair.ci.high:.3f}" in section
     assert f"{pair.wins}/{pair.ties}/{pair.losses}" in section
+
+
+# -- numbers as printed ----------------------------------------------------------------------
+
+
+def _fractional_run(out: Path, scores: list[float]) -> Path:
+    """A run whose `score` is a fraction (an F-score, say), one per example."""
+    spec = {**SPEC, "nodes": {"judge": {**SPEC["nodes"]["judge"], "output": {"score": "number"}}}}
+    spec["outputs"] = {"score": "judge.score"}
+
+    def respond(request: FakeRequest) -> str:
+        return json.dumps({"score": scores[int(request.messages[0]["content"].split("#")[1])]})
+
+    fake = orc.FakeTransport(respond, models=["judge-a"])
+    data = rows("x", range(len(scores)))
+    orc.run(orc.Graph.from_dict(spec, prompts=PROMPTS), data, out=out, transport=fake)
+    return out
+
+
+def test_a_zero_difference_prints_as_zero_not_as_rounding_noise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 10 of issue 26: the same fractional scores in another order have a mean
+    difference of zero, which floats compute as ~1e-17; the table printed `4.63e-18` and a
+    d_z of `-1.7e-17`. Identical runs print zero too."""
+    scores = [0.1 * (i % 7) + 1 / 3 for i in range(12)]
+    a = _fractional_run(tmp_path / "a", scores)
+    mirrored = _fractional_run(tmp_path / "b", scores[::-1])
+    same = _fractional_run(tmp_path / "c", scores)
+    pair = orc.compare(a, mirrored).pair("score")
+    assert pair.difference is not None and 0 < abs(pair.difference) < 1e-15  # the noise
+    runner = CliRunner()
+    monkeypatch.setattr(console, "_width", 160)
+    for other in (mirrored, same):
+        shown = runner.invoke(app, ["compare", str(a), str(other)])
+        assert shown.exit_code == 0, shown.output
+        assert "e-1" not in shown.output, shown.output
+        lines = shown.output.splitlines()
+        head = next(i for i, line in enumerate(lines) if "b − a" in line and "d_z" in line)
+        cells = dict(
+            zip(
+                re.split(r"\s{2,}", lines[head].strip()),
+                re.split(r"\s{2,}", lines[head + 2].strip()),
+                strict=True,
+            )
+        )
+        assert cells["b − a"] == "0.000", cells
+        assert cells["d_z"] in ("0.00", "—"), cells
+    # Small differences that are real keep their significant digits.
+    assert format_number(4e-5, scale=1.0) == "4e-05"
+    assert format_number(-2.5e-4) == "-0.00025"
+    assert format_number(3e-9, scale=1e6) == "0.000"  # noise for numbers a million large
+    assert format_number(-1e-17) == "0.000"

@@ -397,3 +397,46 @@ def test_expert_failed_judgment_is_not_called_a_failed_match(browser: Any, tmp_p
         assert page.errors == []
     finally:
         page.close()
+
+
+def test_attempts_table_shows_latency_and_tokens_right_aligned(
+    browser: Any, pointwise: Path
+) -> None:
+    """Issue 26 item 10: the attempts table left latency and tokens empty (the attempt
+    records did not carry them) and aligned numbers left. Each attempt of the broken
+    example was its own request: each shows its seconds and tokens, and the attempts'
+    tokens add up to the node's."""
+    from orchestrator.store.reader import RunReader
+
+    reader = RunReader(pointwise)
+    (judge,) = reader.node_runs("broken-one", "judge")
+    assert len(judge.attempts) == 3
+    assert all(a.latency > 0 and a.prompt_tokens > 0 for a in judge.attempts)
+    for ok in reader.node_runs(node="judge"):
+        if ok.status == "ok" and not ok.cached:
+            assert sum(a.prompt_tokens for a in ok.attempts) == ok.prompt_tokens > 0
+            assert sum(a.completion_tokens for a in ok.attempts) == ok.completion_tokens
+    page = Page(browser, (pointwise / "report.html").as_uri())
+    try:
+        page.open("broken-one")
+        table = page.tab.locator('#example-view .node-card[data-node="judge"] table.attempts')
+        heads = table.locator("thead th").all_inner_texts()
+        latency, tokens = heads.index("latency") + 1, heads.index("tokens") + 1
+        shown = [
+            (
+                row.locator(f"td:nth-child({latency})").inner_text(),
+                row.locator(f"td:nth-child({tokens})").inner_text(),
+            )
+            for row in table.locator("tbody tr").all()
+        ]
+        expected = [f"{a.prompt_tokens} + {a.completion_tokens}" for a in judge.attempts]
+        assert [t for _, t in shown] == expected
+        assert all(seconds.endswith("s") and seconds != "" for seconds, _ in shown), shown
+        for column in ("#", "latency", "tokens"):
+            index = heads.index(column) + 1
+            aligned = table.locator(f"tbody td:nth-child({index}), thead th:nth-child({index})")
+            styles = aligned.evaluate_all("cells => cells.map(c => getComputedStyle(c).textAlign)")
+            assert set(styles) == {"right"}, (column, styles)
+        assert page.errors == []
+    finally:
+        page.close()
