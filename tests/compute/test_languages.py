@@ -333,3 +333,37 @@ def test_embedding_similarity_with_a_local_multilingual_encoder(
             differs = metrics.embedding_similarity(text, other, str(folder))["score"]
             assert -1 <= differs < 1 - 1e-4
     assert not [r for r in caplog.records if "English-only" in r.getMessage()]
+
+
+# -- shipped examples ----------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", ["perq_jury", "perq_distilled"])
+def test_shipped_perq_examples_span_four_languages_two_non_latin(name: str) -> None:
+    rows = [json.loads(x) for x in (ROOT / "examples" / f"{name}.jsonl").read_text().splitlines()]
+    assert all(r.get("language") for r in rows)
+    tags = {languages.primary(r["language"]) for r in rows}
+    assert len(tags) >= 4, tags
+    non_latin = {
+        languages.primary(r["language"])
+        for r in rows
+        if languages.script_of(r["text"]) != languages.LATIN
+    }
+    assert len(non_latin) >= 2, non_latin
+    # Every language is judged on all three platforms.
+    for tag in tags:
+        platforms = {r["platform"] for r in rows if languages.primary(r["language"]) == tag}
+        assert platforms == {"X/Twitter", "Telegram", "LinkedIn"}, tag
+
+
+def test_shipped_style_examples_hold_a_non_latin_triplet() -> None:
+    rows = [
+        json.loads(x) for x in (ROOT / "examples/style_ensemble.jsonl").read_text().splitlines()
+    ]
+    tagged = [r for r in rows if r.get("language") not in (None, "en")]
+    assert any(
+        languages.script_of(r["reference"], r["candidate_a"], r["candidate_b"]) != languages.LATIN
+        for r in tagged
+    )
