@@ -32,7 +32,7 @@ from .languages import (
     warn_once,
 )
 from .registry import register
-from .tokenize import RougeTokenizer, UnicodeTokenizer
+from .tokenize import UnicodeTokenizer
 
 METRICS_EXTRA = "metrics"
 WORDNET_UNAVAILABLE = "unavailable: WordNet data not installed"
@@ -138,7 +138,7 @@ ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 
 
 @lru_cache(maxsize=8)
-def _rouge_scorer(types: tuple[str, ...], stemmer: bool, tokenize: RougeTokenizer) -> Any:
+def _rouge_scorer(types: tuple[str, ...], stemmer: bool, tokenize: str) -> Any:
     from rouge_score import rouge_scorer
 
     if tokenize == "rouge-score":
@@ -158,6 +158,8 @@ def rouge(
     reference: str,
     candidate: str,
     stemmer: bool = True,
+    # "unicode": words, characters in unspaced scripts; "char": every letter a token;
+    # "rouge-score": rouge-score's own ASCII-only tokens (English only, to reproduce it).
     tokenize: Literal["unicode", "char", "rouge-score"] = "unicode",
     language: str | None = None,
 ) -> dict[str, float]:

@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable
-from typing import Literal
 
 from .languages import CHARACTER_SCRIPTS, char_script
-
-# "unicode": words, characters in unspaced scripts; "char": every letter or digit a token;
-# "rouge-score": rouge-score's ASCII-only tokenizer (English only; kept to reproduce it).
-RougeTokenizer = Literal["unicode", "char", "rouge-score"]
 
 _STEM_MIN_LENGTH = 4  # rouge-score stems only words longer than 3 characters
 
