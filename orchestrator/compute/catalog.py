@@ -117,7 +117,9 @@ def catalog_markdown() -> str:
         "point's value). `register(blocking=True, requires=..., extra=...)` on the function "
         'still sets its options; `reads_files=("model_dir",)` names the arguments that '
         "point at a file or folder the function reads, which a graph you do not trust may "
-        "only take from a param you give (`--param`), never choose itself.",
+        "only take from a param you give (`--param`), never choose itself; "
+        '`languages=("language", ("en",))` says the function serves only those languages, '
+        "so `validate` refuses a graph that sets that argument to another one.",
         "",
         "A graph you trust may name any `module:function`, a module beside the graph file "
         "first: run it with `--trust` (`trust=True` in Python). See graph-format.md.",

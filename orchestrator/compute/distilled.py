@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .embeddings import warn_english_encoder
 from .metrics import METRICS_EXTRA
 from .registry import register
 
@@ -94,8 +95,16 @@ def load_scorer(model_dir: Path) -> Scorer:
     extra=METRICS_EXTRA,
     reads_files=("model_dir",),  # scorer.joblib is a pickle
 )
-def distilled_score(text: str, model_dir: str, context: str | None = None) -> dict[str, Any]:
-    """Score one text with a scorer trained by `orchestrator distill` (no LLM call)."""
+def distilled_score(
+    text: str, model_dir: str, context: str | None = None, language: str | None = None
+) -> dict[str, Any]:
+    """Score one text with a scorer trained by `orchestrator distill` (no LLM call).
+
+    A scorer on the English default encoder warns once when it meets a non-English row
+    (by `language`, else by script)."""
     if not model_dir:
         raise ValueError("model_dir is empty: pass the folder `orchestrator distill` wrote")
-    return load_scorer(Path(model_dir)).score_one(text, context)
+    scorer = load_scorer(Path(model_dir))
+    if scorer.embedding_model is None:
+        warn_english_encoder("distilled_score", language, text)
+    return scorer.score_one(text, context)

