@@ -384,6 +384,9 @@ def check_names(
     for missing in sorted(names - known - BUILTIN_NAMES - set(ck.env.globals)):
         close = difflib.get_close_matches(missing, sorted(known), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
+        if missing == "id" and "results" not in known:  # a row's scope, not an aggregate's
+            # Every row has an id, but a graph reads only the fields it declares.
+            hint = " (to read the row's id, list `id` in `inputs:`; every row must then have one)"
         ck.problem(
             f"variable '{missing}' is not provided by the dataset inputs, params or any node{hint}",
             node,
