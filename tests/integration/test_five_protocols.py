@@ -5,7 +5,8 @@ a swap, a per-row checklist fan-out, a two-judge persona-fit rubric with in-run
 correlations, and a filter-then-judge cascade live in tests/integration/protocols/ as a
 user would write them: a graph file, its own prompts folder and a few rows. Each must pass
 `orchestrator validate` and run on the fake server with the values worked out here; the
-mistakes issue 26 saw pass silently are edited into copies of them and must be refused.
+mistakes issue 26 saw pass `validate` (and two more found writing these) are edited into
+copies of them and must be refused.
 None of these talks to the real embedded server, so none is marked `integration`.
 """
 
@@ -422,7 +423,8 @@ def test_cascade_judges_only_rows_the_gate_accepts(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# The mistakes issue 26 saw pass silently, made in copies of these graphs
+# Mistakes made in copies of these graphs: those issue 26 saw pass `validate`, and those
+# writing these five turned up (a bare field of a gated node, `id` not in `inputs:`)
 # --------------------------------------------------------------------------------------------
 
 
@@ -463,6 +465,14 @@ def steps_read_a_row(spec: dict[str, Any]) -> None:
     spec["nodes"]["steps"]["when"] = "source != ''"
 
 
+def bare_skipped_score(spec: dict[str, Any]) -> None:
+    spec["outputs"]["score"] = "judge.score"
+
+
+def id_not_in_inputs(spec: dict[str, Any]) -> None:
+    spec["inputs"].remove("id")
+
+
 MISTAKES = [
     pytest.param("cascade", bare_gate, "when: \"gate.on_topic == 'yes'\"", id="when-on-enum"),
     pytest.param("llmbar", upper_case_positions, "did you mean 'Output (a)'", id="answer-keys"),
@@ -470,6 +480,8 @@ MISTAKES = [
     pytest.param("persona_fit", misspelt_result_field, "did you mean 'score_b'", id="results"),
     pytest.param("cascade", foreach_over_score, "foreach needs a list", id="foreach-string"),
     pytest.param("geval", steps_read_a_row, "cannot read the row input 'source'", id="once-row"),
+    pytest.param("cascade", bare_skipped_score, "if judge is not none else none", id="skipped"),
+    pytest.param("llmbar", id_not_in_inputs, "list `id` in `inputs:`", id="row-id"),
 ]
 
 
