@@ -128,7 +128,8 @@ def logprob_tokens(content: str, field: str, dist: dict[int, float]) -> list[dic
     ]
 
 
-def test_geval_writes_steps_once_and_weights_the_score(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_geval_writes_steps_once_and_weights_the_score(tmp_path: Path, workers: int) -> None:
     rows = rows_of("geval")
 
     def respond(body: dict[str, Any]) -> Reply:
@@ -153,6 +154,7 @@ def test_geval_writes_steps_once_and_weights_the_score(tmp_path: Path) -> None:
             tmp_path / "run",
             server.base_url,
             use_cache=False,
+            workers=workers,  # with 2, the run's own process asks once and ships the steps
         )
         steps_calls = [b for b in server.requests if "steps" in schema_props(b)]
         judge_calls = [b for b in server.requests if b.get("logprobs")]
@@ -420,6 +422,8 @@ def test_cascade_judges_only_rows_the_gate_accepts(tmp_path: Path) -> None:
         assert line["score"] == HELPFUL.get(row_id)  # None where the gate said no
     assert ran.summary["judged"] == len(accepted)
     assert ran.summary["mean_score"] == pytest.approx(sum(HELPFUL.values()) / len(HELPFUL))
+    # The summary's own mean leaves the unscored rows out too, rather than counting a 0.
+    assert ran.summary["means"]["score"] == pytest.approx(sum(HELPFUL.values()) / len(HELPFUL))
 
 
 # --------------------------------------------------------------------------------------------
