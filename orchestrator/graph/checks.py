@@ -366,6 +366,23 @@ def check_when(ck: Checker, name: str, expr: Expression, items: dict[str, FieldS
         )
 
 
+def check_skipped_read(ck: Checker, key: str, expr: Expression) -> None:
+    """An output that is a bare `node.field` of a node with `when` fails every row that
+    skips the node, whose value is then null: name the form that gives null there."""
+    path = plain_path(expr.source)
+    node = ck.spec.nodes.get(path[0]) if path is not None and len(path) > 1 else None
+    if path is None or node is None or node.when is None or node.foreach:
+        return
+    read = ".".join(path)
+    ck.problem(
+        f"'{read}' reads a field of node '{path[0]}', which is skipped on rows where its when "
+        f"'{shorten(node.when)}' is false; its value there is null, so those rows would fail. "
+        f'Give null instead: "{read} if {path[0]} is not none else none"',
+        None,
+        f"outputs.{key}",
+    )
+
+
 def _kind(value: Any) -> str:
     names = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
     return names.get(type(value), "a mapping" if isinstance(value, dict) else "not a list")
@@ -385,6 +402,9 @@ def check_names(
     for missing in sorted(names - known - BUILTIN_NAMES - set(ck.env.globals)):
         close = difflib.get_close_matches(missing, sorted(known), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
+        if missing == "id" and "results" not in known:  # a row's scope, not an aggregate's
+            # Every row has an id, but a graph reads only the fields it declares.
+            hint = " (to read the row's id, list `id` in `inputs:`; every row must then have one)"
         ck.problem(
             f"variable '{missing}' is not provided by the dataset inputs, params or any node{hint}",
             node,

@@ -28,6 +28,7 @@ from .checks import (
     check_list_reads,
     check_names,
     check_sampling,
+    check_skipped_read,
     check_when,
     item_specs,
     node_sources,
@@ -212,6 +213,7 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
             check_names(ck, expr.names, inputs | node_names, None, f"outputs.{key}")
             check_attributes(ck, None, [(f"outputs.{key}", "{{ " + source + " }}")])
             check_list_reads(ck, None, [(f"outputs.{key}", "{{ " + source + " }}")])
+            check_skipped_read(ck, key, expr)
             outputs[key] = expr
     if not spec.outputs:
         ck.problem("the graph declares no outputs", field="outputs")

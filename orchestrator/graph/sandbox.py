@@ -181,6 +181,13 @@ class Sandbox(SandboxedEnvironment):
                     value[:] = [_joined(v) if isinstance(v, nodes.Concat) else v for v in value]
         return ast
 
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        """`node.field` is the field even when dicts have a method of that name (`items`,
+        `keys`, `get`…): `validate` reads it as the declared field, so the run must too."""
+        if isinstance(obj, dict) and attribute in obj:
+            return obj[attribute]
+        return super().getattr(obj, attribute)
+
     def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         deadline = _DEADLINE.get()
         if deadline is not None and time.monotonic() > deadline:

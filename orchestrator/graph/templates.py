@@ -123,13 +123,13 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def plain_path(source: str) -> tuple[str, ...] | None:
     """`a.b.c` as ("a", "b", "c") when every step is a plain dict key lookup in Jinja.
 
-    Names that are also dict attributes (`items`, `keys`…) resolve to the method in Jinja,
-    so they are left to Jinja.
+    A key named like a dict method (`items`, `keys`…) is the key here as in the sandbox
+    (`Sandbox.getattr`); a dict without it falls back to Jinja, which gives the method.
     """
     parts = source.strip().split(".")
     if not all(_IDENTIFIER.fullmatch(p) for p in parts):
         return None
-    if any(hasattr(dict, p) or p.startswith("_") for p in parts[1:]):
+    if any(p.startswith("_") for p in parts[1:]):
         return None
     return tuple(parts)
 

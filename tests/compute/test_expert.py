@@ -840,13 +840,27 @@ def test_gemba_graph_end_to_end(tmp_path: Path) -> None:
         assert 0 <= line["rating"] <= 100 and line["score"] == pytest.approx(line["rating"] / 100)
 
 
+def openai_logprobs(tokens: list[dict]) -> list[dict]:
+    """`geval_tokens` as a server sends them: top alternatives as a `top_logprobs` list."""
+    return [
+        {
+            "token": t["token"],
+            "logprob": t["logprob"],
+            "top_logprobs": [{"token": k, "logprob": v} for k, v in t["top"].items()],
+        }
+        for t in tokens
+    ]
+
+
 def test_geval_graph_weights_score_tokens(tmp_path: Path) -> None:
-    top = {"3": math.log(0.5), "4": math.log(0.25), "2": math.log(0.25)}
+    # Skewed so the weighted score (3.25) is not the digit written (3).
+    top = {"3": math.log(0.5), "4": math.log(0.375), "2": math.log(0.125)}
 
     def responder(body: dict) -> Reply:
         if body.get("logprobs"):
             assert body["top_logprobs"] == 20
-            return Reply(content='{"reason":"fine","score":3}', logprobs=geval_tokens(top, "3"))
+            tokens = openai_logprobs(geval_tokens(top, "3"))
+            return Reply(content='{"reason":"fine","score":3}', logprobs=tokens)
         return schema_responder(body)
 
     with FakeServer(responder) as server:
@@ -861,7 +875,7 @@ def test_geval_graph_weights_score_tokens(tmp_path: Path) -> None:
     for line in lines.values():
         assert line["status"] == "ok", line
         assert line["rating"] == 3
-        assert line["rating_weighted"] == pytest.approx(3 * 0.5 + 4 * 0.25 + 2 * 0.25)
+        assert line["rating_weighted"] == pytest.approx(3 * 0.5 + 4 * 0.375 + 2 * 0.125)
         assert line["score"] == pytest.approx((line["rating_weighted"] - 1) / 4)
 
 
