@@ -470,6 +470,8 @@ def demo(
 
 
 def _print_summary(manifest: Manifest, folder: Path) -> None:
+    from ..store.records import duration_text
+
     counts = manifest.counts
     table = Table(title=f"{manifest.graph['name']} — {folder}", show_header=False)
     table.add_column("what")
@@ -479,9 +481,10 @@ def _print_summary(manifest: Manifest, folder: Path) -> None:
         ("resumed (already done)", str(counts.examples_resumed)),
         ("LLM requests", str(counts.requests)),
         ("cache hits", str(counts.cache_hits)),
+        ("shared in flight", str(counts.shared)),
         ("retries", str(counts.retries)),
         ("tokens (prompt + completion)", f"{counts.prompt_tokens} + {counts.completion_tokens}"),
-        ("wall time", f"{manifest.wall_seconds or 0.0:.1f} s"),
+        ("wall time", duration_text(manifest.wall_seconds or 0.0)),
         ("model", str(manifest.model)),
     ]
     for name, value in manifest.means.items():

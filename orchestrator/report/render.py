@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..store.records import Manifest, Summary, TraceRun
+from ..store.records import Manifest, Summary, TraceRun, duration_text
 from .svg import Column, columns
 
 POINT_KEYS = ("median", "mean", "rating", "elo", "estimate", "score", "value", "strength", "bt")
@@ -318,7 +318,7 @@ def facts(manifest: Manifest, runs: list[TraceRun], results_count: int) -> str:
         ("started", _when(manifest.started)),
         (
             "wall time",
-            f"{manifest.wall_seconds:.1f} s" if _number(manifest.wall_seconds) is not None else "—",
+            duration_text(wall) if (wall := _number(manifest.wall_seconds)) is not None else "—",
         ),
         ("runs in this folder", str(len(runs) or 1)),
     ]
@@ -338,6 +338,7 @@ def facts(manifest: Manifest, runs: list[TraceRun], results_count: int) -> str:
         ("resumed", str(count("examples_resumed"))),
         ("LLM requests", str(count("requests"))),
         ("cache hits", str(count("cache_hits"))),
+        ("shared in flight", str(count("shared", 0 if known else "—"))),
         ("retries", str(count("retries"))),
         (
             "tokens",

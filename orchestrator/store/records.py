@@ -285,7 +285,7 @@ def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 @pydantic_dataclass(slots=True)
 class Counts:
-    """What a run did: examples by outcome, requests, cache hits, retries, tokens.
+    """What a run did: examples by outcome, requests, cache hits, shares, retries, tokens.
 
     The one counter type: the client and engine bump it live (a plain slotted dataclass, so
     `stats.requests += 1` costs what an attribute write costs: pydantic validates nothing
@@ -298,6 +298,9 @@ class Counts:
     examples_resumed: int = 0
     requests: int = 0
     cache_hits: int = 0
+    # Samples another identical call still in flight answered (single-flight): no request
+    # of their own, but not the cache's doing either, so not counted as cache hits.
+    shared: int = 0
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -328,6 +331,17 @@ class Counts:
 
 
 _COUNTS: TypeAdapter[Counts] = TypeAdapter(Counts)
+
+
+def duration_text(seconds: float) -> str:
+    """A wall time as a person reads it: `12.3 s`, and for a run quicker than a tenth of a
+    second its hundredths (`0.04 s`) or `< 0.01 s`, never a `0.0 s` that reads as no time."""
+    if seconds >= 0.1:
+        return f"{seconds:.1f} s"
+    if seconds >= 0.01:
+        return f"{seconds:.2f} s"
+    return "< 0.01 s"
+
 
 log = logging.getLogger(__name__)
 
