@@ -538,11 +538,17 @@ def _print_summary(manifest: Manifest, folder: Path) -> None:
     rows = [
         ("examples ok / failed", f"{counts.examples_ok} / {counts.examples_failed}"),
         ("resumed (already done)", str(counts.examples_resumed)),
-        ("LLM requests", str(counts.requests)),
-        ("cache hits", str(counts.cache_hits)),
-        ("shared in flight", str(counts.shared)),
-        ("retries", str(counts.retries)),
-        ("tokens (prompt + completion)", f"{counts.prompt_tokens} + {counts.completion_tokens}"),
+        *(
+            [("parts (first run + resumes)", str(len(manifest.parts)))]
+            if len(manifest.parts) > 1
+            else []
+        ),
+        ("LLM requests", manifest.count_text("requests")),
+        ("cache hits", manifest.count_text("cache_hits")),
+        ("shared in flight", manifest.count_text("shared")),
+        ("retries", manifest.count_text("retries")),
+        ("prompt tokens", manifest.count_text("prompt_tokens")),
+        ("completion tokens", manifest.count_text("completion_tokens")),
         ("wall time", duration_text(manifest.wall_seconds or 0.0)),
         ("model", str(manifest.model)),
     ]

@@ -15,8 +15,11 @@ from typing import Any
 
 import orjson
 
-from ..store.records import Manifest, Summary, TraceRun, duration_text
+from ..store.records import WORK_COUNTERS, Manifest, Summary, TraceRun, duration_text
 from .svg import Column, columns
+
+# Counts shown with each part's after the total in a resumed run's header.
+PARTED = tuple(name for name in WORK_COUNTERS if not name.endswith("_tokens"))
 
 POINT_KEYS = ("median", "mean", "rating", "elo", "estimate", "score", "value", "strength", "bt")
 LOW_KEYS = ("ci_low", "ci_lower", "low", "lower", "lo", "ci_lo", "q_low", "q025", "p2_5")
@@ -329,21 +332,29 @@ def facts(manifest: Manifest, runs: list[TraceRun], results_count: int) -> str:
     known = counts.keys()
 
     def count(name: str, default: Any = "—") -> Any:
-        return counts[name] if name in known else default
+        if name not in known:
+            return default
+        # A resumed run's total, with each part's own after it.
+        return manifest.count_text(name) if name in (*PARTED, "tokens") else counts[name]
 
     tokens = count("tokens", None)
     count_rows = [
         ("examples", str(count("examples", results_count))),
         ("ok / failed", f"{count('examples_ok')} / {count('examples_failed')}"),
         ("resumed", str(count("examples_resumed"))),
+        *(
+            [("parts (first run + resumes)", str(len(manifest.parts)))]
+            if len(manifest.parts) > 1
+            else []
+        ),
         ("LLM requests", str(count("requests"))),
         ("cache hits", str(count("cache_hits"))),
-        ("shared in flight", str(count("shared", 0 if known else "—"))),
+        ("shared in flight", str(count("shared"))),
         ("retries", str(count("retries"))),
         (
             "tokens",
-            f"{tokens if tokens is not None else '—'} "
-            f"({count('prompt_tokens')} prompt + {count('completion_tokens')} completion)",
+            f"{tokens if tokens is not None else '—'} · {counts.get('prompt_tokens', '—')} "
+            f"prompt + {counts.get('completion_tokens', '—')} completion",
         ),
     ]
 

@@ -331,6 +331,32 @@ class Counts:
 
 
 _COUNTS: TypeAdapter[Counts] = TypeAdapter(Counts)
+# What a part of a run did with its servers, summed over the parts for the run's total (its
+# examples are counted from the result lines, whichever part wrote them).
+WORK_COUNTERS = (
+    "requests",
+    "cache_hits",
+    "shared",
+    "retries",
+    "prompt_tokens",
+    "completion_tokens",
+)
+
+
+def summed_work(parts: list[Counts]) -> dict[str, int]:
+    """The work counters of several parts of one run (a run and its resumes) added up."""
+    return {name: sum(getattr(part, name) for part in parts) for name in WORK_COUNTERS}
+
+
+class RunPart(BaseModel):
+    """One invocation that wrote a run folder: the first run or one resume, and its own
+    counts (the manifest's `counts` are the whole run's)."""
+
+    run_id: str = ""
+    started: float | None = None
+    ended: float | None = None
+    status: str = "unknown"
+    counts: Counts = Field(default_factory=Counts)
 
 
 def duration_text(seconds: float) -> str:
@@ -399,7 +425,10 @@ class Manifest(BaseModel):
     updated: float | None = None  # set by the store at each write
     ended: float | None = None
     wall_seconds: float | None = None
-    counts: Counts = Field(default_factory=Counts)
+    counts: Counts = Field(default_factory=Counts)  # the whole run's, every part summed
+    # Each part of the run, first to last, with its own counts; empty in a manifest written
+    # before parts were kept (its `counts` are then its last part's only).
+    parts: list[RunPart] = Field(default_factory=list)
     means: dict[str, float] = Field(default_factory=dict)
     outages: list[dict[str, Any]] = Field(default_factory=list)  # derived from the events
     events: list[EventEntry] = Field(default_factory=list)  # outages, workers lost, ...
@@ -420,6 +449,31 @@ class Manifest(BaseModel):
                 "extra": {**data.get("extra", {}), **{key: data[key] for key in unknown}}
             }
         return cls.model_validate(data)
+
+    def count_text(self, name: str) -> str:
+        """A counter of the whole run as shown, with each part's after it when the run was
+        resumed: `12 (8 + 4)`."""
+        total = str(getattr(self.counts, name))
+        if len(self.parts) < 2:
+            return total
+        return f"{total} ({' + '.join(str(getattr(p.counts, name)) for p in self.parts)})"
+
+    def earlier_parts(self) -> list[RunPart]:
+        """This manifest's parts, as a resume takes them over: an older manifest without
+        parts stands for one part, with its counts."""
+        if self.parts:
+            return list(self.parts)
+        if not self.run_id:
+            return []
+        return [
+            RunPart(
+                run_id=self.run_id,
+                started=self.started,
+                ended=self.ended,
+                status=self.status,
+                counts=self.counts,
+            )
+        ]
 
     def as_written(self) -> dict[str, Any]:
         """The JSON object manifest.json holds: the fields set (a run that failed to start
