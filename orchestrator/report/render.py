@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
 import orjson
 
-from ..store.records import WORK_COUNTERS, Manifest, Summary, TraceRun, duration_text
+from ..store.records import (
+    WORK_COUNTERS,
+    Manifest,
+    NodeServer,
+    Summary,
+    TraceRun,
+    duration_text,
+)
 from .svg import Column, columns
 
 # Counts shown with each part's after the total in a resumed run's header.
@@ -286,8 +294,14 @@ def _when(stamp: Any) -> str:
     return dt.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def facts(manifest: Manifest, runs: list[TraceRun], results_count: int) -> str:
-    """Key/value tables of what ran where, and the run's counts."""
+def facts(
+    manifest: Manifest,
+    runs: list[TraceRun],
+    results_count: int,
+    served: Sequence[NodeServer] = (),
+) -> str:
+    """Key/value tables of what ran where (`served`: each LLM node's model and server, from
+    the trace), and the run's counts."""
     graph = manifest.graph
     server_text = "; ".join(
         f"{s.get('base_url')} ({s.get('structured_output', '?')} structured output"
@@ -309,6 +323,19 @@ def facts(manifest: Manifest, runs: list[TraceRun], results_count: int) -> str:
         ),
         ("model", escape(str(manifest.model or (last.model if last else "—")))),
         ("server", escape(server_text or "—")),
+        *(
+            [
+                (
+                    "models by node",
+                    "<br>".join(
+                        f"<b>{escape(entry.node)}</b>: {escape(entry.describe(manifest))}"
+                        for entry in served
+                    ),
+                )
+            ]
+            if served
+            else []
+        ),
         (
             "dataset",
             f"{escape(str(dataset.get('path', '—')))} · "

@@ -348,6 +348,24 @@ def summed_work(parts: list[Counts]) -> dict[str, int]:
     return {name: sum(getattr(part, name) for part in parts) for name in WORK_COUNTERS}
 
 
+@dataclass(frozen=True, slots=True)
+class NodeServer:
+    """Which model on which server an LLM node used, summed up from a run's trace: a jury's
+    judges each on their own model and server. `runs`: its node runs there."""
+
+    node: str
+    model: str
+    server: str  # the endpoint as the trace names it: a URL, or replicas joined by " | "
+    runs: int
+
+    def describe(self, manifest: Manifest) -> str:
+        """`model at server`, and what the manifest says serves it when that is not just
+        the address (vLLM's root, or a --server-id)."""
+        text = f"{self.model} at {self.server}"
+        identity = manifest.identity_of(self.server, self.model)
+        return text if not identity or identity == self.server else f"{text} ({identity})"
+
+
 class RunPart(BaseModel):
     """One invocation that wrote a run folder: the first run or one resume, and its own
     counts (the manifest's `counts` are the whole run's)."""
@@ -449,6 +467,12 @@ class Manifest(BaseModel):
                 "extra": {**data.get("extra", {}), **{key: data[key] for key in unknown}}
             }
         return cls.model_validate(data)
+
+    def identity_of(self, server: str, model: str) -> str | None:
+        """What serves `model` at `server` as the run recorded it (None when unknown)."""
+        entry = self.servers.get(f"{server} {model}")
+        identity = entry.get("identity") if isinstance(entry, dict) else None
+        return identity if isinstance(identity, str) else None
 
     def count_text(self, name: str) -> str:
         """A counter of the whole run as shown, with each part's after it when the run was
