@@ -149,12 +149,12 @@ class ProgressLines:
         parts = [
             f"progress: {done} of {self.total if self.total is not None else '?'} examples",
             f"failed {stats.examples_failed}",
-            f"cache hits {stats.cache_hits}",
-            f"shared in flight {stats.shared}",
         ]
         if self.in_flight is not None:
             parts.append(f"in flight {self.in_flight()}")
         parts.append(f"{rate:.1f} req/s")
+        # Shares are identical requests answered by one call in flight: not cache hits.
+        parts += [f"cache hits {stats.cache_hits}", f"shared in flight {stats.shared}"]
         if self.limits is not None:
             parts.append(self.limits())
         parts.append(f"{now - self.started:.0f} s")
