@@ -29,8 +29,8 @@ class CachedCaller:
         self.cache = cache
         self.stats = stats
         self.refresh = refresh
-        # Calls in flight by their samples' keys; a later identical call waits on the event.
-        self._inflight: dict[tuple[str, ...], asyncio.Event] = {}
+        # Calls in flight by their samples' keys; a later identical call waits on them.
+        self._inflight: dict[tuple[str, ...], _Flight] = {}
         # With `refresh`, old replies are not read, but this run's own are (single-flight).
         self._fresh: set[str] = set()
 
@@ -49,20 +49,31 @@ class CachedCaller:
             for i in range(n)
         ]
         flight = tuple(keys)
+        shared = False
         while (leader := self._inflight.get(flight)) is not None:
             # The same question is being asked: its replies land in the cache (or, if it
             # failed, this call asks on its own).
-            await leader.wait()
-        done = self._inflight[flight] = asyncio.Event()
+            await leader.done.wait()
+            shared = shared or leader.asked
+        own = self._inflight[flight] = _Flight()
         try:
-            return await self._call(ep, model, ask, keys)
+            return await self._call(ep, model, ask, keys, own, shared=shared)
         finally:
             del self._inflight[flight]
-            done.set()
+            own.done.set()
 
     async def _call(
-        self, ep: Endpoint, model: type[BaseModel], ask: Ask, keys: list[str]
+        self,
+        ep: Endpoint,
+        model: type[BaseModel],
+        ask: Ask,
+        keys: list[str],
+        flight: _Flight,
+        *,
+        shared: bool,
     ) -> CallResult:
+        """The samples found in the cache, the rest asked; `shared`: this call waited for an
+        identical one that asked the server, so what it finds is that call's reply."""
         n = ask.n
         result = CallResult([{}] * n, [""] * n, [], cached=True)
         values: list[dict[str, Any] | None] = [None] * n
@@ -84,10 +95,14 @@ class CachedCaller:
                             sample=i,
                         )
                     )
-                    self.stats.cache_hits += 1
+                    if shared:
+                        self.stats.shared += 1
+                    else:
+                        self.stats.cache_hits += 1
         pending = [i for i in range(n) if values[i] is None]
         if pending:
             result.cached = False
+            flight.asked = True
             cache = self.cache
 
             fresh = self._fresh if self.refresh else None
@@ -99,6 +114,17 @@ class CachedCaller:
 
             await self.inner.complete(ep, ask, pending, values, result, keep)
         return finish(result, values)
+
+
+class _Flight:
+    """A call in flight: set `done` when it ends; `asked` once it sent a request, so those
+    waiting on it know its replies are shares, not hits of an earlier run's."""
+
+    __slots__ = ("asked", "done")
+
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+        self.asked = False
 
 
 def _as_dict(choice: Choice) -> dict[str, Any]:

@@ -235,7 +235,10 @@ async def prepare_endpoints(
                 started_without.add(url)
     servers: dict[str, Any] = {}
     for ep in {id(e): e for e in endpoints.values()}.values():
-        if choice.structured == "auto":
+        if choice.structured == "auto" and ep.starts:
+            # Not started yet: the canary would start it; what it enforces is known.
+            ep.structured = ep.starts[0].structured
+        elif choice.structured == "auto":
             enforced = await client.canary(ep)
             ep.structured = "server" if enforced else "prompt"
             if not enforced:
@@ -254,9 +257,9 @@ async def prepare_endpoints(
             "models_served": [m.id for m in served_by[first_answering(ep.urls, served_by)]],
             "identity": ep.identity,
             "structured_output": ep.structured,
-            "version": await server_version(
-                first_answering(ep.urls, served_by), client.retry.timeout
-            ),
+            "version": None
+            if ep.starts
+            else await server_version(first_answering(ep.urls, served_by), client.retry.timeout),
             **ep.server_info,
         }
     await client.servers.start_tuning()

@@ -6,7 +6,7 @@ into the trace, results, manifest or logs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from ..providers.base import (
     no_metrics,
     provider_identity,
 )
+from .deferred import DeferredServer, StartOnFirstUse
 from .limiter import Limiter
 from .outage import DEFAULT_SERVER_WAIT, ServerWatch
 from .replicas import Admission, Replica, ReplicaReport, ReplicaSet
@@ -45,6 +46,9 @@ class Endpoint:
     identity: str = ""
     check_joins: bool = False  # a replica back in rotation must report `identity` too
     provider: Provider | None = None  # what it is reached through (None: the client's own)
+    # Its servers that start on the first request that reaches them (calls/deferred.py):
+    # every request awaits them first. Empty for a server that is simply there.
+    starts: tuple[DeferredServer, ...] = ()
 
     @property
     def urls(self) -> list[str]:
@@ -91,6 +95,8 @@ class ServerRegistry:
         self._replicas: dict[str, Replica] = {}
         self._sets: dict[tuple[str, ...], ReplicaSet] = {}
         self._endpoints: dict[tuple[tuple[str, ...], str, str, int], Endpoint] = {}
+        # Replicas whose server starts on first use, until it has.
+        self._not_started: dict[Replica, DeferredServer] = {}
         # One pool per (URL, key, provider): id(None) for the registry's own provider.
         self._pools: dict[tuple[str, str, int], Connection] = {}
         # API keys in use: a server may quote one back in an error, and nothing a server
@@ -117,7 +123,8 @@ class ServerRegistry:
         key = (urls, model, api_key, id(chosen))
         if key not in self._endpoints:
             pools = {url: self._pool(url, api_key, chosen) for url in urls}
-            replicas = self._replica_set(urls, pools)
+            starts = self._waiting(urls, chosen)
+            replicas = self._replica_set(urls, pools, starts)
             ep = self._endpoints[key] = Endpoint(
                 replicas.name,
                 model,
@@ -126,6 +133,7 @@ class ServerRegistry:
                 identity=identity or replicas.name,
                 check_joins=check_joins,
                 provider=chosen,
+                starts=tuple(starts.values()),
             )
             if check_joins and len(urls) > 1:
                 replicas.admissions.append(self._same_weights(ep, api_key))
@@ -158,16 +166,36 @@ class ServerRegistry:
             )
         return pool
 
-    def _replica_set(self, urls: tuple[str, ...], pools: dict[str, Connection]) -> ReplicaSet:
+    def waiting(self, url: str, provider: Provider | None = None) -> DeferredServer | None:
+        """The server at `url` if it starts on first use and has not started yet."""
+        reached = provider or self.transport
+        return reached.waiting(url) if isinstance(reached, StartOnFirstUse) else None
+
+    def _waiting(
+        self, urls: tuple[str, ...], provider: Provider | None
+    ) -> dict[str, DeferredServer]:
+        found = {url: self.waiting(url, provider) for url in urls}
+        return {url: server for url, server in found.items() if server is not None}
+
+    def _replica_set(
+        self,
+        urls: tuple[str, ...],
+        pools: dict[str, Connection],
+        starts: dict[str, DeferredServer],
+    ) -> ReplicaSet:
         for url in urls:
             if url not in self._replicas:
                 pool = pools[url]
-                self._replicas[url] = Replica(
+                replica = self._replicas[url] = Replica(
                     url,
                     Limiter(self.tuner.initial_limit()),
                     ServerWatch(url, pool.probe, self.server_wait, events=self.events),
                     pool.metrics if isinstance(pool, LoadGauge) else no_metrics,
                 )
+                if url in starts:
+                    # Its load can be read only once it runs: its limit is settled then.
+                    self._not_started[replica] = starts[url]
+                    starts[url].on_start(self._tuning_hook(replica))
         if urls not in self._sets:
             self._sets[urls] = ReplicaSet(
                 [self._replicas[u] for u in urls],
@@ -178,14 +206,30 @@ class ServerRegistry:
 
     async def start_tuning(self) -> None:
         """Settle every server's in-flight limit (fixed, or tuned from its load from now
-        on); called once the run's endpoints are known, before the first example."""
-        await self.tuner.start(list(self._replicas.values()))
+        on); called once the run's endpoints are known, before the first example. A
+        server not started yet is settled once it has."""
+        running = [r for r in self._replicas.values() if not self._waits(r)]
+        await self.tuner.start(running)
+
+    def _waits(self, replica: Replica) -> bool:
+        server = self._not_started.get(replica)
+        return server is not None and not server.started
+
+    def _tuning_hook(self, replica: Replica) -> Callable[[], Awaitable[None]]:
+        async def settle() -> None:
+            await self.tuner.start([replica])
+
+        return settle
 
     def max_in_flight(self) -> int:
         """Requests every server together may hold: fixed limits, and the ceiling a tuned
-        limit may grow to."""
+        limit may grow to (a server not started yet may be tuned once it is)."""
         ceiling = self.tuner.tuning.ceiling
-        return sum(r.limit.limit if r.mode == "fixed" else ceiling for r in self._replicas.values())
+        fixed = isinstance(self.tuner.concurrency, int)
+        return sum(
+            r.limit.limit if r.mode == "fixed" and (fixed or not self._waits(r)) else ceiling
+            for r in self._replicas.values()
+        )
 
     def replica_reports(self) -> list[ReplicaReport]:
         """Each server's share of the work and its limit over time (for the manifest)."""

@@ -123,6 +123,8 @@ class Sender:
     ) -> tuple[list[Choice], tuple[int, int], float]:
         """One chat completion with transport retries; every failed try is appended to
         `attempts`. Tries lost to a server outage are waited out and not counted."""
+        if ep.starts:
+            await _started(ep)
         request = chat_request(ep.model, messages, params, n, schema, ep.structured)
         started = time.perf_counter()
         retry, stats, connections = self.retry, self.stats, ep.connections
@@ -185,6 +187,8 @@ class Sender:
             raise ProviderCapabilityError(
                 f"{route_name} needs a tokenizer, and the provider of {ep.base_url} has none"
             )
+        if ep.starts:
+            await _started(ep)
         retry = self.retry
         route = CallRoute(ep.replicas)
 
@@ -201,3 +205,10 @@ class Sender:
             return reply
 
         return await retry.run(post_once, route, attempts, self.hooks_for(ep))
+
+
+async def _started(ep: Endpoint) -> None:
+    """Wait for the endpoint's servers that start on first use (a request that has to reach
+    them is what starts them): before a slot is taken or the deadline runs."""
+    for server in ep.starts:
+        await server.ready()

@@ -18,7 +18,7 @@ from ..errors import OrchestratorError, RunFolderError
 from .app import WideConsole, app, console, fail
 
 if TYPE_CHECKING:
-    from ..store.records import NodeRun
+    from ..store.records import Manifest, NodeRun, NodeServer
 
 # `trace` is an audit view: data, prompts and replies are shown as the bytes that were
 # sent. Rich would turn `:thumbs_up:` into an emoji and colour numbers and paths; markup
@@ -66,11 +66,15 @@ def trace(
         fail(f"{folder} has no {TRACES}; is it a run folder?")
     try:
         results = list(run.results())
+        manifest = run.manifest  # a missing one reads as empty
         store = run.trace()
     except RunFolderError as exc:
         fail(str(exc))
         raise
+    served: list[NodeServer] = []
     try:
+        if format == "text":
+            served = store.node_servers()
         # jsonl is an export: without --example it covers every example.
         if example is None and format != "jsonl":
             if results:
@@ -98,6 +102,7 @@ def trace(
     result = next((r for r in results if r.id == example), None)
     assert example is not None  # chosen above, or the command has already failed
     # Ids, errors and node labels come from data and servers: shown as text, never markup.
+    _print_served(served, manifest)
     literal.rule(f"example {escape(example)}")
     if result:
         literal.print(
@@ -108,6 +113,15 @@ def trace(
         literal.print("no node executions recorded for this example")
     for rec in records:
         _print_record(rec, prompt_chars)
+
+
+def _print_served(served: list[NodeServer], manifest: Manifest) -> None:
+    """Which model and server each LLM node used in this run (a jury's judges differ)."""
+    if not served:
+        return
+    literal.print("models and servers by node:")
+    for entry in served:
+        literal.print(f"  {escape(entry.node)}: {escape(entry.describe(manifest))}")
 
 
 SHOWN_STATUS_ROWS = 20  # a status lists the oldest examples in progress and latest timeouts

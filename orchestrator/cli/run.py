@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..api.run import RunResult
     from ..graph.compiled import CompiledGraph
     from ..local.server import EmbeddedServer
+    from ..providers.base import Provider
     from ..store.records import Manifest
 
 
@@ -210,7 +211,11 @@ def run(
     embedded_default = base_url is None
     urls: str | list[str] | None = base_url or None
     if urls is None and any(n.uses_server for n in compiled.nodes.values()):
-        urls, server = _embedded_server(port)
+        from ..engine.plan import ScalePlan
+
+        # Workers reach the server from their own processes: it must be up before them.
+        urls, server = _own_server(port, on_first_use=not ScalePlan(**scale).sharded)
+    transport = _start_on_first_use(provider, server)
     try:
         outcome = _execute(
             graph=compiled,
@@ -220,7 +225,8 @@ def run(
             model=model,
             server_id=server_id,
             api_key=api_key,
-            provider=provider,
+            provider=None if transport else provider,
+            transport=transport,
             concurrency=in_flight,
             affinity=affinity,
             limit=limit,
@@ -282,8 +288,46 @@ def _compile_or_exit(
         raise typer.Exit(1) from None
 
 
+class OwnServer:
+    """The embedded server this command starts for its own use and stops when done: at
+    once, or (`deferred`) on the first request not answered from the cache."""
+
+    def __init__(self, port: int, *, on_first_use: bool) -> None:
+        from ..calls.deferred import DeferredServer
+        from ..local import server as embedded
+
+        self.port = port
+        self.base_url = embedded.server_url(port)
+        self.server: EmbeddedServer | None = None
+        self.deferred = (
+            DeferredServer(self.base_url, embedded.served_models(), self.start)
+            if on_first_use
+            else None
+        )
+
+    def start(self) -> None:
+        """Start the server (minutes on a CPU: its phases are printed as they pass)."""
+        from ..local import server as embedded
+
+        console.print(f"Starting the embedded vLLM CPU server on port {self.port}.")
+        self.server = embedded.start_server(port=self.port, log=console.print)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            console.print("Stopping the embedded server.")
+            self.server.stop()
+            self.server = None
+
+
 def _embedded_server(port: int | None) -> tuple[str, EmbeddedServer | None]:
-    """The running embedded server's URL, or a server started for this command."""
+    """The running embedded server's URL, or a server started now for this command."""
+    base_url, own = _own_server(port, on_first_use=False)
+    return base_url, own.server if own is not None else None
+
+
+def _own_server(port: int | None, *, on_first_use: bool) -> tuple[str, OwnServer | None]:
+    """The running embedded server's URL, or one this command starts for itself: on the
+    first request that is not in the cache (`on_first_use`), else now."""
     from ..local import server as embedded
 
     embedded_port = port or embedded.DEFAULT_PORT
@@ -291,35 +335,48 @@ def _embedded_server(port: int | None) -> tuple[str, EmbeddedServer | None]:
     if base_url:
         console.print(f"Using the embedded vLLM server already running at {base_url}.")
         return base_url, None
-    console.print(
-        "No --base-url given and no embedded server running: starting the embedded "
-        f"vLLM CPU server on port {embedded_port} for this command (stopped afterwards)."
-    )
-    # A kill (SIGTERM) must still stop the server we started, like Ctrl-C does.
+    # A kill (SIGTERM) must still stop the server we start, like Ctrl-C does.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         try:
-            server = embedded.start_server(port=embedded_port, log=console.print)
+            embedded.check_port_free(embedded_port)
         except embedded.PortTaken as exc:
             if port is not None:
                 raise
             # The default port is someone else's; this command's own server can be anywhere.
-            other = embedded.free_port()
-            console.print(f"{exc}\nStarting it on port {other} instead.")
-            server = embedded.start_server(port=other, log=console.print)
+            embedded_port = embedded.free_port()
+            console.print(f"{exc}\nUsing port {embedded_port} instead.")
+        own = OwnServer(embedded_port, on_first_use=on_first_use)
+        when = "on the first request not in the cache" if on_first_use else "now"
+        console.print(
+            "No --base-url given and no embedded server running: this command starts the "
+            f"embedded vLLM CPU server on port {embedded_port} {when} (stopped afterwards)."
+        )
+        if not on_first_use:
+            own.start()
     except embedded.EmbeddedServerError as exc:
         fail(str(exc))
         raise
-    return server.base_url, server
+    return own.base_url, own
+
+
+def _start_on_first_use(provider: str | None, server: OwnServer | None) -> Provider | None:
+    """The run's provider (`--provider`, default openai) that starts this command's own
+    server on the first request it has to send there; None when there is no such server."""
+    if server is None or server.deferred is None:
+        return None
+    from ..calls.deferred import StartOnFirstUse
+    from ..providers.registry import DEFAULT_PROVIDER, make_provider
+
+    return StartOnFirstUse(make_provider(provider or DEFAULT_PROVIDER), [server.deferred])
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _stop(server: EmbeddedServer | None) -> None:
+def _stop(server: OwnServer | None) -> None:
     if server is not None:
-        console.print("Stopping the embedded server.")
         server.stop()
 
 
@@ -445,7 +502,8 @@ def demo(
             "orchestrator, or run from a source checkout"
         )
     compiled = {name: _compile_or_exit(graph_path) for name, (graph_path, _) in shipped.items()}
-    base_url, server = _embedded_server(port)
+    base_url, server = _own_server(port, on_first_use=True)
+    transport = _start_on_first_use(None, server)  # one server for both graphs, if any asks
     failed = 0
     try:
         for name, (_, data_path) in shipped.items():
@@ -455,6 +513,7 @@ def demo(
                 data=data_path,
                 out=out / name,
                 base_url=base_url,
+                transport=transport,
                 limit=limit,
                 timeout=EMBEDDED_TIMEOUT,
                 restart_if_changed=True,
@@ -470,6 +529,8 @@ def demo(
 
 
 def _print_summary(manifest: Manifest, folder: Path) -> None:
+    from ..store.records import duration_text
+
     counts = manifest.counts
     table = Table(title=f"{manifest.graph['name']} — {folder}", show_header=False)
     table.add_column("what")
@@ -477,11 +538,18 @@ def _print_summary(manifest: Manifest, folder: Path) -> None:
     rows = [
         ("examples ok / failed", f"{counts.examples_ok} / {counts.examples_failed}"),
         ("resumed (already done)", str(counts.examples_resumed)),
-        ("LLM requests", str(counts.requests)),
-        ("cache hits", str(counts.cache_hits)),
-        ("retries", str(counts.retries)),
-        ("tokens (prompt + completion)", f"{counts.prompt_tokens} + {counts.completion_tokens}"),
-        ("wall time", f"{manifest.wall_seconds or 0.0:.1f} s"),
+        *(
+            [("parts (first run + resumes)", str(len(manifest.parts)))]
+            if len(manifest.parts) > 1
+            else []
+        ),
+        ("LLM requests", manifest.count_text("requests")),
+        ("cache hits", manifest.count_text("cache_hits")),
+        ("shared in flight", manifest.count_text("shared")),
+        ("retries", manifest.count_text("retries")),
+        ("prompt tokens", manifest.count_text("prompt_tokens")),
+        ("completion tokens", manifest.count_text("completion_tokens")),
+        ("wall time", duration_text(manifest.wall_seconds or 0.0)),
         ("model", str(manifest.model)),
     ]
     for name, value in manifest.means.items():

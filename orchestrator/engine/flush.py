@@ -153,6 +153,8 @@ class ProgressLines:
         if self.in_flight is not None:
             parts.append(f"in flight {self.in_flight()}")
         parts.append(f"{rate:.1f} req/s")
+        # Shares are identical requests answered by one call in flight: not cache hits.
+        parts += [f"cache hits {stats.cache_hits}", f"shared in flight {stats.shared}"]
         if self.limits is not None:
             parts.append(self.limits())
         parts.append(f"{now - self.started:.0f} s")
@@ -210,7 +212,8 @@ async def drive(
             completed=done,
             detail=(
                 f"ok {stats.examples_ok} · failed {stats.examples_failed} · "
-                f"req {stats.requests} · hits {stats.cache_hits} · retries {stats.retries} · "
+                f"req {stats.requests} · hits {stats.cache_hits} · shared {stats.shared} · "
+                f"retries {stats.retries} · "
                 f"{stats.tokens_per_second():.0f} tok/s"
                 + (f" · {limits()}" if limits is not None else "")
                 + (f" · {said}" if (said := latest.text()) else "")

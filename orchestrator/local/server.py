@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from orchestrator.paths import cache_root
+from orchestrator.providers.base import ServedModel
 
 from .model import (
     DEFAULT_MODEL_NAME,
@@ -77,7 +78,9 @@ __all__ = [
     "port_is_free",
     "prepare_model",
     "run_batch_command",
+    "served_models",
     "server_command",
+    "server_url",
     "start_server",
     "verify_gguf",
 ]
@@ -106,7 +109,8 @@ def logs_dir() -> Path:
     return cache_root() / "logs"
 
 
-def _base_url(port: int) -> str:
+def server_url(port: int) -> str:
+    """The base URL of the embedded server on `port`."""
     return f"http://127.0.0.1:{port}/v1"
 
 
@@ -325,14 +329,14 @@ def find_running(port: int = DEFAULT_PORT) -> str | None:
     state = _holder(port)
     if state is None or not state.get("shared"):
         return None
-    return _base_url(port) if _answers(port) else None
+    return server_url(port) if _answers(port) else None
 
 
 def _answers(port: int) -> bool:
     """Whether the server on ``port`` lists the default model."""
     try:
         with httpx.Client(timeout=2.0, trust_env=False) as client:
-            response = client.get(f"{_base_url(port)}/models")
+            response = client.get(f"{server_url(port)}/models")
         if response.status_code != 200:
             return False
         models = response.json().get("data", [])
@@ -382,7 +386,7 @@ class EmbeddedServer:
         self.port = port
         self.model = model
         self.log_path = log_path
-        self.base_url = _base_url(port)
+        self.base_url = server_url(port)
         self.claim = claim  # the port's claim, held until the server has stopped
 
     def __repr__(self) -> str:
@@ -480,6 +484,15 @@ def server_command(model_dir: Path, port: int, model: str = DEFAULT_MODEL_NAME) 
         "--host", "127.0.0.1",
         "--port", str(port),
     ]  # fmt: skip
+
+
+def served_models(model_dir: Path | None = None) -> list[ServedModel]:
+    """The model list the embedded server will report at /v1/models, known before it starts:
+    vLLM names the served model's `root` by the --model it was given (the folder, as
+    `server_command` writes it) and its `max_model_len` by --max-model-len. So the server's
+    identity (cache key, run key) is the same whether or not a run started it."""
+    folder = (model_dir or default_model_dir()).expanduser()
+    return [ServedModel(DEFAULT_MODEL_NAME, root=str(folder), max_model_len=MAX_MODEL_LEN)]
 
 
 def run_batch_command(

@@ -139,7 +139,7 @@ def render_page(run: RunData, order: list[int], page: Page) -> str:
         "STYLE": asset("style.css"),
         "SCRIPT": asset("app.js").replace("</script", "<\\/script"),
         "NOTES": "".join(f'<p class="note">{escape(n)}</p>' for n in notes),
-        "FACTS": facts(run.manifest, run.runs, len(run.results)),
+        "FACTS": facts(run.manifest, run.runs, len(run.results), run.served),
         "SCORE": escape(score or "score"),
         "HIST": histogram(values, score or "score"),
         "VIEWS": views_section(panels),

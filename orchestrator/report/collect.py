@@ -10,13 +10,13 @@ reply is dropped when it only repeats the parsed value.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..session.summary import numeric_leaves
 from ..store.reader import RunReader, TraceReader
-from ..store.records import WHOLE, Manifest, NodeRun, ResultLine, Summary, TraceRun
+from ..store.records import WHOLE, Manifest, NodeRun, NodeServer, ResultLine, Summary, TraceRun
 from .payload import EARLIER_RUN, PROMPT_LIMIT, RUN, DetailOptions, compact_record
 from .sources import GraphInfo, NodeInfo, load_graph, load_inputs
 from .values import abridge, finite
@@ -143,6 +143,7 @@ class RunData:
     numeric_columns: list[str]
     text_columns: list[str]
     score_column: str | None
+    served: list[NodeServer] = field(default_factory=list)  # each LLM node's model, server
 
     @property
     def run_dir(self) -> Path:
@@ -187,10 +188,12 @@ def load_run(run_dir: Path, full_prompts: bool = False) -> RunData:
     summary = reader.summary or Summary()
     results = reader.latest_results()
     runs: list[TraceRun] = []
+    served: list[NodeServer] = []
     seen_nodes: list[str] = []
     if reader.has_trace:
         with reader.trace() as trace:
             runs = trace.runs()
+            served = trace.node_servers()
             # Node names for a drawing without the graph file: those of a few examples.
             for row in results[:5]:
                 seen_nodes += [r.node for r in trace.node_runs(row.id)]
@@ -220,6 +223,7 @@ def load_run(run_dir: Path, full_prompts: bool = False) -> RunData:
         numeric,
         text,
         score,
+        served,
     )
 
 

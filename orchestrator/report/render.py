@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
 import orjson
 
-from ..store.records import Manifest, Summary, TraceRun
+from ..store.records import (
+    WORK_COUNTERS,
+    Manifest,
+    NodeServer,
+    Summary,
+    TraceRun,
+    duration_text,
+)
 from .svg import Column, columns
+
+# Counts shown with each part's after the total in a resumed run's header.
+PARTED = tuple(name for name in WORK_COUNTERS if not name.endswith("_tokens"))
 
 POINT_KEYS = ("median", "mean", "rating", "elo", "estimate", "score", "value", "strength", "bt")
 LOW_KEYS = ("ci_low", "ci_lower", "low", "lower", "lo", "ci_lo", "q_low", "q025", "p2_5")
@@ -283,8 +294,14 @@ def _when(stamp: Any) -> str:
     return dt.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def facts(manifest: Manifest, runs: list[TraceRun], results_count: int) -> str:
-    """Key/value tables of what ran where, and the run's counts."""
+def facts(
+    manifest: Manifest,
+    runs: list[TraceRun],
+    results_count: int,
+    served: Sequence[NodeServer] = (),
+) -> str:
+    """Key/value tables of what ran where (`served`: each LLM node's model and server, from
+    the trace), and the run's counts."""
     graph = manifest.graph
     server_text = "; ".join(
         f"{s.get('base_url')} ({s.get('structured_output', '?')} structured output"
@@ -306,6 +323,19 @@ def facts(manifest: Manifest, runs: list[TraceRun], results_count: int) -> str:
         ),
         ("model", escape(str(manifest.model or (last.model if last else "—")))),
         ("server", escape(server_text or "—")),
+        *(
+            [
+                (
+                    "models by node",
+                    "<br>".join(
+                        f"<b>{escape(entry.node)}</b>: {escape(entry.describe(manifest))}"
+                        for entry in served
+                    ),
+                )
+            ]
+            if served
+            else []
+        ),
         (
             "dataset",
             f"{escape(str(dataset.get('path', '—')))} · "
@@ -318,7 +348,7 @@ def facts(manifest: Manifest, runs: list[TraceRun], results_count: int) -> str:
         ("started", _when(manifest.started)),
         (
             "wall time",
-            f"{manifest.wall_seconds:.1f} s" if _number(manifest.wall_seconds) is not None else "—",
+            duration_text(wall) if (wall := _number(manifest.wall_seconds)) is not None else "—",
         ),
         ("runs in this folder", str(len(runs) or 1)),
     ]
@@ -329,20 +359,29 @@ def facts(manifest: Manifest, runs: list[TraceRun], results_count: int) -> str:
     known = counts.keys()
 
     def count(name: str, default: Any = "—") -> Any:
-        return counts[name] if name in known else default
+        if name not in known:
+            return default
+        # A resumed run's total, with each part's own after it.
+        return manifest.count_text(name) if name in (*PARTED, "tokens") else counts[name]
 
     tokens = count("tokens", None)
     count_rows = [
         ("examples", str(count("examples", results_count))),
         ("ok / failed", f"{count('examples_ok')} / {count('examples_failed')}"),
         ("resumed", str(count("examples_resumed"))),
+        *(
+            [("parts (first run + resumes)", str(len(manifest.parts)))]
+            if len(manifest.parts) > 1
+            else []
+        ),
         ("LLM requests", str(count("requests"))),
         ("cache hits", str(count("cache_hits"))),
+        ("shared in flight", str(count("shared"))),
         ("retries", str(count("retries"))),
         (
             "tokens",
-            f"{tokens if tokens is not None else '—'} "
-            f"({count('prompt_tokens')} prompt + {count('completion_tokens')} completion)",
+            f"{tokens if tokens is not None else '—'} · {counts.get('prompt_tokens', '—')} "
+            f"prompt + {counts.get('completion_tokens', '—')} completion",
         ),
     ]
 

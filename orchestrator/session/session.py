@@ -43,7 +43,7 @@ from ..scale import ResolvedRun, WorkerPool
 from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
-from ..store.records import EventEntry, Manifest, Summary
+from ..store.records import EventEntry, Manifest, RunPart, Summary, summed_work
 from ..store.runkey import RunKey, server_components, static_components
 from ..store.trace import TraceStore
 from .params import effective_params
@@ -78,6 +78,7 @@ class _Run:
     trace: TraceStore
     resuming: bool
     manifest: Manifest = field(default_factory=Manifest)
+    earlier: list[RunPart] = field(default_factory=list)  # the parts this one resumes
 
 
 async def run_session(
@@ -195,7 +196,16 @@ async def _plan(
         trace=trace,
         resuming=resuming,
     )
+    if resuming:
+        # Read before this part's manifest replaces it: the earlier parts' counts live on.
+        previous = store.read_manifest()
+        run.earlier = previous.earlier_parts() if previous is not None else []
     run.manifest = _manifest(graph, source, plan, run_id, run_key, runtime.cache, resuming)
+    # This part is listed from its start: a part killed midway stays "running", uncounted.
+    run.manifest.parts = [
+        *run.earlier,
+        RunPart(run_id=run_id, started=run.manifest.started, status=run.manifest.status),
+    ]
     run.manifest.servers = servers
     run.manifest.model = plan.servers.model or next((e.model for e in endpoints.values()), None)
     return run
@@ -354,8 +364,21 @@ async def _finalize(run: _Run, flush: Flusher, pool: WorkerPool | None) -> BaseE
         manifest.replicas = [r.model_dump() for r in client.servers.replica_reports()]
         if pool is not None:
             manifest.workers = pool.workers
-        # Streamed from the store, twice, rather than held: runs can have millions of lines.
-        manifest.counts = replace(stats, **status_counts(_line_dicts(store)))
+        part = RunPart(
+            run_id=manifest.run_id,
+            started=manifest.started,
+            ended=manifest.ended,
+            status=manifest.status,
+            counts=replace(stats),
+        )
+        manifest.parts = [*run.earlier, part]
+        # The whole run's: the work of every part, the examples as the store holds them
+        # (streamed, twice, rather than held: runs can have millions of lines).
+        manifest.counts = replace(
+            stats,
+            **status_counts(_line_dicts(store)),
+            **summed_work([p.counts for p in manifest.parts]),
+        )
         manifest.means = output_means(_line_dicts(store))
         store.write_manifest(manifest)
     finally:

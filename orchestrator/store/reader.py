@@ -42,6 +42,7 @@ from .records import (
     InputLine,
     Manifest,
     NodeRun,
+    NodeServer,
     ResultLine,
     Summary,
     TraceRun,
@@ -220,6 +221,23 @@ class TraceReader:
                     "written by a newer orchestrator or edited by hand; upgrade to read it."
                 ) from None
             raise RunFolderError(f"{where} cannot be read: {first_problem(exc)}") from None
+
+    def node_servers(self) -> list[NodeServer]:
+        """Each LLM node's model and server, as its node runs recorded them (one entry per
+        node, model and server it used), in the order they first ran."""
+        if not {"model", "endpoint"} <= {
+            c.name for c in self._columns("node_runs", NODE_RUN_COLUMNS)
+        }:
+            return []  # a trace older than these columns
+        sql = (
+            "SELECT node, model, endpoint, COUNT(*) FROM node_runs WHERE model IS NOT NULL "
+            "AND endpoint IS NOT NULL GROUP BY node, model, endpoint ORDER BY MIN(id)"
+        )
+        try:
+            rows = self._db.execute(sql).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise storage_error(self.path, exc, writing=False) from exc
+        return [NodeServer(str(n), str(m), str(e), int(c)) for n, m, e, c in rows]
 
     def first_example(self) -> str | None:
         """The id of the first example with a recorded node execution, if any."""

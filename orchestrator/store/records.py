@@ -285,7 +285,7 @@ def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 @pydantic_dataclass(slots=True)
 class Counts:
-    """What a run did: examples by outcome, requests, cache hits, retries, tokens.
+    """What a run did: examples by outcome, requests, cache hits, shares, retries, tokens.
 
     The one counter type: the client and engine bump it live (a plain slotted dataclass, so
     `stats.requests += 1` costs what an attribute write costs: pydantic validates nothing
@@ -298,6 +298,9 @@ class Counts:
     examples_resumed: int = 0
     requests: int = 0
     cache_hits: int = 0
+    # Samples another identical call still in flight answered (single-flight): no request
+    # of their own, but not the cache's doing either, so not counted as cache hits.
+    shared: int = 0
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -328,6 +331,61 @@ class Counts:
 
 
 _COUNTS: TypeAdapter[Counts] = TypeAdapter(Counts)
+# What a part of a run did with its servers, summed over the parts for the run's total (its
+# examples are counted from the result lines, whichever part wrote them).
+WORK_COUNTERS = (
+    "requests",
+    "cache_hits",
+    "shared",
+    "retries",
+    "prompt_tokens",
+    "completion_tokens",
+)
+
+
+def summed_work(parts: list[Counts]) -> dict[str, int]:
+    """The work counters of several parts of one run (a run and its resumes) added up."""
+    return {name: sum(getattr(part, name) for part in parts) for name in WORK_COUNTERS}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeServer:
+    """Which model on which server an LLM node used, summed up from a run's trace: a jury's
+    judges each on their own model and server. `runs`: its node runs there."""
+
+    node: str
+    model: str
+    server: str  # the endpoint as the trace names it: a URL, or replicas joined by " | "
+    runs: int
+
+    def describe(self, manifest: Manifest) -> str:
+        """`model at server`, and what the manifest says serves it when that is not just
+        the address (vLLM's root, or a --server-id)."""
+        text = f"{self.model} at {self.server}"
+        identity = manifest.identity_of(self.server, self.model)
+        return text if not identity or identity == self.server else f"{text} ({identity})"
+
+
+class RunPart(BaseModel):
+    """One invocation that wrote a run folder: the first run or one resume, and its own
+    counts (the manifest's `counts` are the whole run's)."""
+
+    run_id: str = ""
+    started: float | None = None
+    ended: float | None = None
+    status: str = "unknown"
+    counts: Counts = Field(default_factory=Counts)
+
+
+def duration_text(seconds: float) -> str:
+    """A wall time as a person reads it: `12.3 s`, and for a run quicker than a tenth of a
+    second its hundredths (`0.04 s`) or `< 0.01 s`, never a `0.0 s` that reads as no time."""
+    if seconds >= 0.1:
+        return f"{seconds:.1f} s"
+    if seconds >= 0.01:
+        return f"{seconds:.2f} s"
+    return "< 0.01 s"
+
 
 log = logging.getLogger(__name__)
 
@@ -385,7 +443,10 @@ class Manifest(BaseModel):
     updated: float | None = None  # set by the store at each write
     ended: float | None = None
     wall_seconds: float | None = None
-    counts: Counts = Field(default_factory=Counts)
+    counts: Counts = Field(default_factory=Counts)  # the whole run's, every part summed
+    # Each part of the run, first to last, with its own counts; empty in a manifest written
+    # before parts were kept (its `counts` are then its last part's only).
+    parts: list[RunPart] = Field(default_factory=list)
     means: dict[str, float] = Field(default_factory=dict)
     outages: list[dict[str, Any]] = Field(default_factory=list)  # derived from the events
     events: list[EventEntry] = Field(default_factory=list)  # outages, workers lost, ...
@@ -406,6 +467,37 @@ class Manifest(BaseModel):
                 "extra": {**data.get("extra", {}), **{key: data[key] for key in unknown}}
             }
         return cls.model_validate(data)
+
+    def identity_of(self, server: str, model: str) -> str | None:
+        """What serves `model` at `server` as the run recorded it (None when unknown)."""
+        entry = self.servers.get(f"{server} {model}")
+        identity = entry.get("identity") if isinstance(entry, dict) else None
+        return identity if isinstance(identity, str) else None
+
+    def count_text(self, name: str) -> str:
+        """A counter of the whole run as shown, with each part's after it when the run was
+        resumed: `12 (8 + 4)`."""
+        total = str(getattr(self.counts, name))
+        if len(self.parts) < 2:
+            return total
+        return f"{total} ({' + '.join(str(getattr(p.counts, name)) for p in self.parts)})"
+
+    def earlier_parts(self) -> list[RunPart]:
+        """This manifest's parts, as a resume takes them over: an older manifest without
+        parts stands for one part, with its counts."""
+        if self.parts:
+            return list(self.parts)
+        if not self.run_id:
+            return []
+        return [
+            RunPart(
+                run_id=self.run_id,
+                started=self.started,
+                ended=self.ended,
+                status=self.status,
+                counts=self.counts,
+            )
+        ]
 
     def as_written(self) -> dict[str, Any]:
         """The JSON object manifest.json holds: the fields set (a run that failed to start

@@ -36,12 +36,15 @@ def test_a_slow_run_logs_progress_lines_with_what_is_in_flight(
 
 
 def test_a_progress_line_names_every_figure() -> None:
-    stats = Counts(examples_ok=3, examples_failed=1, examples_resumed=2, requests=10)
+    stats = Counts(
+        examples_ok=3, examples_failed=1, examples_resumed=2, requests=10, cache_hits=4, shared=7
+    )
     lines = ProgressLines(stats, 20, lambda: "limits 8/8", lambda: 5)
     lines.last_requests = 0
     text = lines.text(lines.started + 4.0)
     assert text.startswith("progress: 6 of 20 examples")
-    for figure in ("failed 1", "in flight 5", "2.5 req/s", "limits 8/8", "4 s"):
+    figures = ("failed 1", "in flight 5", "2.5 req/s", "limits 8/8", "4 s")
+    for figure in (*figures, "cache hits 4", "shared in flight 7"):
         assert figure in text, text
 
 

@@ -31,7 +31,9 @@ def test_every_row_twice_sends_each_distinct_request_once(tmp_path: Path) -> Non
     assert len(result.ok) == 20
     assert len(asked) == 10  # each distinct prompt once
     assert result.manifest.counts.requests == 11  # and the structured-output canary
-    assert result.manifest.counts.cache_hits == 10  # the copies took the shared replies
+    # The copies took the replies in flight: shares, not hits of a reply cached earlier.
+    assert result.manifest.counts.shared == 10
+    assert result.manifest.counts.cache_hits == 0
     by_id = {line.id: line.outputs for line in result.results}
     assert all(by_id[f"a-{i}"] == by_id[f"b-{i}"] for i in range(10))
 
@@ -102,3 +104,21 @@ def test_a_failed_leader_lets_the_followers_ask(tmp_path: Path) -> None:
         result = orc.run(graph, rows, base_url=server.base_url, cache=tmp_path / "c.sqlite")
     assert len(result.failed) == 1 and len(result.ok) == 2
     assert calls["n"] == 2  # the failure, then one new request shared by the other two
+
+
+def test_a_rerun_counts_cache_hits_and_no_shares(tmp_path: Path) -> None:
+    """The second run finds each reply the first stored: those are cache hits."""
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    rows = [{"id": f"{copy}-{i}", "text": f"text {i}"} for copy in "ab" for i in range(3)]
+    cache = tmp_path / "c.sqlite"
+
+    def slow(body: dict[str, Any]) -> Reply:
+        reply = schema_responder(body)
+        reply.delay = 0.0 if is_canary(body) else 0.2
+        return reply
+
+    with FakeServer(slow) as server:
+        first = orc.run(graph, rows, base_url=server.base_url, cache=cache)
+        again = orc.run(graph, rows, base_url=server.base_url, cache=cache)
+    assert (first.manifest.counts.shared, first.manifest.counts.cache_hits) == (3, 0)
+    assert (again.manifest.counts.shared, again.manifest.counts.cache_hits) == (0, 6)

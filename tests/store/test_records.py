@@ -378,3 +378,18 @@ def test_counts_keep_the_model_dump_of_the_model_they_were() -> None:
     assert dumped == counts.as_dict()
     assert dumped["examples_ok"] == 3 and dumped["tokens"] == 12
     assert "started" not in dumped
+
+
+def test_a_wall_time_under_a_tenth_of_a_second_is_not_shown_as_zero() -> None:
+    from orchestrator.store.records import duration_text
+
+    assert duration_text(12.345) == "12.3 s"
+    assert duration_text(0.1) == "0.1 s"
+    assert duration_text(0.04) == "0.04 s"
+    assert duration_text(0.004) == "< 0.01 s"
+    assert duration_text(0.0) == "< 0.01 s"
+
+
+def test_old_counts_without_shares_read_as_none_shared() -> None:
+    manifest = Manifest.from_disk({"counts": {"requests": 3, "cache_hits": 2}})
+    assert (manifest.counts.cache_hits, manifest.counts.shared) == (2, 0)

@@ -1,0 +1,199 @@
+"""A run that needs no request starts no server (issue 26 item 7): the embedded server is
+started on the first request not answered from the cache, once however many race it, and
+its identity (in every cache key and the run key) is known without starting it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_embedded_unit as embedded_tests
+from helpers import judge_graph, write_graph, write_rows
+from test_auto_concurrency import VLLM_TEXT
+from typer.testing import CliRunner
+
+import orchestrator as orc
+from orchestrator.calls.deferred import DeferredServer, StartOnFirstUse
+from orchestrator.cli import app
+from orchestrator.local import server as embedded
+from orchestrator.providers.base import ServedModel, identity_at
+
+fake_vllm = embedded_tests.fake_vllm  # the stand-in for vLLM, put in `server_command`
+URL = "http://127.0.0.1:65001/v1"  # never reached: the fake transport answers in-process
+
+
+class Starter:
+    """A stand-in server start: counts its calls, takes `seconds`, may fail."""
+
+    def __init__(self, seconds: float = 0.0, error: Exception | None = None) -> None:
+        self.seconds, self.error = seconds, error
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self.lock:
+            self.calls += 1
+        time.sleep(self.seconds)
+        if self.error is not None:
+            raise self.error
+
+
+def _run(
+    tmp_path: Path, rows: list[dict[str, Any]], starter: Starter, **kwargs: Any
+) -> tuple[orc.RunResult, orc.FakeTransport]:
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    fake = orc.FakeTransport(models=[embedded.DEFAULT_MODEL_NAME])
+    server = DeferredServer(URL, embedded.served_models(tmp_path / "model"), starter)
+    result = orc.run(
+        graph,
+        rows,
+        base_url=URL,
+        transport=StartOnFirstUse(fake, [server]),
+        cache=tmp_path / "cache.sqlite",
+        **kwargs,
+    )
+    return result, fake
+
+
+def _cache_keys(path: Path) -> set[str]:
+    with sqlite3.connect(path) as db:
+        return {row[0] for row in db.execute("SELECT key FROM responses")}
+
+
+ROWS = [{"id": f"r{i}", "text": f"text {i}"} for i in range(8)]
+
+
+def test_a_run_answered_from_the_cache_starts_no_server(tmp_path: Path) -> None:
+    first_start, again_start = Starter(), Starter()
+    first, _ = _run(tmp_path, ROWS, first_start)
+    again, fake = _run(tmp_path, ROWS, again_start)
+    assert first_start.calls == 1 and len(first.ok) == 8
+    assert again_start.calls == 0 and fake.requests == []  # not even the canary
+    assert again.manifest.counts.cache_hits == 8 and len(again.ok) == 8
+
+
+def test_eight_misses_at_once_start_the_server_once(tmp_path: Path) -> None:
+    starter = Starter(seconds=0.5)
+    result, fake = _run(tmp_path, ROWS, starter, concurrency=8)
+    assert starter.calls == 1
+    assert len(result.ok) == 8 and len(fake.node_requests) == 8
+    assert fake.requests == fake.node_requests  # no canary: the schema is known enforced
+    server = next(iter(result.manifest.servers.values()))
+    assert server["structured_output"] == "server"
+
+
+def test_the_start_is_not_part_of_a_request_deadline(tmp_path: Path) -> None:
+    """A start slower than --timeout still lets the requests through."""
+    starter = Starter(seconds=1.5)
+    result, _ = _run(tmp_path, ROWS[:2], starter, timeout=0.5)
+    assert starter.calls == 1 and len(result.ok) == 2
+
+
+def test_the_limit_is_tuned_from_vllm_metrics_once_the_server_runs(tmp_path: Path) -> None:
+    """Before the start there is no /metrics to read; the mode is chosen once it is up."""
+    starter = Starter()
+    scraped_before_start: list[int] = []
+
+    def metrics(url: str) -> str | None:
+        scraped_before_start.append(starter.calls == 0)
+        return VLLM_TEXT
+
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    fake = orc.FakeTransport(models=[embedded.DEFAULT_MODEL_NAME], metrics=metrics)
+    server = DeferredServer(URL, embedded.served_models(tmp_path / "model"), starter)
+    result = orc.run(graph, ROWS, base_url=URL, transport=StartOnFirstUse(fake, [server]))
+    (replica,) = result.manifest.replicas
+    assert replica["limit_mode"] == "vllm metrics", replica
+    assert scraped_before_start and not any(scraped_before_start)
+
+
+def test_a_failed_start_stops_the_run_and_is_tried_once(tmp_path: Path) -> None:
+    starter = Starter(error=embedded.EmbeddedServerError("vLLM exited with code 1"))
+    with pytest.raises(orc.ServerGone, match="could not be started: vLLM exited with code 1"):
+        _run(tmp_path, ROWS, starter, concurrency=8)
+    assert starter.calls == 1
+
+
+def test_cache_keys_and_run_key_are_the_same_whether_the_server_started(tmp_path: Path) -> None:
+    """A silent mix guard: the run that started the server and the one that did not (every
+    reply cached) key their replies and their run alike."""
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    starters = [Starter(), Starter()]
+    results = []
+    cache_keys: list[set[str]] = []
+    for out, starter in zip(("started", "not-started"), starters, strict=True):
+        server = DeferredServer(URL, embedded.served_models(tmp_path / "model"), starter)
+        transport = StartOnFirstUse(
+            orc.FakeTransport(models=[embedded.DEFAULT_MODEL_NAME]), [server]
+        )
+        results.append(
+            orc.run(
+                graph,
+                ROWS,
+                out=tmp_path / out,
+                base_url=URL,
+                transport=transport,
+                cache=tmp_path / "cache.sqlite",
+            )
+        )
+        cache_keys.append(_cache_keys(tmp_path / "cache.sqlite"))
+    assert [s.calls for s in starters] == [1, 0]
+    started, not_started = (r.manifest for r in results)
+    assert not_started.counts.cache_hits == len(ROWS)  # each key the first run wrote
+    assert cache_keys[0] == cache_keys[1]  # and no other
+    assert started.run_key == not_started.run_key
+    identity = next(iter(not_started.servers.values()))["identity"]
+    assert identity == f"{tmp_path / 'model'} (max_model_len {embedded.MAX_MODEL_LEN})"
+
+
+def test_the_identity_known_before_the_start_is_the_one_vllm_reports(tmp_path: Path) -> None:
+    """vLLM's /v1/models gives `root` = the --model it was started with and `max_model_len`
+    = its --max-model-len (vllm/entrypoints/openai/models/serving.py): read both from the
+    command line the embedded server is started with, as vLLM's reply carries them."""
+    command = embedded.server_command(tmp_path / "model", 8765)
+    flag = {name: command[i + 1] for i, name in enumerate(command) if name.startswith("--")}
+    reply = {
+        "object": "list",
+        "data": [
+            {
+                "id": flag["--served-model-name"],
+                "object": "model",
+                "root": flag["--model"],
+                "max_model_len": int(flag["--max-model-len"]),
+            }
+        ],
+    }
+    reported = [
+        ServedModel(m["id"], m["root"], m["max_model_len"])
+        for m in json.loads(json.dumps(reply))["data"]
+    ]
+    known = embedded.served_models(tmp_path / "model")
+    model = embedded.DEFAULT_MODEL_NAME
+    assert identity_at(URL, known, model) == identity_at(URL, reported, model)
+    assert known == reported
+
+
+@pytest.mark.reliability
+def test_the_cli_starts_the_embedded_server_only_for_a_miss(
+    fake_vllm: embedded_tests.FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embedded, "DEFAULT_PORT", embedded.free_port())
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    data = write_rows(tmp_path / "rows.jsonl", ROWS[:3])
+    command = [
+        "run", str(graph), "--data", str(data), "--out", str(tmp_path / "run"),
+        "--cache", str(tmp_path / "cache.sqlite"),
+    ]  # fmt: skip
+    runner = CliRunner()
+    first = runner.invoke(app, command)
+    assert first.exit_code == 0, first.output
+    assert len(fake_vllm.started()) == 1 and "Stopping the embedded server" in first.output
+    again = runner.invoke(app, [*command, "--overwrite"])
+    assert again.exit_code == 0, again.output
+    assert len(fake_vllm.started()) == 1  # every reply from the cache: nothing started
+    assert "Stopping the embedded server" not in again.output
