@@ -29,6 +29,7 @@ from ..calls.client import Endpoint
 from ..calls.endpoints import ServerChoice, prepare_endpoints
 from ..calls.outage import ServerGone
 from ..calls.registry import server_urls
+from ..compute.languages import forget_warnings
 from ..data.dataset import Row, check_fields
 from ..data.sources import RowSource
 from ..engine.flush import Flusher, drive, fewer_gc_passes
@@ -90,6 +91,9 @@ async def run_session(
 ) -> SessionOutcome:
     """Run `graph` over `source` into `store` as `plan` says; with a console, draw a
     progress bar."""
+    # Warnings said once per run (a metric that cannot serve a row's language) are said
+    # again by the next run in this process: a notebook's second run would stay silent.
+    forget_warnings()
     # A misspelt or missing param is refused before the folder or a server is touched.
     given = frozenset(plan.params)  # the user's own: a server one names is the user's
     plan = replace(plan, params=effective_params(graph, plan.params))

@@ -243,6 +243,11 @@ def test_a_run_over_non_english_rows_warns_once(
     assert all("English-only" in r["m"]["reason"] for r in results)
     lines = [r for r in caplog.records if "English WordNet" in r.getMessage()]
     assert len(lines) == 1
+    # A second run in the same process (a notebook, a sweep) says it again, once.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        orc.run(graph, data, out=tmp_path / "run2", cache=False)
+    assert len([r for r in caplog.records if "English WordNet" in r.getMessage()]) == 1
 
 
 # -- embeddings ----------------------------------------------------------------------------
