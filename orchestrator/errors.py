@@ -68,8 +68,10 @@ Catch `OrchestratorError` to catch them all. The whole family, each with when it
     ├── WorkerFailed .......... a worker could not start or hit an error of its own
     └── EmbeddedServerError ... + RuntimeError. The embedded vLLM server could not be
         │                       prepared or started; the message says what to do
-        └── PortTaken ......... its port is held by another program or server; another
-                                port would do
+        ├── PortTaken ......... its port is held by another program or server; another
+        │                       port would do
+        └── StartCancelled .... the start was given up (the run stopped while vLLM
+                                started); the server was stopped
 
 Not errors, so not in the tree:
 
@@ -336,3 +338,8 @@ class EmbeddedServerError(OrchestratorError, RuntimeError):
 class PortTaken(EmbeddedServerError):
     """The port is held by another program or by another process's embedded server; another
     port would do."""
+
+
+class StartCancelled(EmbeddedServerError):
+    """The run stopped while its server was starting: the start was given up and the
+    server stopped, rather than waited for."""

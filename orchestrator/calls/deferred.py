@@ -54,6 +54,10 @@ class DeferredServer:
         self._failure: ServerGone | None = None
         self._hooks: list[StartHook] = []
         self.started = False
+        # Set when the run stops while the start is under way: a start that watches it gives
+        # up within a second instead of keeping Ctrl-C waiting for minutes.
+        self.abandoned = threading.Event()
+        self._waiting = 0  # requests awaiting the start; only the event loop's threads count
 
     def on_start(self, hook: StartHook) -> None:
         """Run `hook` in the event loop once the server is up."""
@@ -63,7 +67,17 @@ class DeferredServer:
         """Return once the server is up, starting it if no one has; ServerGone (the run
         stops, finished work is kept) when it could not be started."""
         if not self.started:
-            await asyncio.to_thread(self._start_once)
+            self._waiting += 1
+            try:
+                await asyncio.to_thread(self._start_once)
+            except asyncio.CancelledError:
+                # Only when every waiter is gone (the run stopping): one row's task being
+                # cancelled must not take the server from the others.
+                if self._waiting == 1:
+                    self.abandoned.set()
+                raise
+            finally:
+                self._waiting -= 1
         hooks, self._hooks = self._hooks, []  # the first caller back runs them, once
         for hook in hooks:
             await hook()

@@ -310,7 +310,8 @@ class OwnServer:
         from ..local import server as embedded
 
         console.print(f"Starting the embedded vLLM CPU server on port {self.port}.")
-        self.server = embedded.start_server(port=self.port, log=console.print)
+        cancel = self.deferred.abandoned if self.deferred is not None else None
+        self.server = embedded.start_server(port=self.port, log=console.print, cancel=cancel)
 
     def stop(self) -> None:
         if self.server is not None:

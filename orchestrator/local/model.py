@@ -20,6 +20,7 @@ from pathlib import Path
 
 from orchestrator.errors import EmbeddedServerError
 from orchestrator.errors import PortTaken as PortTaken
+from orchestrator.errors import StartCancelled as StartCancelled
 from orchestrator.paths import cache_root, sha256_file
 
 Log = Callable[[str], None]

