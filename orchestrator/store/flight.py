@@ -77,10 +77,12 @@ class Flight:
 
 
 class Flights:
-    """The node runs in flight in this process; `changed` says the trace's copy is stale."""
+    """The node runs in flight in this process, and those each worker process last reported
+    (`adopt`); `changed` says the trace's copy is stale."""
 
     def __init__(self) -> None:
         self._live: dict[int, Flight] = {}
+        self._workers: dict[str, list[InFlight]] = {}
         self.changed = False
 
     def begin(self, example_id: str, node: str, item: int, server: str | None) -> Flight:
@@ -95,17 +97,27 @@ class Flights:
         if self._live.pop(id(flight), None) is not None:
             self.changed = True
 
+    def adopt(self, source: str, rows: list[InFlight]) -> None:
+        """A worker's node runs in flight as it last reported them (replacing its earlier
+        report): the run's owner writes them with its own."""
+        self._workers[source] = rows
+        self.changed = True
+
     def clear(self) -> None:
         """Forget every node run: the run is over, nothing of it is in flight any more."""
         self._live.clear()
+        self._workers.clear()
         self.changed = True
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self._live) + sum(map(len, self._workers.values()))
 
     def rows(self, run_id: str) -> list[InFlight]:
-        """The set as it stands, oldest first."""
-        return sorted((f.row(run_id) for f in self._live.values()), key=lambda r: r.started)
+        """The set as it stands (this process's and its workers'), oldest first."""
+        rows = [f.row(run_id) for f in self._live.values()]
+        for adopted in self._workers.values():
+            rows.extend(adopted)
+        return sorted(rows, key=lambda r: r.started)
 
 
 # The node run the current task is executing (set by the engine around a node's execute;

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
+import uuid
 from contextlib import closing
 from dataclasses import dataclass
 from operator import attrgetter
@@ -229,13 +230,16 @@ def loads(blob: bytes | None) -> Any:
 class TraceBatch:
     """Trace rows a worker queued (scale/worker.py), ready for the run folder's writer:
     node runs numbered `first_id` up to `next_id` (exclusive) by the worker, their attempts,
-    and the schemas they point at."""
+    the schemas they point at, and the worker's node runs in flight now (None: the same as
+    in its last batch), under the recorder's `source`."""
 
     runs: list[tuple[Any, ...]]
     attempts: list[tuple[Any, ...]]
     schemas: dict[str, bytes]
     first_id: int
     next_id: int
+    source: str = ""
+    in_flight: list[InFlight] | None = None
 
 
 class TraceRecorder:
@@ -262,6 +266,7 @@ class TraceRecorder:
         # Node runs started and not finished; the trace's copy is rewritten by a flush
         # after they change, never per start (a start costs a dict insert, nothing more).
         self.flights = Flights()
+        self.source = uuid.uuid4().hex  # names this recorder's batches to the run's owner
 
     def record(self, rec: NodeRun) -> None:
         """Queue a finished node execution with its attempts; written by the next `flush`."""
@@ -318,12 +323,17 @@ class TraceRecorder:
 
     def take(self) -> TraceBatch:
         """Everything queued, as one batch, and the queues emptied."""
+        flights = self.flights
+        in_flight = flights.rows(self.run_id) if flights.changed else None
+        flights.changed = False
         batch = TraceBatch(
             self._pending_runs,
             self._pending_attempts,
             self._pending_schemas,
             self._first_pending,
             self._next_id,
+            self.source,
+            in_flight,
         )
         self._pending_runs, self._pending_attempts, self._pending_schemas = [], [], {}
         self._first_pending = self._next_id
@@ -436,12 +446,15 @@ class TraceStore(TraceRecorder):
 
     def add(self, batch: TraceBatch) -> None:
         """Queue a worker's rows (`TraceRecorder.take`) as if recorded here: its node runs
-        renumbered after this store's own, so ids stay unique across workers."""
+        renumbered after this store's own, so ids stay unique across workers; the node runs
+        it has in flight written with this process's own at the next flush."""
         shift = self._next_id - batch.first_id
         self._pending_runs.extend((row[0] + shift, *row[1:]) for row in batch.runs)
         self._pending_attempts.extend((row[0] + shift, *row[1:]) for row in batch.attempts)
         self._pending_schemas.update(batch.schemas)
         self._next_id += batch.next_id - batch.first_id
+        if batch.in_flight is not None:
+            self.flights.adopt(batch.source, batch.in_flight)
         if len(self._pending_runs) >= FLUSH_EVERY:
             self.flush()
 

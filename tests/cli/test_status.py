@@ -126,3 +126,33 @@ def test_status_of_a_live_run_shows_what_is_in_flight_and_a_killed_one_nothing_l
     assert "node runs unfinished (run not live): 1" in killed.output, killed.output
     assert "in flight now" not in killed.output, killed.output
     assert "  hung · judge · attempt" in killed.output, killed.output
+
+
+def test_status_shows_the_node_runs_a_worker_process_has_in_flight(tmp_path: Path) -> None:
+    """With --workers the rows run in worker processes: their node runs in flight reach the
+    trace with their reports, and a run stopped by SIGTERM leaves none behind."""
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    rows = [{"id": "a", "text": "fine"}, {"id": "hung", "text": "HANG"}]
+    data = write_rows(tmp_path / "rows.jsonl", rows)
+
+    def respond(body: dict) -> Reply:
+        if not is_canary(body) and any("HANG" in str(m.get("content")) for m in body["messages"]):
+            return Reply(content="{}", delay=60.0)
+        return schema_responder(body)
+
+    out = tmp_path / "run"
+    with FakeServer(respond) as server:
+        proc = start_cli_run(graph, data, out, server.base_url, "--no-cache", "--workers", "2")
+        try:
+            shown = _status_until(out, proc, lambda t: "hung · judge · attempt 1 at" in t)
+            assert "node runs in flight now: 1" in shown, shown
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    stopped = CliRunner().invoke(app, ["status", str(out)])
+    assert stopped.exit_code == 0, stopped.output
+    assert "node runs unfinished (run not live): 0" in stopped.output, stopped.output

@@ -16,7 +16,7 @@ from orchestrator.store.flight import CURRENT, note_try
 from orchestrator.store.lock import LOCK, holder_alive
 from orchestrator.store.reader import TraceReader
 from orchestrator.store.records import Attempt
-from orchestrator.store.trace import TraceStore
+from orchestrator.store.trace import TraceRecorder, TraceStore
 
 
 def _in_flight(path: Path) -> list[tuple[str, str, int, int, str | None]]:
@@ -98,3 +98,28 @@ def test_the_lock_says_whether_its_holder_is_alive(tmp_path: Path) -> None:
     assert holder_alive(tmp_path) is False  # killed: its text stayed, its process did not
     lock.write_bytes(orjson.dumps({"pid": 1, "host": f"not-{host}", "started": 1.0}))
     assert holder_alive(tmp_path) is None  # another host's process cannot be asked
+
+
+def test_a_workers_node_runs_in_flight_travel_with_its_batches(tmp_path: Path) -> None:
+    """A worker's recorder hands its set over with its rows when it changed; the owner writes
+    every worker's latest set with its own, and a batch with an unchanged set keeps it."""
+    path = tmp_path / "traces.sqlite"
+    owner = TraceStore(path, "r1", "h", "k")
+    one, two = TraceRecorder("r1", "h", "k"), TraceRecorder("r1", "h", "k")
+    first = one.flights.begin("e1", "judge", -1, "http://a/v1")
+    two.flights.begin("e2", "judge", -1, "http://a/v1")
+    owner.add(one.take())
+    owner.add(two.take())
+    owner.flush()
+    assert sorted(row[1] for row in _in_flight(path)) == ["e1", "e2"]
+    unchanged = one.take()
+    assert unchanged.in_flight is None  # nothing new: nothing sent, nothing replaced
+    owner.add(unchanged)
+    owner.flush()
+    assert sorted(row[1] for row in _in_flight(path)) == ["e1", "e2"]
+    one.flights.end(first)
+    owner.add(one.take())
+    owner.flush()
+    assert [row[1] for row in _in_flight(path)] == ["e2"]
+    owner.close()
+    assert _in_flight(path) == []
