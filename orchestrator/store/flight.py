@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from .records import WHOLE, Attempt
@@ -42,6 +44,10 @@ class InFlight(BaseModel):
     failed: list[Attempt] = Field(default_factory=list)
 
 
+# One `in_flight` row: InFlight's fields in their order, `failed` as JSON bytes or None.
+Row = tuple[Any, ...]
+
+
 @dataclass(slots=True, eq=False)
 class Flight:
     """A node run in flight, as this process knows it (mutated as its tries are sent)."""
@@ -59,20 +65,26 @@ class Flight:
     # the set is written, so a timeout shows while its node run is still retrying.
     attempts: list[Attempt] | None = None
 
-    def row(self, run_id: str) -> InFlight:
-        """This node run as the trace stores it, failed tries as they stand now."""
-        failed = [a for a in self.attempts or () if a.kind not in ("ok", "cache")]
-        return InFlight.model_construct(
-            run_id=run_id,
-            example_id=self.example_id,
-            node=self.node,
-            item=self.item,
-            started=self.started,
-            server=self.server,
-            attempt=self.tries,
-            attempt_started=self.try_started,
-            replica=self.replica,
-            failed=failed,
+    def row(self, run_id: str) -> Row:
+        """This node run as the trace's `in_flight` row (InFlight's fields in order), its
+        failed tries as they stand now, as JSON (NULL for none). A plain tuple: the set is
+        rewritten whole at a flush, and a model per row cost ten times the write."""
+        failed = [
+            a.model_dump(exclude_none=True)
+            for a in self.attempts or ()
+            if a.kind not in ("ok", "cache")
+        ]
+        return (
+            run_id,
+            self.example_id,
+            self.node,
+            self.item,
+            self.started,
+            self.server,
+            self.tries,
+            self.try_started,
+            self.replica,
+            orjson.dumps(failed) if failed else None,
         )
 
 
@@ -82,7 +94,7 @@ class Flights:
 
     def __init__(self) -> None:
         self._live: dict[int, Flight] = {}
-        self._workers: dict[str, list[InFlight]] = {}
+        self._workers: dict[str, list[Row]] = {}
         self.changed = False
 
     def begin(self, example_id: str, node: str, item: int, server: str | None) -> Flight:
@@ -97,7 +109,7 @@ class Flights:
         if self._live.pop(id(flight), None) is not None:
             self.changed = True
 
-    def adopt(self, source: str, rows: list[InFlight]) -> None:
+    def adopt(self, source: str, rows: list[Row]) -> None:
         """A worker's node runs in flight as it last reported them (replacing its earlier
         report): the run's owner writes them with its own."""
         self._workers[source] = rows
@@ -112,12 +124,12 @@ class Flights:
     def __len__(self) -> int:
         return len(self._live) + sum(map(len, self._workers.values()))
 
-    def rows(self, run_id: str) -> list[InFlight]:
-        """The set as it stands (this process's and its workers'), oldest first."""
+    def rows(self, run_id: str) -> list[Row]:
+        """The set as it stands, this process's and its workers', as `in_flight` rows."""
         rows = [f.row(run_id) for f in self._live.values()]
         for adopted in self._workers.values():
             rows.extend(adopted)
-        return sorted(rows, key=lambda r: r.started)
+        return rows
 
 
 # The node run the current task is executing (set by the engine around a node's execute;

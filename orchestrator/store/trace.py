@@ -239,7 +239,7 @@ class TraceBatch:
     first_id: int
     next_id: int
     source: str = ""
-    in_flight: list[InFlight] | None = None
+    in_flight: list[tuple[Any, ...]] | None = None
 
 
 class TraceRecorder:
@@ -402,7 +402,7 @@ class TraceStore(TraceRecorder):
         flights = self.flights
         if not self._pending_runs and not flights.changed:
             return
-        in_flight = self._in_flight_rows() if flights.changed else None
+        in_flight = flights.rows(self.run_id) if flights.changed else None
         flights.changed = False
         try:
             self._write_pending(in_flight)
@@ -412,15 +412,6 @@ class TraceStore(TraceRecorder):
         self._pending_runs.clear()
         self._pending_attempts.clear()
         self._pending_schemas.clear()
-
-    def _in_flight_rows(self) -> list[tuple[Any, ...]]:
-        """The node runs in flight as `in_flight` rows (failed tries as JSON)."""
-        rows = []
-        for flight in self.flights.rows(self.run_id):
-            values = dict(flight)
-            values["failed"] = _dumps([a.model_dump(exclude_none=True) for a in flight.failed])
-            rows.append(tuple(values[c.name] for c in IN_FLIGHT_COLUMNS))
-        return rows
 
     def _write_pending(self, in_flight: list[tuple[Any, ...]] | None = None) -> None:
         """One transaction: the queued records, then (when given) this run's rows of
