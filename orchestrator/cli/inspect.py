@@ -203,8 +203,11 @@ def _describe_flight(flight: InFlight, now: float) -> str:
         doing = (
             f"attempt {flight.attempt} at {where}, sent {now - flight.attempt_started:.0f} s ago"
         )
+    elif flight.server is not None:
+        # Held by the server's in-flight limit, or sharing an identical request's reply.
+        doing = f"not sent yet (waiting for a slot on {flight.server})"
     else:
-        doing = f"not sent yet (waiting for a slot on {flight.server or '?'})"
+        doing = "running"  # a node of no server of its own (compute)
     failed = f", {len(flight.failed)} failed tries" if flight.failed else ""
     return (
         f"{flight.example_id} · {label} · {doing}{failed}; "

@@ -156,3 +156,20 @@ def test_status_shows_the_node_runs_a_worker_process_has_in_flight(tmp_path: Pat
     stopped = CliRunner().invoke(app, ["status", str(out)])
     assert stopped.exit_code == 0, stopped.output
     assert "node runs unfinished (run not live): 0" in stopped.output, stopped.output
+
+
+def test_a_node_run_in_flight_says_what_it_is_doing() -> None:
+    """Sent (which try, where, since when), held before its first try, or a compute node."""
+    from orchestrator.cli.inspect import _describe_flight
+    from orchestrator.store.flight import InFlight
+
+    base = {"run_id": "r", "example_id": "e1", "node": "judge", "started": 100.0}
+    sent = InFlight(**base, server="http://a/v1", attempt=2, attempt_started=110.0)
+    assert _describe_flight(sent, 115.0) == (
+        "e1 · judge · attempt 2 at http://a/v1, sent 5 s ago; node run started 15 s ago"
+    )
+    held = InFlight(**base, item=3, server="http://a/v1")
+    assert _describe_flight(held, 101.0) == (
+        "e1 · judge[3] · not sent yet (waiting for a slot on http://a/v1); node run started 1 s ago"
+    )
+    assert "e1 · judge · running; " in _describe_flight(InFlight(**base), 100.0)
