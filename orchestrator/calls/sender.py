@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MalformedReply, ProviderCapabilityError
 from ..providers.base import ChatResponse, Choice, Provider, Tokenizer
 from ..providers.reply import check_reply_size
+from ..store.flight import note_try
 from ..store.records import Counts
 from ..store.trace import Attempt
 from .replicas import Replica, ReplicaSet
@@ -134,6 +135,7 @@ class Sender:
             nonlocal started
             async with route as replica:
                 stats.requests += 1
+                note_try(replica.url, attempts)  # for `orchestrator status`: sent now, there
                 started = time.perf_counter()
                 try:
                     # The connection's timeout bounds each read; the deadline bounds the

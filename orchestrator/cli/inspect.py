@@ -18,6 +18,7 @@ from ..errors import OrchestratorError, RunFolderError
 from .app import WideConsole, app, console, fail
 
 if TYPE_CHECKING:
+    from ..store.flight import InFlight
     from ..store.records import Manifest, NodeRun, NodeServer
 
 # `trace` is an audit view: data, prompts and replies are shown as the bytes that were
@@ -144,6 +145,7 @@ class TimedOut:
     node: str
     attempt: int
     error: str
+    in_flight: bool = False  # its node run had not finished at the trace's last flush
 
 
 @dataclass
@@ -157,12 +159,17 @@ class RunStatus:
     failed: int
     in_progress: list[InProgress] = field(default_factory=list)
     timed_out: list[TimedOut] = field(default_factory=list)
+    # Node runs started and not finished at the last flush; `live` says whether the run
+    # that wrote them is still going (else they were cut off: a kill, a crash).
+    in_flight: list[InFlight] = field(default_factory=list)
+    live: bool = False
 
 
 def read_status(folder: Path) -> RunStatus:
-    """The run's status from its files; reads what a running run has flushed (every 0.5 s).
-    A node run is in the trace once it finishes: an example none of whose nodes has
-    finished yet is not listed as in progress."""
+    """The run's status from its files; reads what a running run has flushed (every 0.5 s):
+    its finished node runs, and those in flight with the try each is on."""
+    from ..store.flight import timed_out
+    from ..store.lock import holder_alive
     from ..store.reader import RunReader
 
     run = RunReader(folder)
@@ -176,10 +183,13 @@ def read_status(folder: Path) -> RunStatus:
     )
     if not run.has_trace:
         return status
+    # The lock's holder says whether the writer lives; on another host it cannot be asked,
+    # and the manifest's word is taken.
+    status.live = manifest.status == "running" and holder_alive(folder) is not False
     open_examples: dict[str, InProgress] = {}
     for rec in run.node_runs():
         for attempt in rec.attempts:
-            if attempt.kind == "transport" and (attempt.error or "").startswith("timed out"):
+            if timed_out(attempt):
                 status.timed_out.append(
                     TimedOut(rec.example_id, rec.node, attempt.number, attempt.error or "")
                 )
@@ -189,13 +199,41 @@ def read_status(folder: Path) -> RunStatus:
         seen.nodes += 1
         seen.since = min(seen.since, rec.started)
     status.in_progress = sorted(open_examples.values(), key=lambda e: e.since)
+    status.in_flight = run.in_flight()
+    for flight in status.in_flight:
+        status.timed_out.extend(
+            TimedOut(flight.example_id, flight.node, a.number, a.error or "", in_flight=True)
+            for a in flight.failed
+            if timed_out(a)
+        )
     return status
+
+
+def _describe_flight(flight: InFlight, now: float) -> str:
+    """One node run in flight: example, node (and item), the try it is on, where, since when."""
+    label = flight.node + (f"[{flight.item}]" if flight.item >= 0 else "")
+    if flight.attempt and flight.attempt_started is not None:
+        where = flight.replica or flight.server or "?"
+        doing = (
+            f"attempt {flight.attempt} at {where}, sent {now - flight.attempt_started:.0f} s ago"
+        )
+    elif flight.server is not None:
+        # Held by the server's in-flight limit, or sharing an identical request's reply.
+        doing = f"not sent yet (waiting for a slot on {flight.server})"
+    else:
+        doing = "running"  # a node of no server of its own (compute)
+    failed = f", {len(flight.failed)} failed tries" if flight.failed else ""
+    return (
+        f"{flight.example_id} · {label} · {doing}{failed}; "
+        f"node run started {now - flight.started:.0f} s ago"
+    )
 
 
 @app.command()
 def status(folder: Annotated[Path, typer.Argument(help="Run folder.")]) -> None:
-    """What a run is doing now (or where it stopped): examples finished, examples in
-    progress and for how long, and attempts that timed out."""
+    """What a run is doing now (or where it stopped): examples finished, node runs in flight
+    (example, node, attempt, server, for how long), examples in progress and attempts that
+    timed out."""
     from ..store.folder import MANIFEST
 
     if not (folder / MANIFEST).is_file():
@@ -208,6 +246,11 @@ def status(folder: Annotated[Path, typer.Argument(help="Run folder.")]) -> None:
     running = f", started {now - found.started:.0f} s ago" if found.started else ""
     literal.print(f"run {escape(str(folder))}: {escape(found.status)}{running}")
     literal.print(f"examples finished: {found.finished} ({found.failed} failed)")
+    # A run that is not live has nothing in flight: what its trace last listed was cut off.
+    heading = "node runs in flight now" if found.live else "node runs unfinished (run not live)"
+    literal.print(f"{heading}: {len(found.in_flight)}")
+    for flight in found.in_flight[:SHOWN_STATUS_ROWS]:
+        literal.print(f"  {escape(_describe_flight(flight, now))}", soft_wrap=True)
     literal.print(
         f"examples in progress (a node finished, the example not): {len(found.in_progress)}"
     )
@@ -218,9 +261,10 @@ def status(folder: Annotated[Path, typer.Argument(help="Run folder.")]) -> None:
         )
     literal.print(f"attempts timed out: {len(found.timed_out)}")
     for late in found.timed_out[-SHOWN_STATUS_ROWS:]:
+        still = " (its node run in flight)" if late.in_flight and found.live else ""
         literal.print(
             f"  {escape(late.example)} · {escape(late.node)} · attempt {late.attempt}: "
-            f"{escape(late.error)}",
+            f"{escape(late.error)}{still}",
             soft_wrap=True,
         )
 

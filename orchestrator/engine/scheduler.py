@@ -21,6 +21,7 @@ from ..errors import NodeError
 from ..graph.compiled import CompiledGraph, CompiledNode
 from ..graph.once import ONCE_EXAMPLE, once_order, row_order
 from ..kinds.base import RunServices, evaluate
+from ..store.flight import CURRENT as CURRENT_FLIGHT
 from ..store.records import Counts, ResultLine
 from ..store.trace import WHOLE, NodeRecord, TraceRecorder
 
@@ -236,7 +237,7 @@ class Engine:
             if cn.when is not None and not evaluate(cn.when, ctx, cn.name, "when"):
                 self.trace.record(NodeRecord(example_id=example, node=cn.name, status="skipped"))
                 return None
-            return await cn.kind.execute(cn, ctx, example, WHOLE, self.services)
+            return await self._execute(cn, ctx, example, WHOLE)
         items = evaluate(cn.foreach, ctx, cn.name, "foreach")
         if items is None:
             items = []
@@ -268,4 +269,17 @@ class Engine:
                 NodeRecord(example_id=example, node=cn.name, item=index, status="skipped")
             )
             return None
-        return await cn.kind.execute(cn, ctx, example, index, self.services)
+        return await self._execute(cn, ctx, example, index)
+
+    async def _execute(self, cn: CompiledNode, ctx: dict[str, Any], example: str, item: int) -> Any:
+        """Run one node (or foreach item) by its kind, noted as in flight while it runs so
+        `orchestrator status` can show it; its tries are noted by the call layer."""
+        endpoint = self.endpoints.get(cn.name)
+        flights = self.trace.flights
+        flight = flights.begin(example, cn.name, item, endpoint.base_url if endpoint else None)
+        token = CURRENT_FLIGHT.set(flight)
+        try:
+            return await cn.kind.execute(cn, ctx, example, item, self.services)
+        finally:
+            CURRENT_FLIGHT.reset(token)
+            flights.end(flight)

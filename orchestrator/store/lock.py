@@ -87,6 +87,32 @@ class RunLock:
         return f"took over the lock of a run that stopped without releasing it ({holder})"
 
 
+def holder_alive(folder: Path) -> bool | None:
+    """Whether the run that holds `folder`'s lock is alive, read without taking the lock
+    (a reader may not write the folder, and must never make a starting run fail): False
+    when no run holds it (the text is empty: released) or its process is gone on this
+    host; None when it says another host, whose processes cannot be asked."""
+    try:
+        with open(folder / LOCK, "rb") as handle:
+            holder = _read_holder(handle)
+    except OSError:
+        return False
+    if not holder:
+        return False
+    if holder.get("host") != socket.gethostname():
+        return None
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)  # signal 0: asks whether the process exists, sends nothing
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by another user
+    return True
+
+
 def _read_holder(handle: IO[bytes]) -> dict[str, object] | None:
     handle.seek(0)
     text = handle.read(4096)

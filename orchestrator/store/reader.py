@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from ..errors import RunFolderError
 from .disk import damaged, storage_error
+from .flight import InFlight
 from .folder import (
     INPUTS,
     MANIFEST,
@@ -50,6 +51,7 @@ from .records import (
 )
 from .trace import (
     ATTEMPT_COLUMNS,
+    IN_FLIGHT_COLUMNS,
     NODE_RUN_COLUMNS,
     RUN_COLUMNS,
     Column,
@@ -273,6 +275,36 @@ class TraceReader:
             out.append(TraceRun.model_validate(fields))
         return out
 
+    def in_flight(self) -> list[InFlight]:
+        """The node runs the writing run had in flight at its last flush, oldest first
+        (none in a trace made before they were recorded, layout 5 and older). Whether that
+        run is still live is the run lock's to say (lock.holder_alive), not the trace's."""
+        try:
+            if "in_flight" not in self._tables():
+                return []
+            names = ", ".join(c.name for c in IN_FLIGHT_COLUMNS)
+            rows = self._db.execute(f"SELECT {names} FROM in_flight ORDER BY started").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise storage_error(self.path, exc, writing=False) from exc
+        found = []
+        for row in rows:
+            fields = {
+                c.name: loads(v) if c.json else v
+                for c, v in zip(IN_FLIGHT_COLUMNS, row, strict=True)
+                if v is not None
+            }
+            try:
+                found.append(InFlight.model_validate(fields))
+            except ValidationError as exc:
+                raise RunFolderError(
+                    f"{self.path}: a node run in flight cannot be read: {first_problem(exc)}"
+                ) from None
+        return found
+
+    def _tables(self) -> set[str]:
+        rows = self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        return {row[0] for row in rows}
+
     def close(self) -> None:
         if self._owned:
             self._db.close()
@@ -400,3 +432,10 @@ class RunReader:
             return []
         with self.trace() as trace:
             return trace.runs()
+
+    def in_flight(self) -> list[InFlight]:
+        """The node runs the trace last said were in flight (`TraceReader.in_flight`)."""
+        if not self.has_trace:
+            return []
+        with self.trace() as trace:
+            return trace.in_flight()

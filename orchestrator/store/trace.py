@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
+import uuid
 from contextlib import closing
 from dataclasses import dataclass
 from operator import attrgetter
@@ -22,12 +23,14 @@ from pydantic import BaseModel
 
 from ..errors import RunFolderError
 from .disk import damaged, storage_error
+from .flight import Flights, InFlight
 from .records import WHOLE, Attempt, NodeRun, TraceRun
 
 if TYPE_CHECKING:
     pass
 
 __all__ = [
+    "IN_FLIGHT_COLUMNS",
     "WHOLE",
     "Attempt",
     "NodeRecord",
@@ -88,7 +91,14 @@ ATTEMPT_COLUMNS: tuple[Column, ...] = (
     *_columns(Attempt, tuple(Attempt.model_fields)),
 )
 RUN_COLUMNS: tuple[Column, ...] = _columns(TraceRun, tuple(TraceRun.model_fields))
-_TABLES = {"node_runs": NODE_RUN_COLUMNS, "attempts": ATTEMPT_COLUMNS, "runs": RUN_COLUMNS}
+# Node runs started and not finished, as the flusher last wrote them (store/flight.py).
+IN_FLIGHT_COLUMNS: tuple[Column, ...] = _columns(InFlight, tuple(InFlight.model_fields))
+_TABLES = {
+    "node_runs": NODE_RUN_COLUMNS,
+    "attempts": ATTEMPT_COLUMNS,
+    "runs": RUN_COLUMNS,
+    "in_flight": IN_FLIGHT_COLUMNS,
+}
 _KEYS = {"node_runs": "id INTEGER PRIMARY KEY AUTOINCREMENT", "runs": "run_id TEXT PRIMARY KEY"}
 
 
@@ -120,15 +130,17 @@ _INSERT_RUN = "INSERT OR REPLACE" + _insert("runs")[len("INSERT") :]
 _NODE_VALUES = attrgetter(*_NODE_OWN)
 _NODE_JSON = tuple(i for i, c in enumerate(NODE_RUN_COLUMNS[4:-2]) if c.json)
 _ATTEMPT_VALUES = attrgetter(*(c.name for c in ATTEMPT_COLUMNS[1:]))
+_INSERT_IN_FLIGHT = _insert("in_flight")
 
 
 @dataclass(frozen=True, slots=True)
 class Migration:
-    """A numbered step from one trace layout to the next: the columns it adds."""
+    """A numbered step from one trace layout to the next: the columns (and tables) it adds."""
 
     version: int
     adds: tuple[tuple[str, str], ...]  # (table, column); the type comes from the tables above
     why: str
+    creates: tuple[str, ...] = ()  # whole tables, made from the tables above
 
 
 # Version 1 is the first layout: node_runs without the four columns below, attempts without
@@ -138,6 +150,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, (("node_runs", "run_key"), ("runs", "run_key")), "resume under one key"),
     Migration(4, (("attempts", "sample"),), "which of n samples a reply is for"),
     Migration(5, (("attempts", "replica"),), "which replica served a request"),
+    Migration(6, (), "what is in flight now", creates=("in_flight",)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
@@ -160,7 +173,9 @@ def migrate(db: sqlite3.Connection, path: Path) -> int:
             f"{path} has trace layout {found}, written by a newer orchestrator (this one "
             f"writes up to {SCHEMA_VERSION}): upgrade orchestrator to resume it."
         )
-    db.executescript(_SCHEMA)  # a new trace: every table at the current layout
+    # A new trace gets every table at the current layout; an old one the tables it lacks
+    # (`creates` of the steps after its version), then the columns below.
+    db.executescript(_SCHEMA)
     have = {table: table_columns(db, table) for table in _TABLES}
     types = {(t, c.name): c.sql for t, columns in _TABLES.items() for c in columns}
     for step in MIGRATIONS:
@@ -215,13 +230,16 @@ def loads(blob: bytes | None) -> Any:
 class TraceBatch:
     """Trace rows a worker queued (scale/worker.py), ready for the run folder's writer:
     node runs numbered `first_id` up to `next_id` (exclusive) by the worker, their attempts,
-    and the schemas they point at."""
+    the schemas they point at, and the worker's node runs in flight now (None: the same as
+    in its last batch), under the recorder's `source`."""
 
     runs: list[tuple[Any, ...]]
     attempts: list[tuple[Any, ...]]
     schemas: dict[str, bytes]
     first_id: int
     next_id: int
+    source: str = ""
+    in_flight: list[tuple[Any, ...]] | None = None
 
 
 class TraceRecorder:
@@ -245,6 +263,10 @@ class TraceRecorder:
         self._schema_ids: dict[int, tuple[dict[str, Any], str]] = {}
         self._next_id = first_id
         self._first_pending = first_id
+        # Node runs started and not finished; the trace's copy is rewritten by a flush
+        # after they change, never per start (a start costs a dict insert, nothing more).
+        self.flights = Flights()
+        self.source = uuid.uuid4().hex  # names this recorder's batches to the run's owner
 
     def record(self, rec: NodeRun) -> None:
         """Queue a finished node execution with its attempts; written by the next `flush`."""
@@ -301,12 +323,17 @@ class TraceRecorder:
 
     def take(self) -> TraceBatch:
         """Everything queued, as one batch, and the queues emptied."""
+        flights = self.flights
+        in_flight = flights.rows(self.run_id) if flights.changed else None
+        flights.changed = False
         batch = TraceBatch(
             self._pending_runs,
             self._pending_attempts,
             self._pending_schemas,
             self._first_pending,
             self._next_id,
+            self.source,
+            in_flight,
         )
         self._pending_runs, self._pending_attempts, self._pending_schemas = [], [], {}
         self._first_pending = self._next_id
@@ -329,6 +356,9 @@ class TraceStore(TraceRecorder):
             db.execute("PRAGMA synchronous=NORMAL")
             self.layout = migrate(db, path)  # the version found (0: before versions)
             last = db.execute("SELECT MAX(id) FROM node_runs").fetchone()[0]
+            # One writer per folder: what an earlier run left in flight (it was killed) is
+            # not in flight any more, and this run's node runs go in afresh.
+            db.execute("DELETE FROM in_flight")
             # Nothing to resume from means no lookups at all on a fresh run.
             resumable = bool(run_key) and (
                 db.execute(
@@ -366,19 +396,26 @@ class TraceStore(TraceRecorder):
         self._db.execute(_INSERT_RUN, [run.get(column.name) for column in RUN_COLUMNS])
 
     def flush(self) -> None:
-        """Write every queued record in one transaction; StorageError (DamagedRunFile for a
-        file SQLite finds damaged) naming the trace when it cannot, the records kept."""
-        if not self._pending_runs:
+        """Write every queued record, and the node runs in flight when they changed, in one
+        transaction; StorageError (DamagedRunFile for a file SQLite finds damaged) naming
+        the trace when it cannot, the records kept."""
+        flights = self.flights
+        if not self._pending_runs and not flights.changed:
             return
+        in_flight = flights.rows(self.run_id) if flights.changed else None
+        flights.changed = False
         try:
-            self._write_pending()
+            self._write_pending(in_flight)
         except sqlite3.Error as exc:
+            flights.changed = flights.changed or in_flight is not None
             raise storage_error(self.path, exc) from exc
         self._pending_runs.clear()
         self._pending_attempts.clear()
         self._pending_schemas.clear()
 
-    def _write_pending(self) -> None:
+    def _write_pending(self, in_flight: list[tuple[Any, ...]] | None = None) -> None:
+        """One transaction: the queued records, then (when given) this run's rows of
+        `in_flight` replaced by `in_flight`."""
         self._db.execute("BEGIN")
         try:
             self._db.executemany(_INSERT_NODE_RUN, self._pending_runs)
@@ -387,6 +424,9 @@ class TraceStore(TraceRecorder):
                 self._pending_schemas.items(),
             )
             self._db.executemany(_INSERT_ATTEMPT, self._pending_attempts)
+            if in_flight is not None:
+                self._db.execute("DELETE FROM in_flight WHERE run_id=?", (self.run_id,))
+                self._db.executemany(_INSERT_IN_FLIGHT, in_flight)
             self._db.execute("COMMIT")
         except BaseException:
             # A failed write (lock held past the timeout, disk full, …) must not leave its
@@ -397,12 +437,15 @@ class TraceStore(TraceRecorder):
 
     def add(self, batch: TraceBatch) -> None:
         """Queue a worker's rows (`TraceRecorder.take`) as if recorded here: its node runs
-        renumbered after this store's own, so ids stay unique across workers."""
+        renumbered after this store's own, so ids stay unique across workers; the node runs
+        it has in flight written with this process's own at the next flush."""
         shift = self._next_id - batch.first_id
         self._pending_runs.extend((row[0] + shift, *row[1:]) for row in batch.runs)
         self._pending_attempts.extend((row[0] + shift, *row[1:]) for row in batch.attempts)
         self._pending_schemas.update(batch.schemas)
         self._next_id += batch.next_id - batch.first_id
+        if batch.in_flight is not None:
+            self.flights.adopt(batch.source, batch.in_flight)
         if len(self._pending_runs) >= FLUSH_EVERY:
             self.flush()
 
@@ -444,7 +487,9 @@ class TraceStore(TraceRecorder):
         return True, loads(row[1])
 
     def close(self) -> None:
-        """Write what is queued and close; the file is closed even when the write fails."""
+        """Write what is queued and close; the file is closed even when the write fails.
+        Nothing of a run that closes its trace is in flight any more, however it ended."""
+        self.flights.clear()
         try:
             self.flush()
         finally:

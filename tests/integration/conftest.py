@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from vllm_fixture import ServerDidNotStart, start_for_tests, terminal_say
 
 from orchestrator.local.server import (
     DEFAULT_MODEL_NAME,
@@ -16,7 +16,6 @@ from orchestrator.local.server import (
     PortTaken,
     find_running,
     free_port,
-    start_server,
 )
 
 
@@ -28,16 +27,14 @@ class ServerInfo:
     model: str
 
 
-def _progress(message: str) -> None:
-    """Show start-up progress even under pytest's capture: the first start takes minutes."""
-    print(f"[embedded server] {message}", file=sys.__stderr__, flush=True)
-
-
 @pytest.fixture(scope="session")
-def embedded_server() -> Iterator[ServerInfo]:
+def embedded_server(request: pytest.FixtureRequest) -> Iterator[ServerInfo]:
     """Reuse the shared embedded server (`orchestrator serve`) on the default port, or
     start one for the session (on another port if the default one is taken: a server that
-    another command started for itself is never borrowed, it stops under us)."""
+    another command started for itself is never borrowed, it stops under us). A start says
+    its phases, and every 10 s that it is still waiting, on pytest's output even under `-q`;
+    one that fails shows the server log's last lines (tests/vllm_fixture.py)."""
+    say = terminal_say(request.config)
     running = find_running(DEFAULT_PORT)
     if running is not None:
         yield ServerInfo(base_url=running, model=DEFAULT_MODEL_NAME)
@@ -48,11 +45,17 @@ def embedded_server() -> Iterator[ServerInfo]:
             pytest.fail(f"CI must run the integration tests: {message}", pytrace=False)
         pytest.skip(message)
     # Something else may hold the default port; the tests do not care which port they use.
+    failed: str | None = None
     try:
-        server = start_server(port=DEFAULT_PORT, log=_progress)
-    except PortTaken as exc:
-        _progress(f"{exc}; starting the session's server on another port")
-        server = start_server(port=free_port(), log=_progress)
+        try:
+            server = start_for_tests(DEFAULT_PORT, say)
+        except PortTaken as exc:
+            say(f"[embedded server] {exc}; starting the session's server on another port")
+            server = start_for_tests(free_port(), say)
+    except ServerDidNotStart as exc:
+        failed = str(exc)
+    if failed is not None:  # failed outside the handler: the error is printed once
+        pytest.fail(failed, pytrace=False)
     try:
         yield ServerInfo(base_url=server.base_url, model=server.model)
     finally:

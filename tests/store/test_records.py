@@ -21,6 +21,7 @@ from orchestrator.store.reader import RunReader, TraceReader
 from orchestrator.store.records import Attempt, Manifest, NodeRun, ResultLine, Summary
 from orchestrator.store.trace import (
     ATTEMPT_COLUMNS,
+    IN_FLIGHT_COLUMNS,
     NODE_RUN_COLUMNS,
     RUN_COLUMNS,
     SCHEMA_VERSION,
@@ -228,6 +229,9 @@ LATER_LAYOUTS = {
     3: "ALTER TABLE node_runs ADD COLUMN run_key TEXT; ALTER TABLE runs ADD COLUMN run_key TEXT;",
     4: "ALTER TABLE attempts ADD COLUMN sample INTEGER;",
     5: "ALTER TABLE attempts ADD COLUMN replica TEXT;",
+    6: "CREATE TABLE in_flight (run_id TEXT, example_id TEXT, node TEXT, item INTEGER,"
+    " started REAL, server TEXT, attempt INTEGER, attempt_started REAL, replica TEXT,"
+    " failed BLOB);",
 }
 
 
@@ -276,6 +280,7 @@ def test_a_trace_of_every_earlier_layout_opens_migrates_and_reads(
     with TraceReader.open(path) as reader:
         (old,) = reader.node_runs()
         assert [r.run_id for r in reader.runs()] == ["old"]
+        assert reader.in_flight() == []  # none recorded (layout 5 and older), none made up
     assert old.value == {"score": 3} and old.raw == ['{"score": 3}']
     assert [(a.kind, a.prompt_tokens) for a in old.attempts] == [("ok", 3)]
     assert _version(path) == 0
@@ -297,6 +302,7 @@ def test_a_trace_of_every_earlier_layout_opens_migrates_and_reads(
     assert {c.name for c in NODE_RUN_COLUMNS} == set(_columns(path, "node_runs"))
     assert {c.name for c in ATTEMPT_COLUMNS} == set(_columns(path, "attempts"))
     assert {c.name for c in RUN_COLUMNS} == set(_columns(path, "runs"))
+    assert {c.name for c in IN_FLIGHT_COLUMNS} == set(_columns(path, "in_flight"))
     with TraceReader.open(path) as reader:
         first, second = reader.node_runs()
         runs = reader.runs()
