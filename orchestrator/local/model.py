@@ -22,6 +22,8 @@ from orchestrator.errors import EmbeddedServerError
 from orchestrator.errors import PortTaken as PortTaken
 from orchestrator.paths import cache_root, sha256_file
 
+from .guard import guarded_command
+
 Log = Callable[[str], None]
 # Start-up progress goes here unless the caller shows it itself (the CLI on its console).
 logger = logging.getLogger(__name__)
@@ -75,6 +77,11 @@ if hasattr(model.config, "quantization_config"):
 model.save_pretrained(out)
 tokenizer.save_pretrained(out)
 """
+
+
+def convert_command(gguf_dir: Path, out: Path) -> list[str]:
+    """The converter's command line, behind the guard that hides a broken torchvision."""
+    return guarded_command("-c", _CONVERT_SCRIPT, str(gguf_dir), GGUF_NAME, str(out))
 
 
 def default_model_dir() -> Path:
@@ -224,7 +231,7 @@ def prepare_model(model_dir: Path | None = None, log: Log = logger.info) -> Path
             out = work / "hf"
             log(f"Converting {GGUF_NAME} to a Hugging Face folder (once, ~20 s)")
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-            cmd = [sys.executable, "-c", _CONVERT_SCRIPT, str(work / "gguf"), GGUF_NAME, str(out)]
+            cmd = convert_command(work / "gguf", out)
             result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
             if result.returncode != 0:
                 tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-20:])

@@ -127,7 +127,7 @@ def test_default_model_dir_honours_xdg_cache_home(
 
 def test_server_command_carries_the_structured_output_settings(tmp_path: Path) -> None:
     cmd = embedded.server_command(tmp_path, 9999)
-    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[1:4] == ["-m", "orchestrator.local.guard", "vllm.entrypoints.openai.api_server"]
     config = cmd[cmd.index("--structured-outputs-config") + 1]
     assert '"disable_any_whitespace": true' in config
     assert cmd[cmd.index("--port") + 1] == "9999"
