@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -178,3 +179,16 @@ def test_the_wheel_installs_with_its_dependencies_into_a_new_venv_and_runs(
         installed_at - started,
         time.monotonic() - installed_at,
     )
+
+
+def test_install_doc_names_every_extra_and_only_those() -> None:
+    """docs/install.md's table of extras follows pyproject.toml."""
+    import tomllib
+
+    extras = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    doc = (ROOT / "docs" / "install.md").read_text()
+    table = doc.split("## What each extra brings", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"^\| `([a-z]+)` \|", table, re.M))
+    assert named == extras

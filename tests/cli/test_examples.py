@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shlex
 from pathlib import Path
 
@@ -86,3 +87,12 @@ def test_examples_prints_a_pasteable_run_line_per_shipped_graph(tmp_path: Path) 
         assert words[:2] == ["orchestrator", "run"] and words[3] == "--data", line
         assert (ROOT / "graphs" / f"{words[2]}.yaml").is_file()
         assert Path(words[4]) == (ROOT / "examples" / f"{words[2]}.jsonl").resolve()
+
+
+def test_the_install_doc_commands_name_shipped_graphs_and_data() -> None:
+    doc = (ROOT / "docs" / "install.md").read_text()
+    runs = re.findall(r"^orchestrator run (\S+) --data (\S+)", doc, re.M)
+    assert runs, "docs/install.md shows no `orchestrator run NAME --data FILE` line"
+    for graph, data in runs:
+        assert (ROOT / "graphs" / f"{graph}.yaml").is_file(), graph
+        assert (ROOT / "examples" / data).is_file(), data
