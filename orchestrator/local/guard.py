@@ -16,6 +16,8 @@ vLLM's CPU build starts its engine with multiprocessing ``spawn``, whose childre
 the parent's ``__main__`` module again under the name ``__mp_main__``. The target therefore
 runs without replacing ``sys.modules["__main__"]``: this module stays the main module, and
 its top level hides the broken packages in those children too before anything else loads.
+vLLM also checks the model's class in a plain subprocess (``python -m`` its registry), which
+is pointed through the guard as well once the guard has hidden something.
 
 Only the standard library is imported here; the orchestrator process imports this module
 for ``guarded_command`` without running the probe (that would import torch).
