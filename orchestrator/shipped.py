@@ -30,3 +30,18 @@ def shipped_examples(name: str) -> Path | None:
     root = shipped_root()
     path = root / "examples" / f"{name}.jsonl" if root else None
     return path if path is not None and path.is_file() else None
+
+
+def shipped_example_files() -> list[Path]:
+    """Every data file in the shipped examples/ folder, sorted by name."""
+    root = shipped_root()
+    folder = root / "examples" if root else None
+    return sorted(folder.glob("*.jsonl")) if folder is not None and folder.is_dir() else []
+
+
+def shipped_data(name: str) -> Path | None:
+    """A shipped example data file named ``name`` (``expert.jsonl``) or by its stem (``expert``)."""
+    for path in shipped_example_files():
+        if name in (path.name, path.stem):
+            return path
+    return None

@@ -23,4 +23,7 @@ from . import export  # noqa: F401 - export, ratings
 # isort: split
 from . import batch  # noqa: F401 - batch export, batch import
 
+# isort: split
+from . import examples  # noqa: F401 - examples
+
 __all__ = ["app", "main"]

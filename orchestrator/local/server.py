@@ -33,6 +33,7 @@ import httpx
 from orchestrator.paths import cache_root
 from orchestrator.providers.base import ServedModel
 
+from .guard import guarded_command
 from .model import (
     DEFAULT_MODEL_NAME,
     GGUF_MEMBER,
@@ -481,7 +482,7 @@ def cpu_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 def server_command(model_dir: Path, port: int, model: str = DEFAULT_MODEL_NAME) -> list[str]:
     """The command line that serves ``model_dir`` (the ``vllm`` script itself is broken)."""
     return [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        *guarded_command("-m", "vllm.entrypoints.openai.api_server"),
         *engine_args(model_dir, model),
         "--host", "127.0.0.1",
         "--port", str(port),
@@ -502,7 +503,7 @@ def run_batch_command(
 ) -> list[str]:
     """vLLM's own batch runner over a batch input file, with the server's engine settings."""
     return [
-        sys.executable, "-m", "vllm.entrypoints.openai.run_batch",
+        *guarded_command("-m", "vllm.entrypoints.openai.run_batch"),
         "-i", str(requests),
         "-o", str(output),
         *engine_args(model_dir, model),

