@@ -129,8 +129,7 @@ def test_readme_has_no_first_person() -> None:
 def test_readme_links_lead_somewhere() -> None:
     text = README.read_text(encoding="utf-8")
     targets = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text)}
-    # docs/install.md is written on the wheel branch of issue 26 (item 6).
-    missing = [t for t in targets if not (ROOT / t).exists() and t != "docs/install.md"]
+    missing = [t for t in targets if not (ROOT / t).exists()]
     assert targets and not missing
 
 

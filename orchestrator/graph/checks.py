@@ -690,7 +690,8 @@ def resolve_function(
     missing = function.missing()
     if missing:
         hint = (
-            f"pip install -e '.[{function.extra}]'"
+            f"pip install 'orchestrator[{function.extra}]' (in a checkout:"
+            f" pip install -e '.[{function.extra}]')"
             if function.extra
             else "pip install " + " ".join(missing)
         )
