@@ -265,15 +265,7 @@ class TraceReader:
             rows = self._db.execute(f"SELECT {names} FROM runs ORDER BY started").fetchall()
         except sqlite3.DatabaseError as exc:
             raise storage_error(self.path, exc, writing=False) from exc
-        out = []
-        for row in rows:
-            fields = {
-                c.name: loads(v) if c.json else v
-                for c, v in zip(present, row, strict=True)
-                if v is not None
-            }
-            out.append(TraceRun.model_validate(fields))
-        return out
+        return [TraceRun.model_validate(_fields(present, row)) for row in rows]
 
     def in_flight(self) -> list[InFlight]:
         """The node runs the writing run had in flight at its last flush, oldest first
@@ -288,13 +280,8 @@ class TraceReader:
             raise storage_error(self.path, exc, writing=False) from exc
         found = []
         for row in rows:
-            fields = {
-                c.name: loads(v) if c.json else v
-                for c, v in zip(IN_FLIGHT_COLUMNS, row, strict=True)
-                if v is not None
-            }
             try:
-                found.append(InFlight.model_validate(fields))
+                found.append(InFlight.model_validate(_fields(IN_FLIGHT_COLUMNS, row)))
             except ValidationError as exc:
                 raise RunFolderError(
                     f"{self.path}: a node run in flight cannot be read: {first_problem(exc)}"
@@ -439,3 +426,9 @@ class RunReader:
             return []
         with self.trace() as trace:
             return trace.in_flight()
+
+
+def _fields(columns: tuple[Column, ...], row: tuple[Any, ...]) -> dict[str, Any]:
+    """One stored row as a record's fields: JSON columns decoded, NULLs left to defaults."""
+    pairs = zip(columns, row, strict=True)
+    return {c.name: loads(v) if c.json else v for c, v in pairs if v is not None}
