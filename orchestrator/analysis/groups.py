@@ -32,11 +32,12 @@ Method = Literal["bca", "percentile", "wilson"]
 
 
 class Estimate(BaseModel):
-    """One output's mean over a group's rows, with its confidence interval (none below n 2).
+    """One output's mean over a group's rows, with its confidence interval.
 
     A 0/1 output (a proportion, such as accuracy) gets the Wilson score interval, which stays
     inside [0, 1] and is not degenerate when every row is right; any other numbers get the
-    seeded bootstrap interval `compare` uses (BCa, percentile where BCa is undefined)."""
+    seeded bootstrap interval `compare` uses (BCa, percentile where BCa is undefined), none
+    below two rows."""
 
     output: str
     n: int
@@ -179,11 +180,12 @@ def estimate(
     if n == 0:
         return found
     found.mean = sum(values) / n
-    if n < 2:
-        return found
     if all(v in (0.0, 1.0) for v in values):
+        # Wilson is defined from one row on: a single right answer is [0.21, 1] at 95%.
         found.low, found.high = _wilson(sum(values), n, level)
         found.method = "wilson"
+        return found
+    if n < 2:
         return found
     interval = paired_interval(list(values), level, resamples, seed)
     found.low, found.high = float(interval["ci_low"]), float(interval["ci_high"])
