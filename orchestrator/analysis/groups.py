@@ -298,8 +298,11 @@ def summarize(
     """Recompute a finished run's aggregates from its result lines, with no request; with
     `by`, the returned summary also holds `groups`: the results per value of that field.
 
-    Everything but `by` is `session.summary.summarize` (see there); the per-group results
-    are returned, not written to summary.json, whose extra keys are the graph's aggregates.
+    `graph` is the run's graph with its aggregates fixed (default: the run's snapshot); the
+    summary replaces RUN_DIR/summary.json, or goes to `out`; `trust=True` lets a graph
+    import its own modules (`session.summary.summarize` does all of this). The per-group
+    results (`Grouping.model_dump()`) are returned only: summary.json's extra keys are the
+    graph's aggregates, and a breakdown is not one.
     """
     from ..session.summary import summarize as summarize_run
 
