@@ -14,6 +14,7 @@ import orchestrator as orc
 from orchestrator.analysis.groups import group_lines
 from orchestrator.providers.fake import FakeRequest
 from orchestrator.report import build_report
+from orchestrator.report.compare_page import write_compare_page
 from orchestrator.report.groups_view import per_group
 from orchestrator.report.views import RunContext, ScoreField
 from orchestrator.store.records import ResultLine
@@ -98,10 +99,13 @@ def test_no_panel_where_there_is_nothing_to_break_down(context: RunContext) -> N
     assert per_group(context) is None
 
 
-def test_the_report_of_a_multilingual_run_has_the_panel(tmp_path: Path) -> None:
+def multilingual_run(out: Path, russian: int, model: str = "m") -> Path:
+    """Three rows per language, each scored 5, Russian ones `russian`."""
+
     def respond(request: FakeRequest) -> str:
         text = request.messages[0]["content"]
-        return json.dumps({"score": 8 if "ru" in text else 5})
+        k = int(text.rsplit(" ", 1)[1])
+        return json.dumps({"score": russian + k % 2 if "ru" in text else 5 + k % 2})
 
     rows = [
         {"id": f"{lang}{k}", "text": f"{lang} text {k}", "language": lang}
@@ -109,10 +113,30 @@ def test_the_report_of_a_multilingual_run_has_the_panel(tmp_path: Path) -> None:
         for k in range(3)
     ]
     graph = orc.Graph.from_dict(SPEC, prompts={"judge.jinja": "{{ text }}"})
-    fake = orc.FakeTransport(respond, models=["m"])
-    orc.run(graph, rows, out=tmp_path / "run", transport=fake, model="m")
-    page = build_report(tmp_path / "run").read_text(encoding="utf-8")
+    fake = orc.FakeTransport(respond, models=[model])
+    orc.run(graph, rows, out=out, transport=fake, model=model)
+    return out
+
+
+def test_the_report_of_a_multilingual_run_has_the_panel(tmp_path: Path) -> None:
+    page = build_report(multilingual_run(tmp_path / "run", 8)).read_text(encoding="utf-8")
     section = page.split('data-view="groups"', 1)[1].split("</section>", 1)[0]
     assert "<h3>Per language</h3>" in section
-    assert titles(section)["ru"].startswith("ru (n 3): 8 [8, 8]")
-    assert titles(section)["de"].startswith("de (n 3): 5 [5, 5]")
+    assert titles(section)["ru"].startswith("ru (n 3): 8.333 [")
+    assert titles(section)["de"].startswith("de (n 3): 5.333 [")
+
+
+def test_the_comparison_page_shows_the_difference_per_language(tmp_path: Path) -> None:
+    a = multilingual_run(tmp_path / "a", 5, "judge-a")
+    b = multilingual_run(tmp_path / "b", 8, "judge-b")
+    page = write_compare_page(
+        orc.compare(a, b, by="language"), tmp_path / "c.html", build_reports=False
+    )
+    html = page.read_text(encoding="utf-8")
+    table = html.split("<h3>Per language</h3>", 1)[1].split("</table>", 1)[0]
+    rows = {row.split("</td>", 1)[0].removeprefix("<td>"): row for row in table.split("<tr>")[2:]}
+    assert sorted(rows) == sorted(LANGUAGES)
+    assert "<b>3.000</b>" in rows["ru"] and "<b>0.000</b>" in rows["en"]
+    assert "paired difference per language" in html and "ru · a → b (n 3)" in html
+    plain = write_compare_page(orc.compare(a, b), tmp_path / "p.html", build_reports=False)
+    assert "Per language" not in plain.read_text(encoding="utf-8")
