@@ -354,10 +354,12 @@ def _group_keys(runs: list[_Run], by: str, notes: list[str]) -> dict[str, str]:
             f"no example has a value of {by!r} (an output or a kept input) to group by"
         )
     if disagree:
-        shown = ", ".join(sorted(set(disagree))[:3])
+        moved = sorted(set(disagree))
+        shown = ", ".join(moved[:3]) + (", …" if len(moved) > 3 else "")
+        count = f"{len(moved)} example" + ("s" if len(moved) > 1 else "")
         notes.append(
-            f"the runs give {len(set(disagree))} examples different values of {by!r} "
-            f"({shown}); each is grouped by {runs[0].info.label}'s value where it has one"
+            f"the runs give {count} different values of {by!r} ({shown}); each is "
+            f"grouped by {runs[0].info.label}'s value where it has one"
         )
     return keys
 

@@ -198,6 +198,18 @@ def test_compare_by_an_output_and_a_run_without_the_field(tmp_path: Path) -> Non
     assert result.group("ru").output("score").pairs[0].difference == pytest.approx(2.0)
 
 
+def test_runs_that_put_an_example_in_different_groups_are_noted(tmp_path: Path) -> None:
+    graph = orc.Graph.from_dict(SPEC, prompts=PROMPTS)
+    moved = [{**row, "language": "en"} if row["id"] == "ru00" else row for row in rows()]
+    for name, data in (("a", rows()), ("b", moved)):
+        fake = orc.FakeTransport(judge(lambda i: BASE[i]), models=["m"])
+        orc.run(graph, data, out=tmp_path / name, transport=fake, model="m")
+    result = orc.compare(tmp_path / "a", tmp_path / "b", by="language")
+    expected = "1 example different values of 'language' (ru00); each is grouped by a's"
+    assert any(expected in note for note in result.notes)
+    assert result.group("ru").n == PER_LANGUAGE  # the first run's value groups it
+
+
 def test_the_commands_print_the_groups(
     judged: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
