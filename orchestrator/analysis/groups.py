@@ -203,6 +203,8 @@ def numeric_outputs(lines: Iterable[ResultLine], skip: Sequence[str] = ()) -> li
         for name, value in line.flat().items():
             if name in _OWN_FIELDS or name in skip or value is None:
                 continue
+            if isinstance(value, float) and math.isnan(value):
+                continue  # a value marked not available, as missing as None
             seen[name] = seen.get(name, True) and _is_number(value)
     return [name for name, numeric in seen.items() if numeric]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..analysis.groups import Grouping, group_lines, numeric_outputs
 from ..errors import ConfigurationError
 from .svg import Estimate, figure, intervals
+from .values import finite
 from .views import RunContext, register_run_view
 
 GROUP_FIELDS = ("language",)
@@ -51,11 +52,7 @@ def per_group(context: RunContext) -> str | None:
             ]
             if not rows:
                 continue
-            values = [
-                float(v)
-                for line in context.ok()
-                if isinstance(v := line.flat().get(name), int | float) and not isinstance(v, bool)
-            ]
+            values = [float(v) for line in context.ok() if finite(v := line.flat().get(name))]
             overall = sum(values) / len(values) if values else None
             lo, hi = bounds.get(name, (None, None))
             svg = intervals(rows, f"mean {name}", lo=lo, hi=hi, reference=overall)

@@ -107,6 +107,17 @@ def test_keys_come_from_an_output_else_an_input_and_empty_values_are_in_no_group
     ]
 
 
+def test_a_value_marked_not_available_is_missing_not_text() -> None:
+    lines = [
+        ResultLine.ok("a", {"m": float("nan"), "t": "x", "language": "ru"}),
+        ResultLine.ok("b", {"m": 2.0, "t": 1, "language": "ru"}),
+        ResultLine.ok("c", {"m": 4.0, "t": None, "language": "ru"}),
+    ]
+    assert g.numeric_outputs(lines) == ["m"]  # t mixes text and a number
+    found = g.group_lines(lines, "language").group("ru")
+    assert found.n == 3 and found.estimate("m").n == 2 and found.estimate("m").mean == 3.0
+
+
 def test_a_proportion_gets_wilson_and_a_score_the_bootstrap_of_compare() -> None:
     right = [1.0] * 7 + [0.0] * 3
     found = g.estimate("correct", right)
