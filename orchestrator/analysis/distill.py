@@ -105,7 +105,7 @@ def held_out_by(
             keys[example] = value
     found = {}
     for value, ids in ids_by_group(keys).items():
-        accuracy = estimate("accuracy", [right[i] for i in ids], level)
+        accuracy = estimate("accuracy", [right[i] for i in ids], level, proportion=True)
         found[value] = {
             "n": accuracy.n,
             "accuracy": None if accuracy.mean is None else round(accuracy.mean, 4),

@@ -167,20 +167,29 @@ def _wilson(successes: float, n: int, level: float) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def is_proportion(values: Iterable[float]) -> bool:
+    """Every value is 0 or 1: the mean is a share of rows."""
+    return all(v in (0.0, 1.0) for v in values)
+
+
 def estimate(
     output: str,
     values: Sequence[float],
     level: float = 0.95,
     resamples: int = 2000,
     seed: int = 0,
+    proportion: bool | None = None,
 ) -> Estimate:
-    """The mean of `values` with its interval: Wilson for 0/1 values, else the bootstrap."""
+    """The mean of `values` with its interval: Wilson for a proportion (`proportion`, by
+    default: every value 0 or 1), else the bootstrap."""
     n = len(values)
     found = Estimate(output=output, n=n, level=level)
     if n == 0:
         return found
     found.mean = sum(values) / n
-    if all(v in (0.0, 1.0) for v in values):
+    if proportion is None:
+        proportion = is_proportion(values)
+    if proportion:
         # Wilson is defined from one row on: a single right answer is [0.21, 1] at 95%.
         found.low, found.high = _wilson(sum(values), n, level)
         found.method = "wilson"
@@ -235,12 +244,18 @@ def group_lines(
     from_outputs = any(by in line.flat() for line in ok)
     names = list(outputs) if outputs is not None else numeric_outputs(ok, skip=(by,))
     by_id = {line.id: line.flat() for line in ok}
+    # One interval method per output across its groups: a 0–4 label that happens to be 0/1
+    # in one language is not a proportion there and a mean elsewhere.
+    shares = {
+        name: is_proportion(float(f[name]) for f in by_id.values() if _is_number(f.get(name)))
+        for name in names
+    }
     groups = []
     for value, ids in ids_by_group(keys).items():
         estimates = []
         for name in names:
             present = [float(by_id[i][name]) for i in ids if _is_number(by_id[i].get(name))]
-            estimates.append(estimate(name, present, level, resamples, seed))
+            estimates.append(estimate(name, present, level, resamples, seed, shares[name]))
         groups.append(Group(key=value, n=len(ids), estimates=estimates))
     return Grouping(
         by=by,

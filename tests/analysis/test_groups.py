@@ -135,6 +135,16 @@ def test_a_proportion_gets_wilson_and_a_score_the_bootstrap_of_compare() -> None
         expected["ci_high"],
     )
     assert g.estimate("score", [4.0]).low is None  # one value: a mean, no interval
+    # The method is chosen per output over every group: 0/1 in one group of a 0–4 label
+    # is still a mean there.
+    lines = [
+        ResultLine.ok(f"x{i}", {"label": v, "language": lang})
+        for i, (v, lang) in enumerate([(0, "de"), (1, "de"), (1, "de"), (4, "en"), (2, "en")])
+    ]
+    grouping = g.group_lines(lines, "language")
+    assert grouping.group("de").estimate("label").method == "bca"
+    shares = [ResultLine.ok(f"y{i}", {"right": i % 2, "language": "de"}) for i in range(4)]
+    assert g.group_lines(shares, "language").group("de").estimate("right").method == "wilson"
 
 
 def test_a_run_is_summarized_per_language_from_its_kept_inputs(
