@@ -59,7 +59,7 @@ _EXPORTS = {
     "RunOutcome": ".session.runner",
     "execute": ".session.runner",
     "RowSource": ".data.sources",
-    "summarize": ".session.summary",
+    "summarize": ".analysis.groups",
     "MemoryStore": ".store.protocol",
     "RunStore": ".store.protocol",
 }
@@ -67,6 +67,7 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from .analysis.compare import compare
     from .analysis.export import export, node_runs_frame
+    from .analysis.groups import summarize
     from .analysis.ratings import ratings_across_runs
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .calls.retry import RetryPolicy
@@ -94,7 +95,6 @@ if TYPE_CHECKING:
     from .providers.base import Transport
     from .providers.fake import FakeAnswer, FakeTransport
     from .session.runner import RunConfig, RunOutcome, execute
-    from .session.summary import summarize
     from .store.protocol import MemoryStore, RunStore
     from .store.reader import RunReader
     from .store.records import Attempt, Manifest, NodeRun, ResultLine, Summary

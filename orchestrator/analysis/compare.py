@@ -19,6 +19,7 @@ from . import paired
 from .comparison import (
     Comparison,
     Correlation,
+    GroupComparison,
     Interval,
     Kind,
     LabelAgreement,
@@ -27,6 +28,7 @@ from .comparison import (
     PairDifference,
     RunInfo,
 )
+from .groups import ids_by_group, keys_by_id
 
 if TYPE_CHECKING:
     from ..api.run import RunResult
@@ -336,6 +338,62 @@ def _numeric(
     return OutputComparison(output=name, means=means, counts=counts, pairs=pairs)
 
 
+def _group_keys(runs: list[_Run], by: str, notes: list[str]) -> dict[str, str]:
+    """Example id → its value of `by`, from the first run that has one; runs that put an
+    example in different groups are noted (the first run's group is used)."""
+    keys: dict[str, str] = {}
+    disagree = []
+    for run in runs:
+        for key, value in keys_by_id(run.lines.values(), by, run.inputs).items():
+            if key not in keys:
+                keys[key] = value
+            elif keys[key] != value:
+                disagree.append(key)
+    if not keys:
+        raise ConfigurationError(
+            f"no example has a value of {by!r} (an output or a kept input) to group by"
+        )
+    if disagree:
+        moved = sorted(set(disagree))
+        shown = ", ".join(moved[:3]) + (", …" if len(moved) > 3 else "")
+        count = f"{len(moved)} example" + ("s" if len(moved) > 1 else "")
+        notes.append(
+            f"the runs give {count} different values of {by!r} ({shown}); each is "
+            f"grouped by {runs[0].info.label}'s value where it has one"
+        )
+    return keys
+
+
+def _by_group(
+    by: str,
+    runs: list[_Run],
+    values: list[dict[str, dict[str, Any]]],
+    numeric: list[str],
+    s: _Settings,
+    notes: list[str],
+) -> tuple[list[GroupComparison], int]:
+    """Every numeric output compared within each group of `by`, and how many examples were
+    in no group; Holm adjusts each output's p-values over its pairs in every group."""
+    keys = _group_keys(runs, by, notes)
+    groups = []
+    for key, ids in ids_by_group(keys).items():
+        members = set(ids)
+        subset = [{i: flat for i, flat in run.items() if i in members} for run in values]
+        common = set.intersection(*(set(flats) for flats in subset))
+        compared = [_numeric(name, runs, subset, s) for name in numeric]
+        groups.append(GroupComparison(key=key, n=len(common), outputs=compared))
+    for name in numeric:
+        tested = [
+            pair for group in groups for pair in group.output(name).pairs if pair.p is not None
+        ]
+        for pair, adjusted in zip(
+            tested, paired.holm([pair.p or 0.0 for pair in tested]), strict=True
+        ):
+            pair.p_holm = adjusted
+    every = {key for run in runs for key in run.lines}
+    return groups, len(every - set(keys))
+
+
 def _is_verdict(name: str, seen: Iterable[Any]) -> bool:
     """A pairwise winner: named like one, or labelled a / b (/ tie)."""
     last = name.rsplit(".", 1)[-1].lower()
@@ -382,13 +440,16 @@ def compare(
     permutations: int = paired.PERMUTATIONS,
     seed: int = 0,
     level: float = 0.95,
+    by: str | None = None,
 ) -> Comparison:
     """Compare runs of one graph example by example: every numeric output's paired
     differences between each two runs and, for a judge comparison, how the runs agree.
 
     `runs` are run folders or `RunResult`s; `outputs` (default: every numeric output) and
     `labels` (default: detected) pick what is compared; `kind` overrides the detection of
-    judge vs system comparison. Raises ConfigurationError for runs that cannot be compared.
+    judge vs system comparison. `by` names a row field (an output, or an input the runs
+    kept, such as `language`): the numeric outputs are then also compared within each of
+    its values (`groups`). Raises ConfigurationError for runs that cannot be compared.
     """
     if len(runs) < 2:
         raise ConfigurationError(f"compare needs at least two runs, got {len(runs)}")
@@ -426,6 +487,10 @@ def compare(
         notes.append("labels are compared for agreement only in a judge comparison")
     settings = _Settings(level, resamples, permutations, seed, kind == "judge")
     ok_everywhere = set.intersection(*(set(flats) for flats in values))
+    groups: list[GroupComparison] = []
+    ungrouped = 0
+    if by is not None:
+        groups, ungrouped = _by_group(by, loaded, values, numeric, settings, notes)
     return Comparison(
         kind=kind,
         kind_reason=reason,
@@ -438,4 +503,7 @@ def compare(
         permutations=permutations,
         seed=seed,
         notes=notes,
+        by=by,
+        groups=groups,
+        ungrouped=ungrouped,
     )

@@ -138,6 +138,21 @@ class LabelComparison(BaseModel):
     pairs: list[LabelAgreement]
 
 
+class GroupComparison(BaseModel):
+    """The paired comparison within one group of examples (`compare --by FIELD`)."""
+
+    key: str  # the field's value the group's examples share
+    n: int  # the group's examples ok in every run
+    outputs: list[OutputComparison] = Field(default_factory=list)
+
+    def output(self, name: str) -> OutputComparison:
+        """The group's comparison of one numeric output (KeyError when not compared)."""
+        for found in self.outputs:
+            if found.output == name:
+                return found
+        raise KeyError(name)
+
+
 class Comparison(BaseModel):
     """What `compare` found; `outputs` is empty when no numeric output is shared."""
 
@@ -154,6 +169,16 @@ class Comparison(BaseModel):
     correction: Literal["holm"] = "holm"
     effect_size: str = EFFECT_SIZE
     notes: list[str] = Field(default_factory=list)
+    by: str | None = None  # the field the examples were grouped by (`compare --by`)
+    groups: list[GroupComparison] = Field(default_factory=list)  # one per value of `by`
+    ungrouped: int = 0  # examples with no value of `by`, in no group
+
+    def group(self, key: str) -> GroupComparison:
+        """The comparison within one group, by the field's value (KeyError when none)."""
+        for found in self.groups:
+            if found.key == key:
+                return found
+        raise KeyError(key)
 
     def output(self, name: str) -> OutputComparison:
         """The comparison of one numeric output, by name (KeyError when not compared)."""
@@ -174,16 +199,23 @@ class Comparison(BaseModel):
 
     def method_note(self) -> str:
         """How the numbers were computed, in one sentence (the table's and page's footer)."""
-        methods = {p.p_method for o in self.outputs for p in o.pairs if p.p_method}
+        every = [o for o in self.outputs] + [o for g in self.groups for o in g.outputs]
+        methods = {p.p_method for o in every for p in o.pairs if p.p_method}
         test = " / ".join(
             "exact (all 2^n signs)" if m == "exact" else f"Monte Carlo ({self.permutations} draws)"
             for m in sorted(methods)
         )
-        kinds = {p.ci.method for o in self.outputs for p in o.pairs if p.ci is not None}
+        kinds = {p.ci.method for o in every for p in o.pairs if p.ci is not None}
         interval = " / ".join("BCa" if m == "bca" else "percentile" for m in sorted(kinds))
         return (
             f"CI: paired bootstrap ({interval or 'none'}, {self.resamples} resamples, seed "
             f"{self.seed}); p: two-sided sign-flip test, {test or 'not run'}; Holm over each "
             "output's pairs; d_z = mean difference / sd of the differences; W/T/L: examples "
             "where b scored higher / the same / lower."
+            + (
+                f" Per {self.by}: the same statistics within each group, Holm over each "
+                "output's pairs in every group together."
+                if self.by
+                else ""
+            )
         )

@@ -3,8 +3,8 @@
 `distill` reads a run folder's results.jsonl (text and jury label per line), splits it
 (group-aware when rows carry `group`, so every variant of one source stays on one side),
 trains a class-balanced classifier on the train side and reports accuracy, macro-F1 and
-Spearman against the jury on the held-out side. The saved scorer (scorer.joblib plus a
-JSON card) is what the `distilled_score` compute node loads.
+Spearman against the jury on the held-out side, and the accuracy per language. The saved
+scorer (scorer.joblib plus a JSON card) is what the `distilled_score` compute node loads.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..compute.distilled import CARD_FILE, SCORER_FILE, compose
 from ..compute.distilled import Scorer as Scorer  # what `distill` trains, read back
 from ..compute.distilled import load_scorer as load_scorer
 from ..store.reader import RunReader
+from .groups import estimate, ids_by_group, key_text
 
 FORMAT_VERSION = 1
 
@@ -46,6 +47,7 @@ def read_labelled(
                 "text": text,
                 "label": int(label),
                 "group": outputs.get("group"),
+                "language": outputs.get("language"),
                 "context": outputs.get(context_field) if context_field else None,
             }
         )
@@ -83,6 +85,38 @@ def split_indices(
     return sorted(train.tolist()), sorted(test.tolist()), kind
 
 
+def held_out_by(
+    rows: Sequence[dict[str, Any]],
+    test: Sequence[int],
+    truth: Sequence[int],
+    predicted: Sequence[int],
+    field: str = "language",
+    level: float = 0.95,
+) -> dict[str, dict[str, Any]]:
+    """Held-out accuracy per value of a row field (the `analysis.groups` mechanism): for
+    each, its n and accuracy with a Wilson interval; test rows without a value are left out."""
+    keys: dict[str, str] = {}
+    right: dict[str, float] = {}
+    for position, index in enumerate(test):
+        example = str(rows[index]["id"])
+        right[example] = float(truth[position] == predicted[position])
+        value = key_text(rows[index].get(field))
+        if value is not None:
+            keys[example] = value
+    found = {}
+    for value, ids in ids_by_group(keys).items():
+        accuracy = estimate("accuracy", [right[i] for i in ids], level, proportion=True)
+        found[value] = {
+            "n": accuracy.n,
+            "accuracy": None if accuracy.mean is None else round(accuracy.mean, 4),
+            "ci_low": None if accuracy.low is None else round(accuracy.low, 4),
+            "ci_high": None if accuracy.high is None else round(accuracy.high, 4),
+            "level": level,
+            "method": accuracy.method,
+        }
+    return found
+
+
 def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     from scipy.stats import spearmanr
 
@@ -105,7 +139,8 @@ def distill(
 
     `context_field` (default `platform`) is prefixed to each text when rows carry it,
     because the same post can be well or badly personalised depending on its target.
-    Returns the card: split, sizes, label counts and held-out accuracy/macro-F1/Spearman.
+    Returns the card: split, sizes, label counts, held-out accuracy/macro-F1/Spearman, and
+    the held-out accuracy per language (with its n and a Wilson interval) when rows carry one.
     """
     import joblib
     import numpy as np
@@ -164,6 +199,8 @@ def distill(
             ),
             "spearman": _spearman(truth, predicted),
         },
+        # PerQ asks whether quality differs among languages: so may the scorer's accuracy.
+        "held_out_by_language": held_out_by(rows, test, truth, predicted),
         "train_seconds": round(time.perf_counter() - started, 3),
     }
     joblib.dump({"classifier": classifier, "classes": classes}, out / SCORER_FILE)
@@ -175,8 +212,14 @@ def format_card(card: dict[str, Any]) -> str:
     """A few lines for the terminal."""
     held = card["held_out"]
     spearman = "n/a" if held["spearman"] is None else f"{held['spearman']:.3f}"
-    return (
-        f"split: {card['split']}, train {card['n_train']} / test {card['n_test']} rows\n"
+    lines = [
+        f"split: {card['split']}, train {card['n_train']} / test {card['n_test']} rows",
         f"held-out vs jury: accuracy {held['accuracy']:.3f}, macro-F1 {held['macro_f1']:.3f}, "
-        f"Spearman {spearman}"
-    )
+        f"Spearman {spearman}",
+    ]
+    for language, found in (card.get("held_out_by_language") or {}).items():
+        interval = ""
+        if found.get("ci_low") is not None and found.get("ci_high") is not None:
+            interval = f" [{found['ci_low']:.3f}, {found['ci_high']:.3f}]"
+        lines.append(f"  {language}: accuracy {found['accuracy']:.3f}{interval}, n {found['n']}")
+    return "\n".join(lines)

@@ -49,6 +49,20 @@ def _differences(found: OutputComparison) -> Table:
     return table
 
 
+def _group_differences(result: Comparison, name: str) -> Table:
+    """One output's paired differences within each group of `compare --by`."""
+    by = result.by or "group"
+    table = _table(f"{name} by {by}: b − a, paired by example", by, *DIFFERENCE_COLUMNS[1:], left=2)
+    for group in result.groups:
+        for pair in group.output(name).pairs:
+            table.add_row(
+                escape(group.key),
+                escape(pair_label(pair.run_a, pair.run_b)),
+                *difference_cells(pair),
+            )
+    return table
+
+
 def _agreement(title: str, columns: list[str], rows: list[list[str]]) -> Table | None:
     """One of a judge comparison's agreement tables; None when it has no rows."""
     if not rows:
@@ -84,6 +98,8 @@ def _show(result: Comparison) -> None:
         soft_wrap=True,
     )
     tables = [_runs(result), *map(_differences, result.outputs)]
+    if result.groups:
+        tables += [_group_differences(result, found.output) for found in result.outputs]
     tables += [
         t
         for t in (
@@ -99,6 +115,11 @@ def _show(result: Comparison) -> None:
     console.print(result.method_note(), soft_wrap=True)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    if result.by is not None and result.ungrouped:
+        console.print(
+            f"{result.ungrouped} examples have no value of {escape(result.by)} and are in no group",
+            soft_wrap=True,
+        )
     if not result.outputs and not result.labels:
         console.print("no numeric output is shared by the runs", soft_wrap=True)
 
@@ -131,6 +152,14 @@ def compare(
         ),
     ] = None,
     top: Annotated[int, typer.Option(help="Examples listed open per output on the page.")] = 20,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            help="Also compare within each value of this row field (an output or a kept "
+            "input, e.g. language): n, difference, CI and p per group.",
+        ),
+    ] = None,
 ) -> None:
     """Compare runs of one graph example by example: paired differences, CIs, p-values."""
     from ..analysis.compare import compare as run_compare
@@ -148,6 +177,7 @@ def compare(
             resamples=resamples,
             permutations=permutations,
             seed=seed,
+            by=by,
         )
     except OrchestratorError as exc:
         fail(str(exc))

@@ -614,6 +614,14 @@ def summarize(
         typer.Option(help="Write the summary to this file, not RUN_DIR/summary.json."),
     ] = None,
     trust: Trust = False,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            help="Also print the results per value of this row field (an output or a kept "
+            "input, e.g. language): n, mean and CI per group.",
+        ),
+    ] = None,
 ) -> None:
     """Recompute a run's aggregates (summary.json) from its results, with no LLM request."""
     from ..session.summary import SUMMARY_FIELDS, summarize
@@ -629,5 +637,27 @@ def summarize(
     names = [name for name in summary if name not in SUMMARY_FIELDS]
     where = f"written to {out}" if out else f"rewritten in {run_dir}"
     console.print(f"summary.json {where}: aggregates {', '.join(names) or 'none'}", markup=False)
+    if by is not None:
+        _print_groups(run_dir, by)
     if _print_aggregate_errors(summary):
         raise typer.Exit(EXIT_AGGREGATES_FAILED)
+
+
+def _print_groups(run_dir: Path, by: str) -> None:
+    """The run's numeric outputs per value of `by`: one row per group and output."""
+    from ..analysis.groups import estimate_cells, summarize_groups
+
+    try:
+        grouping = summarize_groups(run_dir, by)
+    except OrchestratorError as exc:
+        fail(str(exc))
+    level = f"{grouping.level:.0%} CI"
+    table = Table(title=f"results by {escape(by)} ({grouping.source})", title_justify="left")
+    for position, column in enumerate((escape(by), "output", "n", "mean", level)):
+        table.add_column(column, justify="left" if position < 2 else "right")
+    for group in grouping.groups:
+        for found in group.estimates:
+            table.add_row(escape(group.key), escape(found.output), *estimate_cells(found))
+    console.print(table)
+    if grouping.ungrouped:
+        console.print(f"{grouping.ungrouped} ok examples have no value of {by}", markup=False)

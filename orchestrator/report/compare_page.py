@@ -18,7 +18,12 @@ from ..analysis.comparison import format_number as number
 from ..analysis.examples import ExampleShift, PairExamples, paired_examples
 from ..errors import ReadOnlyRunFolder
 from .build import REPORT, asset, build_report
-from .compare_tables import agreement_tables, differences_table, runs_table
+from .compare_tables import (
+    agreement_tables,
+    differences_table,
+    group_differences_table,
+    runs_table,
+)
 from .render import html_table
 from .svg import Estimate, Point, figure, intervals, scatter
 
@@ -103,12 +108,32 @@ def _moved(
     return head + rest, {s.id for s in listed}
 
 
+def _group_figure(result: Comparison, found: OutputComparison) -> str:
+    """`compare --by`: b − a of every pair within each group, one row per group and pair."""
+    estimates = [
+        Estimate(
+            f"{group.key} · {p.run_a} → {p.run_b} (n {p.n})",
+            p.difference,
+            p.ci.low if p.ci else None,
+            p.ci.high if p.ci else None,
+        )
+        for group in result.groups
+        for p in group.output(found.output).pairs
+        if p.difference is not None
+    ]
+    if not estimates:
+        return ""
+    svg = intervals(estimates, f"mean of b − a per {result.by} ({found.output})", reference=0)
+    return figure(f"paired difference per {result.by}", svg, "The line marks no difference.")
+
+
 def _output_section(
     k: int,
     found: OutputComparison,
     shifts: list[PairExamples],
     reports: dict[str, str],
     top: int,
+    result: Comparison | None = None,
 ) -> str:
     """One output: b − a with its interval per pair, then per pair a scatter and the
     examples that moved most."""
@@ -126,6 +151,8 @@ def _output_section(
     if estimates:
         svg = intervals(estimates, f"mean of b − a with its interval ({found.output})", reference=0)
         plots.append(figure("paired difference", svg, "The line marks no difference."))
+    if result is not None and result.groups:
+        plots.append(_group_figure(result, found))
     for n, pair in enumerate(shifts):
         listed_html, listed = _moved(pair, k, n, reports, top)
         points: dict[tuple[float, float], list[str]] = {}
@@ -167,7 +194,9 @@ def render_compare_page(
     title = " vs ".join(run.label for run in result.runs)
     anchors = {found.output: f"output-{k}" for k, found in enumerate(result.outputs)}
     sections = [
-        _output_section(k, found, [s for s in shifts if s.output == found.output], reports, top)
+        _output_section(
+            k, found, [s for s in shifts if s.output == found.output], reports, top, result
+        )
         for k, found in enumerate(result.outputs)
     ]
     notes = "".join(f'<p class="note">{escape(n)}</p>' for n in result.notes)
@@ -187,6 +216,7 @@ def render_compare_page(
         f"<p>{escape(result.kind_reason)}; {result.common} examples ok in every run.</p>{notes}"
         f"<h3>Runs</h3>{runs_table(result, reports)}"
         f"<h3>Paired differences</h3>{differences_table(result, anchors)}"
+        f"{group_differences_table(result)}"
         f'<p class="muted small">{escape(result.method_note())}</p>'
         f"{agreement_tables(result)}</section>"
         + "".join(sections)

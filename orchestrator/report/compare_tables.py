@@ -58,6 +58,30 @@ def differences_table(result: Comparison, anchors: dict[str, str]) -> str:
     return html_table(DIFFERENCE_COLUMNS, rows, "data compare")
 
 
+def group_differences_table(result: Comparison) -> str:
+    """`compare --by`: every output and pair within each group ("" when not grouped)."""
+    if not result.groups:
+        return ""
+    rows = []
+    for found in result.outputs:
+        for group in result.groups:
+            for pair in group.output(found.output).pairs:
+                cells = difference_cells(pair)
+                cells[3] = f"<b>{cells[3]}</b>"
+                rows.append(
+                    [
+                        escape(group.key),
+                        escape(found.output),
+                        escape(pair_label(pair.run_a, pair.run_b)),
+                        *cells,
+                    ]
+                )
+    columns = [result.by or "group", *DIFFERENCE_COLUMNS]
+    return f"<h3>Per {escape(result.by or 'group')}</h3>" + html_table(
+        columns, rows, "data compare groups"
+    )
+
+
 def agreement_tables(result: Comparison) -> str:
     """A judge comparison's correlations of the scores and agreement on the labels."""
     parts = []

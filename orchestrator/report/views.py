@@ -59,6 +59,7 @@ class RunContext:
     results: list[ResultLine]
     score_fields: list[ScoreField] = field(default_factory=list)
     meta_eval: dict[str, Any] | None = None  # RUN_DIR/meta_eval.json, when written
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # example id → its inputs
 
     def by_function(self, *functions: str) -> list[Aggregate]:
         """The aggregates made by any of these compute functions, in summary order."""
@@ -101,6 +102,7 @@ _BUILTIN_MODULES = (
     "orchestrator.report.style_view",
     "orchestrator.report.score_view",
     "orchestrator.report.metaeval_view",
+    "orchestrator.report.groups_view",
 )
 
 

@@ -40,6 +40,9 @@ TOPICS = {
 }
 
 
+LANGUAGES = ("de", "en", "ja", "ru")
+
+
 def synthetic_run(folder: Path, rows: int = 80, seed: int = 7) -> Path:
     """A jury run folder whose labels follow the topic; each group holds all four labels."""
     rng = random.Random(seed)
@@ -55,6 +58,7 @@ def synthetic_run(folder: Path, rows: int = 80, seed: int = 7) -> Path:
                 "text": text,
                 "platform": "X/Twitter",
                 "group": f"article-{i // 4}",
+                "language": LANGUAGES[(i // 4) % len(LANGUAGES)],
                 "label": label,
             }
             handle.write(json.dumps(line) + "\n")
@@ -111,6 +115,12 @@ def test_distill_learns_a_separable_set_and_reloads_identically(tmp_path: Path) 
     assert card["context_field"] == "platform" and card["classes"] == [0, 1, 2, 3]
     saved = json.loads((tmp_path / "model" / d.CARD_FILE).read_text())
     assert saved["held_out"] == held
+    by_language = card["held_out_by_language"]
+    assert sorted(by_language) == list(LANGUAGES)
+    assert sum(found["n"] for found in by_language.values()) == card["n_test"]
+    for found in by_language.values():
+        assert found["method"] == "wilson" and found["ci_low"] <= found["accuracy"] <= 1.0
+    assert saved["held_out_by_language"] == by_language
 
     rows = d.read_labelled(run, "text", "label", "platform")
     texts = [r["text"] for r in rows]
@@ -128,6 +138,43 @@ def test_distill_learns_a_separable_set_and_reloads_identically(tmp_path: Path) 
     assert node["label"] == second.predict([texts[5]], ["X/Twitter"])[0]
     assert sum(node["probabilities"].values()) == pytest.approx(1.0, abs=1e-3)
     assert 0 <= node["expected"] <= 3
+
+
+def test_held_out_accuracy_per_language_finds_the_one_language_it_fails() -> None:
+    """A scorer wrong on every Japanese row and right on the others: per language, each
+    accuracy with its n and its Wilson interval (as statsmodels computes it)."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    languages = ["de", "en", "ja", "ru", None] * 6
+    rows = [{"id": f"r{i}", "language": lang} for i, lang in enumerate(languages)]
+    test = [*range(0, 30, 2), 1, 3, 7]  # not every row is held out
+    truth = [i % 3 for i in test]
+    predicted = [t + 1 if languages[i] == "ja" else t for i, t in zip(test, truth, strict=True)]
+    found = d.held_out_by(rows, test, truth, predicted)
+    counts = {lang: sum(languages[i] == lang for i in test) for lang in ("de", "en", "ja", "ru")}
+    assert {lang: entry["n"] for lang, entry in found.items()} == counts  # None: no group
+    assert found["ja"]["accuracy"] == 0.0
+    assert all(found[lang]["accuracy"] == 1.0 for lang in ("de", "en", "ru"))
+    for entry in found.values():
+        right = round(entry["accuracy"] * entry["n"])
+        low, high = proportion_confint(right, entry["n"], alpha=0.05, method="wilson")
+        assert (entry["ci_low"], entry["ci_high"]) == (
+            pytest.approx(low, abs=1e-4),
+            pytest.approx(high, abs=1e-4),
+        )
+    assert found["ja"]["ci_high"] < found["en"]["ci_low"]
+    lines = d.format_card(
+        {
+            "split": "random",
+            "n_train": 12,
+            "n_test": len(test),
+            "held_out": {"accuracy": 0.8, "macro_f1": 0.8, "spearman": None},
+            "held_out_by_language": found,
+        }
+    ).splitlines()
+    assert lines[2].startswith("  de: accuracy 1.000 [")
+    assert lines[2].endswith(f", n {counts['de']}")
+    assert lines[4].startswith("  ja: accuracy 0.000 [0.000, ")
 
 
 def test_distill_refuses_a_single_label(tmp_path: Path) -> None:

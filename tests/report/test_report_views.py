@@ -105,7 +105,7 @@ def test_each_run_gets_its_protocols_views_and_no_other(
         "aupel": ["win_matrix", "ratings", "position_bias"],
         "perse_pointwise": ["perse_scores", "score_histograms", "meta_eval"],
         "perse_pairwise": ["position_bias", "perse_choices", "meta_eval"],
-        "perq_jury": ["jury_agreement", "jury_labels"],
+        "perq_jury": ["jury_agreement", "jury_labels", "groups"],
         "style_ensemble": ["style_accuracy"],
         "pointwise": ["score_histograms"],
     }
