@@ -8,11 +8,12 @@ a change upstream is told apart from the changes it causes downstream.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 from pydantic import BaseModel, Field
@@ -73,6 +74,30 @@ class FirstDifference(BaseModel):
     changed_nodes: list[str] = Field(default_factory=list)  # every node that differs
     link_a: str | None = None
     link_b: str | None = None
+
+    def where(self) -> str:
+        """The first differing node as a reader sees it: once-nodes and list parts noted."""
+        if self.node is None:
+            return "(no node differs)"
+        text = self.node + (" (once)" if self.once else "")
+        if self.parts is not None:
+            text += f" [{self.parts_changed} of {self.parts} differ]"
+        return text
+
+    def shown(self, side: Literal["a", "b"], width: int = 60) -> str:
+        """One run's value at the first differing node, cut to `width` characters: a failed
+        or skipped node's status, and of a list value the first position that differs."""
+        status = self.node_status_a if side == "a" else self.node_status_b
+        value = self.value_a if side == "a" else self.value_b
+        if status != "ok":
+            return f"({status})"
+        prefix = ""
+        if self.first_part is not None and isinstance(value, list):
+            prefix = f"[{self.first_part}] "
+            value = value[self.first_part] if self.first_part < len(value) else "(none)"
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        text = prefix + text
+        return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class RunDiff(BaseModel):

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -15,14 +14,7 @@ from ..errors import OrchestratorError
 from .app import app, console, fail
 
 if TYPE_CHECKING:
-    from ..api.diff import FirstDifference, RunDiff
-
-WIDTH = 60  # characters of a value shown in the table; --format json has it whole
-
-
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= WIDTH else text[: WIDTH - 1] + "…"
+    from ..api.diff import RunDiff
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -30,25 +22,6 @@ def _table(title: str, *columns: str) -> Table:
     for column in columns:
         table.add_column(column, overflow="fold")
     return table
-
-
-def _value(found: FirstDifference, status: str | None, value: Any) -> str:
-    """A node's value, or for a list value the first position that differs."""
-    if status != "ok":
-        return escape(f"({status})")
-    if found.first_part is not None and isinstance(value, list):
-        part = value[found.first_part] if found.first_part < len(value) else "(none)"
-        return escape(f"[{found.first_part}] {_short(part)}")
-    return escape(_short(value))
-
-
-def _where(found: FirstDifference) -> str:
-    if found.node is None:
-        return "(no node differs)"
-    where = found.node + (" (once)" if found.once else "")
-    if found.parts is not None:
-        where += f" [{found.parts_changed} of {found.parts} differ]"
-    return escape(where)
 
 
 def _show(result: RunDiff, top: int) -> None:
@@ -70,9 +43,9 @@ def _show(result: RunDiff, top: int) -> None:
         for found in shown:
             table.add_row(
                 escape(found.example),
-                _where(found),
-                _value(found, found.node_status_a, found.value_a),
-                _value(found, found.node_status_b, found.value_b),
+                escape(found.where()),
+                escape(found.shown("a")),
+                escape(found.shown("b")),
             )
         console.print()
         console.print(table)
