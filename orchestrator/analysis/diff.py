@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 REPORT = "report.html"  # the file `orchestrator report` writes into a run folder
 _FIELDS = ("id", "status", "error")  # a result line's own fields, not outputs
+SETTLED = ("ok", "failed", "skipped")  # a node's own record; else not run or stopped midway
 
 
 class DiffRun(BaseModel):
@@ -353,7 +354,7 @@ def diff(run_a: str | Path | RunResult, run_b: str | Path | RunResult) -> RunDif
             changed_nodes=differing[example],
         )
         if differing[example]:
-            node = differing[example][0]
+            node = _first(differing[example], once, example, a, b)
             where = ONCE_EXAMPLE if node in once else example
             got_a = a.values.get(where, {}).get(node)
             got_b = b.values.get(where, {}).get(node)
@@ -383,6 +384,18 @@ def diff(run_a: str | Path | RunResult, run_b: str | Path | RunResult) -> RunDif
         differences=differences,
         notes=notes,
     )
+
+
+def _first(nodes: list[str], once: set[str], example: str, a: _Side, b: _Side) -> str:
+    """The first differing node that both runs settled (ok, failed or skipped): a node one
+    run never ran or never finished is what an earlier failure left behind, not where the
+    runs part, so it is named only when no settled node differs."""
+    for node in nodes:
+        where = ONCE_EXAMPLE if node in once else example
+        sides = (a.values.get(where, {}).get(node), b.values.get(where, {}).get(node))
+        if all(v is not None and v.status in SETTLED for v in sides):
+            return node
+    return nodes[0]
 
 
 def _key(value: _Value | None) -> tuple[str, Any]:

@@ -11,11 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 import orchestrator as orc
 from orchestrator.analysis.diff import RunDiff, path_anchor
-from orchestrator.cli import app
 from orchestrator.providers.fake import FakeRequest
 
 N = 10
@@ -74,7 +72,7 @@ def responder(
     in `extract` (or in `steps`, which extract reads) moves the final score."""
 
     def respond(request: FakeRequest) -> Any:
-        text = request.messages[-1]["content"]
+        text = request.messages[0]["content"]
         row = text.split("<<")[-1].split(">>")[0]
         if text.startswith("STEPS"):
             return json.dumps({"steps": steps})
@@ -201,14 +199,44 @@ def test_an_id_that_needs_quoting_keeps_it_in_the_link() -> None:
     )
 
 
-def test_cli_table_and_json(runs: dict[str, Path]) -> None:
-    cli = CliRunner()
-    shown = cli.invoke(app, ["diff", str(runs["a"]), str(runs["planted"])])
-    assert shown.exit_code == 0, shown.output
-    assert "extract" in shown.output and "e04" in shown.output
-    dumped = cli.invoke(app, ["diff", str(runs["a"]), str(runs["planted"]), "--format", "json"])
-    assert dumped.exit_code == 0, dumped.output
-    parsed = RunDiff.model_validate_json(dumped.stdout)
-    assert {d.example for d in parsed.differences} == PLANTED
-    refused = cli.invoke(app, ["diff", str(runs["a"]), str(runs["a"] / "nowhere")])
-    assert refused.exit_code != 0
+def test_a_failed_node_differs_by_its_status(runs: dict[str, Path], tmp_path: Path) -> None:
+    def broken(request: FakeRequest) -> Any:
+        text = request.messages[0]["content"]
+        if text.startswith("JUDGE") and "<<t5>>" in text:
+            return "not JSON"  # the judge of e05 fails in this run
+        return responder()(request)
+
+    found = orc.diff(runs["a"], run(tmp_path / "broken", broken))
+    (only,) = found.differences
+    assert (only.example, only.node, only.status_a, only.status_b) == (
+        "e05",
+        "judge",
+        "ok",
+        "failed",
+    )
+    assert (only.node_status_a, only.node_status_b) == ("ok", "failed")
+    assert only.shown("b") == "(failed)" and only.shown("a") == json.dumps(only.value_a)
+    assert counts(found)["judge"] == (1, N)
+    # The failure stopped e05 before check gathered its items and before sample ran: those
+    # differ in the trace, but the runs part at the judge, the first node both settled.
+    assert only.changed_nodes == ["check", "sample", "judge"]
+
+
+def test_graphs_with_other_nodes_are_refused_naming_them(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    nodes = {k: v for k, v in SPEC["nodes"].items() if k != "sample"}
+    outputs = {k: v for k, v in SPEC["outputs"].items() if k != "samples"}
+    graph = orc.Graph.from_dict({**SPEC, "nodes": nodes, "outputs": outputs}, prompts=PROMPTS)
+    fake = orc.FakeTransport(responder(), models=["judge"])
+    orc.run(graph, ROWS, out=tmp_path / "fewer", transport=fake, model="judge", cache=False)
+    with pytest.raises(orc.ConfigurationError, match=r"different nodes.*only a has sample"):
+        orc.diff(runs["a"], tmp_path / "fewer")
+
+
+def test_a_run_held_in_memory_is_refused() -> None:
+    graph = orc.Graph.from_dict(SPEC, prompts=PROMPTS)
+    fake = orc.FakeTransport(responder(), models=["judge"])
+    held = orc.run(graph, ROWS[:2], transport=fake, model="judge", cache=False)
+    with pytest.raises(orc.ConfigurationError, match="held in memory"):
+        orc.diff(held, held)
