@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from orchestrator.analysis.diff import RunDiff
 from orchestrator.cli import app
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "analysis.md"
+
 
 def _planted(t: str) -> str:
     return f"k-{t}" if f"e0{t[1:]}" not in PLANTED else f"other-{t}!"
@@ -21,7 +23,7 @@ def _planted(t: str) -> str:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("diffcli")
-    return run(root / "a", responder()), run(root / "planted", responder(key=_planted))
+    return run(root / "a", responder()), run(root / "b", responder(key=_planted))
 
 
 def test_table_names_the_first_differing_node(pair: tuple[Path, Path]) -> None:
@@ -61,3 +63,12 @@ def test_refusals_are_one_line(pair: tuple[Path, Path], tmp_path: Path) -> None:
     assert missing.exit_code == 1 and "no results.jsonl" in missing.output
     bad = cli.invoke(app, ["diff", *map(str, pair), "--format", "yaml"])
     assert bad.exit_code == 1 and "--format must be table or json" in bad.output
+
+
+def test_the_docs_example_is_what_the_command_prints(pair: tuple[Path, Path]) -> None:
+    text = DOC.read_text(encoding="utf-8").split("## Where two runs part: diff", 1)[1]
+    block = text.split("$ orchestrator diff runs/a runs/b --top 2\n", 1)[1].split("```", 1)[0]
+    shown = CliRunner().invoke(app, ["diff", *map(str, pair), "--top", "2"])
+    assert shown.exit_code == 0, shown.output
+    printed = [line.rstrip() for line in shown.output.splitlines()]
+    assert printed == block.rstrip("\n").splitlines()
