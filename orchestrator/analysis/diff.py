@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from ..errors import ConfigurationError, GraphError
 from ..graph.once import ONCE_EXAMPLE
@@ -116,6 +116,7 @@ class RunDiff(BaseModel):
     differences: list[FirstDifference] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def identical(self) -> bool:
         """No node value and no final output differs on the shared examples."""
@@ -142,6 +143,7 @@ class _Side:
     values: dict[str, dict[str, _Value]]  # example id (or ONCE_EXAMPLE) → node → value
     order: list[str] | None  # from the snapshot graph; None when it cannot be read
     once: set[str]
+    note: str | None  # why `order` is None
 
 
 def path_anchor(example: str, node: str | None = None) -> str:
@@ -221,8 +223,6 @@ def _load(run: str | Path | RunResult, position: int) -> _Side:
     lines = {line.id: line for line in reader.latest_results()}
     manifest = reader.manifest
     order, once, note = _graph_order(reader)
-    if note:
-        log.info(note)
     info = DiffRun(
         label=folder.name or f"run{position + 1}",
         path=str(folder),
@@ -230,7 +230,7 @@ def _load(run: str | Path | RunResult, position: int) -> _Side:
         graph_hash=manifest.graph.get("hash"),
         examples=len(lines),
     )
-    return _Side(info, lines, _values(reader.node_runs()), order, once)
+    return _Side(info, lines, _values(reader.node_runs()), order, once, note)
 
 
 def _check(a: _Side, b: _Side, notes: list[str]) -> list[str]:
@@ -240,6 +240,7 @@ def _check(a: _Side, b: _Side, notes: list[str]) -> list[str]:
             f"runs of different graphs cannot be diffed: {a.info.label} runs {a.info.graph!r}, "
             f"{b.info.label} runs {b.info.graph!r}"
         )
+    notes += [side.note for side in (a, b) if side.note]
     order_a = a.order or _seen_order(a)
     order_b = b.order or _seen_order(b)
     if a.order is not None and b.order is not None and set(order_a) != set(order_b):
@@ -258,7 +259,11 @@ def _check(a: _Side, b: _Side, notes: list[str]) -> list[str]:
         )
     if a.info.label == b.info.label:
         a.info.label, b.info.label = a.info.path, b.info.path
-    return order_a + [n for n in order_b if n not in order_a]
+    # A graph's own order where either run kept its snapshot; the traces' order otherwise.
+    first, second = (
+        (order_a, order_b) if a.order is not None or b.order is None else (order_b, order_a)
+    )
+    return first + [n for n in second if n not in first]
 
 
 def _seen_order(side: _Side) -> list[str]:
@@ -372,6 +377,13 @@ def diff(run_a: str | Path | RunResult, run_b: str | Path | RunResult) -> RunDif
             f"{unexplained} examples changed their final output with no node value differing "
             "in the traces (a trace incomplete, or outputs computed after the nodes)"
         )
+    log.debug(
+        "diff %s → %s: %d shared examples, %d changed",
+        a.info.path,
+        b.info.path,
+        len(shared),
+        len(differences),
+    )
     return RunDiff(
         run_a=a.info,
         run_b=b.info,

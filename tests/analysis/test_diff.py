@@ -6,6 +6,7 @@ foreach items, n samples and once-nodes are compared too."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,18 @@ def test_a_run_held_in_memory_is_refused() -> None:
     held = orc.run(graph, ROWS[:2], transport=fake, model="judge", cache=False)
     with pytest.raises(orc.ConfigurationError, match="held in memory"):
         orc.diff(held, held)
+
+
+def test_without_a_snapshot_the_other_runs_graph_gives_the_order(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    # Tied nodes run in file order, so the trace's order alone could differ from the graph's.
+    copy = tmp_path / "old"
+    shutil.copytree(runs["planted"], copy)
+    shutil.rmtree(copy / "snapshot")
+    found = orc.diff(copy, runs["a"])
+    assert found.order == ["steps", "extract", "check", "sample", "judge"]
+    assert any("keeps no graph snapshot" in note for note in found.notes)
+    assert {d.example for d in found.differences} == PLANTED
+    assert all(d.node == "extract" for d in found.differences)
+    assert json.loads(found.model_dump_json())["identical"] is False
