@@ -200,13 +200,14 @@ def test_an_id_that_needs_quoting_keeps_it_in_the_link() -> None:
     )
 
 
-def test_a_failed_node_differs_by_its_status(runs: dict[str, Path], tmp_path: Path) -> None:
-    def broken(request: FakeRequest) -> Any:
-        text = request.messages[0]["content"]
-        if text.startswith("JUDGE") and "<<t5>>" in text:
-            return "not JSON"  # the judge of e05 fails in this run
-        return responder()(request)
+def broken(request: FakeRequest) -> Any:
+    text = request.messages[0]["content"]
+    if text.startswith("JUDGE") and "<<t5>>" in text:
+        return "not JSON"  # the judge of e05 fails in this run
+    return responder()(request)
 
+
+def test_a_failed_node_differs_by_its_status(runs: dict[str, Path], tmp_path: Path) -> None:
     found = orc.diff(runs["a"], run(tmp_path / "broken", broken))
     (only,) = found.differences
     assert (only.example, only.node, only.status_a, only.status_b) == (
@@ -256,3 +257,13 @@ def test_without_a_snapshot_the_other_runs_graph_gives_the_order(
     assert {d.example for d in found.differences} == PLANTED
     assert all(d.node == "extract" for d in found.differences)
     assert json.loads(found.model_dump_json())["identical"] is False
+
+
+def test_a_resumed_run_is_read_at_its_latest_values(runs: dict[str, Path], tmp_path: Path) -> None:
+    folder = run(tmp_path / "resumed", broken)
+    graph = orc.Graph.from_dict(SPEC, prompts=PROMPTS)
+    fake = orc.FakeTransport(responder(), models=["judge"])
+    orc.run(graph, ROWS, out=folder, transport=fake, model="judge", cache=False)  # resume
+    judged = [r for r in orc.RunReader(folder).node_runs("e05", "judge")]
+    assert [r.status for r in judged] == ["failed", "ok"]  # both kept in the trace
+    assert orc.diff(runs["a"], folder).identical
