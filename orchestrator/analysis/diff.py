@@ -73,16 +73,23 @@ class FirstDifference(BaseModel):
     parts_changed: int | None = None
     first_part: int | None = None
     changed_nodes: list[str] = Field(default_factory=list)  # every node that differs
+    # The differing nodes whose every input node agrees: where the runs part on their own
+    # (that node's prompt, model or settings, or the row's inputs), not by inheritance.
+    parted_at: list[str] = Field(default_factory=list)
     link_a: str | None = None
     link_b: str | None = None
 
     def where(self) -> str:
-        """The first differing node as a reader sees it: once-nodes and list parts noted."""
+        """The first differing node as a reader sees it: once-nodes, list parts and the other
+        nodes where the runs part on their own noted."""
         if self.node is None:
             return "(no node differs)"
         text = self.node + (" (once)" if self.once else "")
         if self.parts is not None:
             text += f" [{self.parts_changed} of {self.parts} differ]"
+        others = [n for n in self.parted_at if n != self.node]
+        if others:
+            text += f"; also parts at {', '.join(others)}"
         return text
 
     def shown(self, side: Literal["a", "b"], width: int = 60) -> str:
@@ -143,6 +150,7 @@ class _Side:
     values: dict[str, dict[str, _Value]]  # example id (or ONCE_EXAMPLE) → node → value
     order: list[str] | None  # from the snapshot graph; None when it cannot be read
     once: set[str]
+    deps: dict[str, set[str]]  # node → the nodes it reads (empty without the graph)
     note: str | None  # why `order` is None
 
 
@@ -165,22 +173,26 @@ def _folder(run: str | Path | RunResult, position: int) -> Path:
     return Path(folder)
 
 
-def _graph_order(reader: Any) -> tuple[list[str] | None, set[str], str | None]:
-    """The graph's nodes in run order and its once-nodes, from the run's snapshot; None with
-    a note when the snapshot is missing or no longer compiles."""
+_Shape = tuple[list[str] | None, set[str], dict[str, set[str]], str | None]
+
+
+def _graph_order(reader: Any) -> _Shape:
+    """The graph's nodes in run order, its once-nodes and what each node reads, from the
+    run's snapshot; no order, with a note, when the snapshot is missing or does not compile."""
     from ..kinds.graphs import compile_graph
 
     snapshot = reader.snapshot_graph
     if snapshot is None:
-        return None, set(), f"{reader.path} keeps no graph snapshot: node order from the trace"
+        return None, set(), {}, f"{reader.path} keeps no graph snapshot: node order from the trace"
     try:
         # Compiled without the user's functions: only the order is needed, no code runs.
         graph = compile_graph(snapshot, prompts_dir=reader.snapshot_prompts, functions=False)
     except (GraphError, OSError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return None, set(), f"{snapshot} does not compile ({first}): node order from the trace"
+        return None, set(), {}, f"{snapshot} does not compile ({first}): node order from the trace"
     once = {name for name in graph.order if graph.nodes[name].spec.once}
-    return list(graph.order), once, None
+    deps = {name: set(graph.nodes[name].deps) for name in graph.order}
+    return list(graph.order), once, deps, None
 
 
 def _values(records: Iterable[NodeRun]) -> dict[str, dict[str, _Value]]:
@@ -222,7 +234,7 @@ def _load(run: str | Path | RunResult, position: int) -> _Side:
         )
     lines = {line.id: line for line in reader.latest_results()}
     manifest = reader.manifest
-    order, once, note = _graph_order(reader)
+    order, once, deps, note = _graph_order(reader)
     info = DiffRun(
         label=folder.name or f"run{position + 1}",
         path=str(folder),
@@ -230,7 +242,7 @@ def _load(run: str | Path | RunResult, position: int) -> _Side:
         graph_hash=manifest.graph.get("hash"),
         examples=len(lines),
     )
-    return _Side(info, lines, _values(reader.node_runs()), order, once, note)
+    return _Side(info, lines, _values(reader.node_runs()), order, once, deps, note)
 
 
 def _check(a: _Side, b: _Side, notes: list[str]) -> list[str]:
@@ -307,6 +319,7 @@ def diff(run_a: str | Path | RunResult, run_b: str | Path | RunResult) -> RunDif
     notes: list[str] = []
     order = _check(a, b, notes)
     once = a.once | b.once
+    deps = a.deps or b.deps
     shared = [key for key in a.lines if key in b.lines]
     only_a = [key for key in a.lines if key not in b.lines]
     only_b = [key for key in b.lines if key not in a.lines]
@@ -357,6 +370,7 @@ def diff(run_a: str | Path | RunResult, run_b: str | Path | RunResult) -> RunDif
             status_a=la.status,
             status_b=lb.status,
             changed_nodes=differing[example],
+            parted_at=_parted(differing[example], deps, once, example, a, b),
         )
         if differing[example]:
             node = _first(differing[example], once, example, a, b)
@@ -398,16 +412,31 @@ def diff(run_a: str | Path | RunResult, run_b: str | Path | RunResult) -> RunDif
     )
 
 
+def _settled(node: str, once: set[str], example: str, a: _Side, b: _Side) -> bool:
+    """Both runs finished the node (ok, failed or skipped) for the example."""
+    where = ONCE_EXAMPLE if node in once else example
+    sides = (a.values.get(where, {}).get(node), b.values.get(where, {}).get(node))
+    return all(v is not None and v.status in SETTLED for v in sides)
+
+
 def _first(nodes: list[str], once: set[str], example: str, a: _Side, b: _Side) -> str:
-    """The first differing node that both runs settled (ok, failed or skipped): a node one
-    run never ran or never finished is what an earlier failure left behind, not where the
-    runs part, so it is named only when no settled node differs."""
-    for node in nodes:
-        where = ONCE_EXAMPLE if node in once else example
-        sides = (a.values.get(where, {}).get(node), b.values.get(where, {}).get(node))
-        if all(v is not None and v.status in SETTLED for v in sides):
-            return node
-    return nodes[0]
+    """The first differing node that both runs settled: a node one run never ran or never
+    finished is what an earlier failure left behind, not where the runs part, so it is named
+    only when no settled node differs."""
+    return next((n for n in nodes if _settled(n, once, example, a, b)), nodes[0])
+
+
+def _parted(
+    nodes: list[str], deps: dict[str, set[str]], once: set[str], example: str, a: _Side, b: _Side
+) -> list[str]:
+    """The settled differing nodes none of whose input nodes differ (empty without the
+    graph, which alone says what a node reads)."""
+    if not deps:
+        return []
+    differ = set(nodes)
+    return [
+        n for n in nodes if not deps.get(n, set()) & differ and _settled(n, once, example, a, b)
+    ]
 
 
 def _key(value: _Value | None) -> tuple[str, Any]:

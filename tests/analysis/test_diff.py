@@ -115,6 +115,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             root / "sample", responder(samples=lambda t: [1, 5, 3] if t == "t3" else [1, 2, 3])
         ),
         "once": run(root / "once", responder(steps="S3")),
+        "two": run(
+            root / "two",
+            responder(key=_planted_key, samples=lambda t: [9, 9, 9] if t == "t1" else [1, 2, 3]),
+        ),
     }
 
 
@@ -149,6 +153,7 @@ def test_a_planted_upstream_change_is_the_first_difference(runs: dict[str, Path]
     first = next(d for d in found.differences if d.example == "e04")
     assert first.value_a == {"key": "k-t4"} and first.value_b == {"key": "other-t4!"}
     assert first.changed_nodes == ["extract", "judge"]
+    assert first.parted_at == ["extract"]  # judge differs only by what it read
     assert first.outputs_a["score"] != first.outputs_b["score"]
     assert first.link_a == f"{runs['a'] / 'report.html'}#example=e04&node=extract"
     assert first.link_b == f"{runs['planted'] / 'report.html'}#example=e04&node=extract"
@@ -267,3 +272,14 @@ def test_a_resumed_run_is_read_at_its_latest_values(runs: dict[str, Path], tmp_p
     judged = [r for r in orc.RunReader(folder).node_runs("e05", "judge")]
     assert [r.status for r in judged] == ["failed", "ok"]  # both kept in the trace
     assert orc.diff(runs["a"], folder).identical
+
+
+def test_two_independent_changes_are_both_where_the_runs_part(runs: dict[str, Path]) -> None:
+    found = orc.diff(runs["a"], runs["two"])
+    e01 = next(d for d in found.differences if d.example == "e01")
+    assert e01.node == "extract" and e01.changed_nodes == ["extract", "sample", "judge"]
+    assert e01.parted_at == ["extract", "sample"]
+    assert e01.where() == "extract; also parts at sample"
+    # A changed once-node is where every example parts; the nodes reading it inherit it.
+    once = orc.diff(runs["a"], runs["once"])
+    assert all(d.parted_at == ["steps"] for d in once.differences)
