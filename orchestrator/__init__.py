@@ -23,6 +23,7 @@ _EXPORTS = {
     "load_graph": ".api.run",
     "run": ".api.run",
     "compare": ".analysis.compare",
+    "diff": ".api.diff",
     "export": ".analysis.export",
     "node_runs_frame": ".analysis.export",
     "ratings_across_runs": ".analysis.ratings",
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
     from .analysis.export import export, node_runs_frame
     from .analysis.groups import summarize
     from .analysis.ratings import ratings_across_runs
+    from .api.diff import diff
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .calls.retry import RetryPolicy
     from .compute.registry import register
@@ -144,6 +146,7 @@ __all__ = [
     "arun",
     "compare",
     "compile_graph",
+    "diff",
     "execute",
     "export",
     "graph_from_dict",

@@ -640,9 +640,17 @@
   }
 
   function route() {
-    const m = /^#example=(.*)$/.exec(location.hash);
-    if (m) showExample(decodeURIComponent(m[1]));
-    else showList();
+    // #example=ID opens an example; &node=NAME (orchestrator diff's links) also brings that
+    // node's card into view. The id is quoted, so a '&' in it never reads as the separator.
+    const m = /^#example=([^&]*)(?:&node=(.*))?$/.exec(location.hash);
+    if (!m) { showList(); return; }
+    const node = m[2] === undefined ? null : decodeURIComponent(m[2]);
+    showExample(decodeURIComponent(m[1])).then(() => {
+      const card = node === null ? null : document.getElementById('node-' + node);
+      if (!card) return;
+      card.classList.add('target');
+      card.scrollIntoView({ block: 'start' });
+    });
   }
 
   wireTable();

@@ -1,7 +1,8 @@
 """The comparison page: one self-contained HTML file of a `compare` result. It holds the
-compare table, and per output the paired differences with their intervals, a scatter of
-run a against run b per example, and the examples that moved most, each linked to its
-decision path in both runs' reports (built beside the runs when missing)."""
+compare table, where each two runs part node by node (`diff`: the first differing node of
+every changed example), and per output the paired differences with their intervals, a
+scatter of run a against run b per example, and the examples that moved most, each linked
+to its decision path in both runs' reports (built beside the runs when missing)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from urllib.parse import quote
 from .. import __version__
 from ..analysis.comparison import Comparison, OutputComparison
 from ..analysis.comparison import format_number as number
+from ..analysis.diff import RunDiff, diff
 from ..analysis.examples import ExampleShift, PairExamples, paired_examples
-from ..errors import ReadOnlyRunFolder
+from ..errors import OrchestratorError, ReadOnlyRunFolder
 from .build import REPORT, asset, build_report
 from .compare_tables import (
     agreement_tables,
+    diff_examples_table,
+    diff_nodes_table,
     differences_table,
     group_differences_table,
     runs_table,
@@ -73,6 +77,11 @@ def _anchor(output: int, pair: int, example: str) -> str:
     return f"o{output}-p{pair}-{_quote(example).replace('%', '_')}"
 
 
+def _folded(table: str, count: int) -> str:
+    """Rows past the first few, folded away under a line that says how many."""
+    return f"<details><summary>the other {count} examples</summary>{table}</details>"
+
+
 def _moved(
     shifts: PairExamples, k: int, n: int, reports: dict[str, str], top: int
 ) -> tuple[str, set[str]]:
@@ -98,8 +107,9 @@ def _moved(
     head = html_table(columns, [row(s) for s in listed[:top]], "data moved")
     rest = ""
     if len(listed) > top:
-        more = html_table(columns, [row(s) for s in listed[top:]], "data moved")
-        rest = f"<details><summary>the other {len(listed) - top} examples</summary>{more}</details>"
+        rest = _folded(
+            html_table(columns, [row(s) for s in listed[top:]], "data moved"), len(listed) - top
+        )
     if len(shifts.examples) > MAX_LISTED:
         rest += (
             f'<p class="muted">{len(shifts.examples) - MAX_LISTED} examples that moved least are '
@@ -187,11 +197,78 @@ def _output_section(
     )
 
 
-def render_compare_page(
-    result: Comparison, shifts: list[PairExamples], reports: dict[str, str], top: int = TOP
+def run_diffs(result: Comparison) -> tuple[list[RunDiff], list[str]]:
+    """Each two runs' `diff`, for runs read from folders; a pair that cannot be diffed (a
+    folder without its trace) is a note instead, since the comparison stands without it."""
+    found: list[RunDiff] = []
+    notes: list[str] = []
+    folders = [run for run in result.runs if run.path is not None]
+    for i, run_a in enumerate(folders):
+        for run_b in folders[i + 1 :]:
+            assert run_a.path is not None and run_b.path is not None
+            try:
+                found.append(diff(run_a.path, run_b.path))
+            except OrchestratorError as exc:
+                notes.append(f"{run_a.label} → {run_b.label} cannot be diffed node by node: {exc}")
+    return found, notes
+
+
+def _diff_section(
+    diffs: list[RunDiff], notes: list[str], result: Comparison, reports: dict[str, str], top: int
 ) -> str:
-    """The page's HTML: compare table, agreement, then one section per output."""
+    """Where each two runs part: per node how many examples changed, and each changed
+    example's first differing node with both values, linked to that node in both reports."""
+    if not diffs and not notes:
+        return ""
+    labels = {run.path: run.label for run in result.runs if run.path is not None}
+    parts = []
+    for found in diffs:
+        pair = (
+            labels.get(found.run_a.path, found.run_a.label),
+            labels.get(found.run_b.path, found.run_b.label),
+        )
+        links = (reports.get(pair[0]), reports.get(pair[1]))
+        listed = found.differences[:MAX_LISTED]
+        body = diff_examples_table(listed[:top], pair, links) if listed else ""
+        if len(listed) > top:
+            body += _folded(diff_examples_table(listed[top:], pair, links), len(listed) - top)
+        if len(found.differences) > MAX_LISTED:
+            body += (
+                f'<p class="muted">{len(found.differences) - MAX_LISTED} more changed examples '
+                "are not listed; `orchestrator diff --format json` has them all.</p>"
+            )
+        summary = (
+            f"{found.shared} examples in both runs, {found.changed} with a changed final output"
+            + ("; no node value differs." if found.identical else ".")
+        )
+        extra = "".join(f'<p class="note">{escape(n)}</p>' for n in found.notes)
+        parts.append(
+            f'<div class="diff-pair" data-diff="{escape(pair[0])} → {escape(pair[1])}">'
+            f"<h3>{escape(pair[0])} → {escape(pair[1])}</h3><p>{escape(summary)}</p>{extra}"
+            f"{diff_nodes_table(found)}{body}</div>"
+        )
+    parts += [f'<p class="note">{escape(n)}</p>' for n in notes]
+    return (
+        '<section class="panel" id="diff"><h2>Where the runs part</h2>'
+        '<p class="muted small">Node values from the traces, in graph order; for each example '
+        "whose final output changed, the first node whose value differs.</p>"
+        + "".join(parts)
+        + "</section>"
+    )
+
+
+def render_compare_page(
+    result: Comparison,
+    shifts: list[PairExamples],
+    reports: dict[str, str],
+    top: int = TOP,
+    diffs: list[RunDiff] | None = None,
+    diff_notes: list[str] | None = None,
+) -> str:
+    """The page's HTML: compare table, agreement, where the runs part (`diffs`), then one
+    section per output."""
     title = " vs ".join(run.label for run in result.runs)
+    parted = _diff_section(diffs or [], diff_notes or [], result, reports, top)
     anchors = {found.output: f"output-{k}" for k, found in enumerate(result.outputs)}
     sections = [
         _output_section(
@@ -219,6 +296,7 @@ def render_compare_page(
         f"{group_differences_table(result)}"
         f'<p class="muted small">{escape(result.method_note())}</p>'
         f"{agreement_tables(result)}</section>"
+        + parted
         + "".join(sections)
         + f'</main><footer class="muted small">{escape(footer)}</footer></body></html>'
     )
@@ -234,12 +312,14 @@ def write_compare_page(
 
     The runs' own report.html files are built when missing, so each example links to its
     decision path in both runs; `build_reports=False` links only to reports that exist.
+    Each two run folders are also diffed node by node (`orc.diff`) for the page.
     """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     shifts = paired_examples(result)
     reports = _reports(result, out.parent, build_reports)
-    html = render_compare_page(result, shifts, reports, top)
+    diffs, diff_notes = run_diffs(result)
+    html = render_compare_page(result, shifts, reports, top, diffs, diff_notes)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, out)

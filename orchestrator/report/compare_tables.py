@@ -1,8 +1,10 @@
 """The comparison page's tables, from the `Comparison` record: the runs, every output's
-paired differences (the columns `orchestrator compare` prints), and the judges' agreement."""
+paired differences (the columns `orchestrator compare` prints), the judges' agreement, and
+where two runs part node by node (`RunDiff`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 
 from ..analysis.cells import (
@@ -14,6 +16,7 @@ from ..analysis.cells import (
     pair_label,
 )
 from ..analysis.comparison import DIFFERENCE_COLUMNS, Comparison
+from ..analysis.diff import FirstDifference, RunDiff, path_anchor
 from .render import html_table
 
 
@@ -93,3 +96,47 @@ def agreement_tables(result: Comparison) -> str:
             escaped = [[escape(cell) for cell in row] for row in rows]
             parts.append(f"<h3>{title}</h3>" + html_table(columns, escaped))
     return "".join(parts)
+
+
+def diff_nodes_table(found: RunDiff) -> str:
+    """Per node in graph order: on how many examples its value changed, of how many."""
+    rows = [
+        [
+            f'<span class="mono">{escape(node.node)}</span>'
+            + (' <span class="muted">(once per run)</span>' if node.once else ""),
+            f"<b>{node.changed}</b>" if node.changed else "0",
+            str(node.compared),
+        ]
+        for node in found.nodes
+    ]
+    return html_table(["node", "changed", "compared"], rows, "data diff-nodes")
+
+
+def diff_examples_table(
+    changes: Sequence[FirstDifference],
+    labels: tuple[str, str],
+    links: tuple[str | None, str | None],
+) -> str:
+    """Each changed example's first differing node, both values, and links that open that
+    node in both runs' reports (plain text where a run has no report)."""
+    rows = []
+    for change in changes:
+        paths = []
+        for label, report in zip(labels, links, strict=True):
+            text = escape(f"in {label}")
+            if report is None:
+                paths.append(f'<span class="muted">{text}</span>')
+            else:
+                href = f"{report}#{path_anchor(change.example, change.node)}"
+                paths.append(f'<a class="diff-link" href="{escape(href)}">{text}</a>')
+        rows.append(
+            [
+                f'<span class="mono">{escape(change.example)}</span>',
+                f'<span class="mono">{escape(change.where())}</span>',
+                f'<span class="mono">{escape(change.shown("a"))}</span>',
+                f'<span class="mono">{escape(change.shown("b"))}</span>',
+                " · ".join(paths),
+            ]
+        )
+    columns = ["example", "first differing node", labels[0], labels[1], "decision paths"]
+    return html_table(columns, rows, "data diff-examples")
