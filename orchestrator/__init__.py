@@ -22,6 +22,10 @@ _EXPORTS = {
     "graph_from_dict": ".api.run",
     "load_graph": ".api.run",
     "run": ".api.run",
+    "aretest": ".api.retest",
+    "retest": ".api.retest",
+    "Retest": ".analysis.card.stability",
+    "Stability": ".analysis.card.stability",
     "compare": ".analysis.compare",
     "export": ".analysis.export",
     "node_runs_frame": ".analysis.export",
@@ -65,9 +69,11 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from .analysis.card.stability import Retest, Stability
     from .analysis.compare import compare
     from .analysis.export import export, node_runs_frame
     from .analysis.ratings import ratings_across_runs
+    from .api.retest import aretest, retest
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .calls.retry import RetryPolicy
     from .compute.registry import register
@@ -124,6 +130,7 @@ __all__ = [
     "OrchestratorError",
     "ReadOnlyRunFolder",
     "ResultLine",
+    "Retest",
     "RetryPolicy",
     "RowSource",
     "RunConfig",
@@ -135,12 +142,14 @@ __all__ = [
     "RunStore",
     "ServerGone",
     "ServerUnavailable",
+    "Stability",
     "StorageError",
     "Summary",
     "Transport",
     "WorkerFailed",
     "WorkerLost",
     "__version__",
+    "aretest",
     "arun",
     "compare",
     "compile_graph",
@@ -152,6 +161,7 @@ __all__ = [
     "ratings_across_runs",
     "register",
     "register_kind",
+    "retest",
     "run",
     "summarize",
 ]
