@@ -108,6 +108,8 @@ def test_a_steady_judge_has_alpha_one_no_flips_and_a_repeat_costs_nothing(finish
     assert [(o.output, o.rows, o.flip_rate) for o in found.outputs] == [("score", 12, 0.0)]
     assert len(found.rows) == 12 and len(set(found.rows)) == 12
     assert found.folder == finished / "retest-k3-n12"
+    shown = json.loads(json.dumps(found.as_dict()))
+    assert shown["folder"] == str(found.folder) and shown["stability"][0]["alpha_ci"] == [1, 1]
 
     again = orc.FakeTransport(steady)
     assert orc.retest(finished, k=3, rows=12, transport=again) == found
@@ -299,3 +301,44 @@ def test_what_a_retest_refuses(finished: Path) -> None:
     with pytest.raises(orc.ConfigurationError, match="server judge: fake-model → other-weights"):
         orc.retest(finished, k=2, rows=3, transport=other)
     assert transport.node_requests == []
+
+
+def test_a_node_of_several_samples_takes_a_fresh_block_of_indices_per_repeat(
+    tmp_path: Path,
+) -> None:
+    graph = write_graph(
+        tmp_path,
+        {
+            "name": "samples",
+            "inputs": ["text"],
+            "defaults": {"temperature": 0.8, "n": 2},
+            "nodes": {
+                "judge": {
+                    "kind": "llm",
+                    "prompt": "judge.jinja",
+                    "output": {"score": {"type": "integer", "min": 1, "max": 10}},
+                }
+            },
+            "outputs": {"scores": "judge | map(attribute='score') | list"},
+        },
+        {"judge.jinja": "Rate: {{ text }}"},
+    )
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": f"r{i}", "text": f"t{i}"} for i in range(8)])
+    orc.run(
+        graph,
+        data,
+        out=tmp_path / "run",
+        transport=orc.FakeTransport(steady),
+        cache=tmp_path / "c.sqlite",
+    )
+    transport = orc.FakeTransport(steady)
+    found = orc.retest(tmp_path / "run", k=3, rows=5, transport=transport)
+    assert len(transport.node_requests) == 3 * 5  # both samples in one request (n = 2)
+    assert {r.params["n"] for r in transport.node_requests} == {2}
+    for repeat in (1, 2, 3):
+        folder = found.folder / f"repeat-{repeat}"
+        assert {r["request"]["first_sample"] for r in trace_records(folder / "traces.sqlite")} == {
+            2 * repeat
+        }
+    (only,) = found.stability
+    assert (only.rows, only.flip_rate, only.alpha) == (5, 0.0, pytest.approx(1.0))

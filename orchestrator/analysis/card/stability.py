@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -79,6 +79,12 @@ class Retest:
     nodes: tuple[str, ...]  # the nodes re-asked
     stability: tuple[Stability, ...]
     outputs: tuple[OutputFlips, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record in JSON-ready values (paths as text), as `--format json` prints it."""
+        found = asdict(self)
+        found["run"], found["folder"] = str(self.run), str(self.folder)
+        return found
 
 
 def field_level(spec: FieldSpec) -> Level | None:
