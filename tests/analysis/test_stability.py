@@ -342,3 +342,13 @@ def test_a_node_of_several_samples_takes_a_fresh_block_of_indices_per_repeat(
         }
     (only,) = found.stability
     assert (only.rows, only.flip_rate, only.alpha) == (5, 0.0, pytest.approx(1.0))
+
+
+def test_alpha_is_undefined_where_nothing_varies_or_nothing_was_answered_twice() -> None:
+    boot = Bootstrap(resamples=50)
+    alike = [{("a", -1): [{"v": "x"}], ("b", -1): [{"v": "x"}]} for _ in range(2)]
+    same = stability_of("j", "v", "nominal", alike, model=None, inputs_held=True, boot=boot)
+    assert (same.rows, same.alpha, same.alpha_ci, same.flip_rate) == (2, None, None, 0.0)
+    once = [{("a", -1): [{"v": 3}]}, {}]
+    lone = stability_of("j", "v", "interval", once, model=None, inputs_held=True, boot=boot)
+    assert (lone.rows, lone.alpha, lone.flip_rate) == (0, None, None)

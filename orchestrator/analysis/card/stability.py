@@ -122,18 +122,28 @@ class NodeAnswers:
     model: str | None
 
 
-def node_answers(folder: Path, node: str) -> NodeAnswers:
-    """`node`'s answers as the trace of the run in `folder` holds them."""
+def node_answers(folder: Path, node: str, examples: Iterable[str] | None = None) -> NodeAnswers:
+    """`node`'s answers as the trace of the run in `folder` holds them: of every example, or
+    of `examples` only (a retest's rows out of a run of many)."""
     values: dict[Unit, list[Any]] = {}
     prompts: dict[Unit, Any] = {}
     model = None
-    for run in RunReader(folder).node_runs(node=node):
-        if run.status != "ok" or run.value is None:
-            continue
-        model = run.model or model
-        unit = (run.example_id, run.item)
-        values[unit] = run.value if isinstance(run.value, list) else [run.value]
-        prompts[unit] = run.messages
+    reader = RunReader(folder)
+    if not reader.has_trace:
+        return NodeAnswers(values, prompts, model)
+    with reader.trace() as trace:
+        runs = (
+            trace.node_runs(None, node)
+            if examples is None
+            else (run for example in examples for run in trace.node_runs(example, node))
+        )
+        for run in runs:
+            if run.status != "ok" or run.value is None:
+                continue
+            model = run.model or model
+            unit = (run.example_id, run.item)
+            values[unit] = run.value if isinstance(run.value, list) else [run.value]
+            prompts[unit] = run.messages
     return NodeAnswers(values, prompts, model)
 
 
@@ -175,7 +185,7 @@ def ratings_matrix(
         matrix = [[code(v, table) for v in row] for row in raw]
     else:
         matrix = [[math.nan if v is None else float(v) for v in row] for row in raw]
-    return list(units), np.asarray(matrix, dtype=float).reshape(len(units), -1)
+    return list(units), np.asarray(matrix, dtype=float).reshape(len(units), len(repeats) * width)
 
 
 def flips(matrix: np.ndarray) -> tuple[int, int]:
@@ -301,7 +311,8 @@ def measure(
         if not fields:
             continue
         answers = [node_answers(folder, node) for folder in folders]
-        held = asked_alike(node_answers(original, node), answers)
+        examples = {example for a in answers for example, _ in a.values}
+        held = asked_alike(node_answers(original, node, sorted(examples)), answers)
         repeats = [a.values for a in answers]
         model = next((a.model for a in answers if a.model is not None), None)
         for name, level in fields.items():
