@@ -6,9 +6,10 @@ repeat a run folder of its own under fresh sample indices. This module reads tho
 folders back and measures, per LLM node and per judged field of its output:
 
 - Krippendorff's α over the repeats (each repeat a rater, each row a unit; nominal for
-  booleans and enum strings, interval for numbers), with a percentile bootstrap interval
-  over rows (analysis/metaeval_stats);
-- the flip rate: the share of rows whose value is not the same in every repeat.
+  booleans and enum strings, interval for numbers; `metaeval_stats.alpha`), with a
+  percentile bootstrap interval over rows computed for all resamples at once;
+- the flip rate: the share of rows whose value is not the same in every repeat (with n > 1
+  samples a node's every sample counts as a rating, for both).
 
 Free-text string fields (a `reason`) are left out: their wording differs on every sample,
 which says nothing about the verdict. The graph's final outputs get a flip rate too.
