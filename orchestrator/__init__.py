@@ -22,6 +22,10 @@ _EXPORTS = {
     "graph_from_dict": ".api.run",
     "load_graph": ".api.run",
     "run": ".api.run",
+    "aretest": ".api.retest",
+    "retest": ".api.retest",
+    "Retest": ".analysis.card.stability",
+    "Stability": ".analysis.card.stability",
     "compare": ".analysis.compare",
     "diff": ".api.diff",
     "export": ".analysis.export",
@@ -66,11 +70,13 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from .analysis.card.stability import Retest, Stability
     from .analysis.compare import compare
     from .analysis.export import export, node_runs_frame
     from .analysis.groups import summarize
     from .analysis.ratings import ratings_across_runs
     from .api.diff import diff
+    from .api.retest import aretest, retest
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .calls.retry import RetryPolicy
     from .compute.registry import register
@@ -126,6 +132,7 @@ __all__ = [
     "OrchestratorError",
     "ReadOnlyRunFolder",
     "ResultLine",
+    "Retest",
     "RetryPolicy",
     "RowSource",
     "RunConfig",
@@ -137,12 +144,14 @@ __all__ = [
     "RunStore",
     "ServerGone",
     "ServerUnavailable",
+    "Stability",
     "StorageError",
     "Summary",
     "Transport",
     "WorkerFailed",
     "WorkerLost",
     "__version__",
+    "aretest",
     "arun",
     "compare",
     "compile_graph",
@@ -155,6 +164,7 @@ __all__ = [
     "ratings_across_runs",
     "register",
     "register_kind",
+    "retest",
     "run",
     "summarize",
 ]

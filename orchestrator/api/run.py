@@ -38,7 +38,7 @@ from ..providers.base import Transport
 from ..providers.fake import FAKE_BASE_URL
 from ..providers.registry import make_provider
 from ..scale import Executor, Workers, parse_workers
-from ..session.plan import make_plan
+from ..session.plan import Resample, make_plan
 from ..session.session import run_session
 from ..store.folder import RunFolder
 from ..store.protocol import MemoryStore, RunStore
@@ -186,6 +186,7 @@ async def arun(
     affinity: bool = True,
     trust: bool = False,
     allow_servers: list[str] | tuple[str, ...] = (),
+    resample: Resample | None = None,
 ) -> RunResult:
     """Run `graph` over `data` (a path, list of dicts, pandas/polars DataFrame or Hugging
     Face Dataset). With `out`, results go to a resumable run folder; without, they stay
@@ -206,6 +207,7 @@ async def arun(
     A node's own `base_url` is refused unless listed in `allow_servers` (or given by you in
     `params`); `trust=True` (or a graph loaded with it) trusts the graph's servers, modules
     and prompts folder (docs/RELIABILITY.md, threat model).
+    `resample` re-asks nodes under fresh sample indices (what `orc.retest` runs with).
     What it raises on purpose is an `OrchestratorError` (the tree: orchestrator/errors.py):
     a disk that fails a file of `out` is a `StorageError` naming the file, never OSError."""
     compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph, trust=trust)
@@ -242,6 +244,7 @@ async def arun(
         affinity=affinity,
         trust_servers=trust or compiled.trusted,
         allow_servers=tuple(allow_servers),
+        resample=resample,
     )
     if executor == "ray":
         from ..scale.onray import import_ray

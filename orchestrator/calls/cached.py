@@ -40,12 +40,18 @@ class CachedCaller:
         messages: list[dict[str, Any]],
         model: type[BaseModel],
         sampling: Sampling,
+        *,
+        first_sample: int = 0,
     ) -> CallResult:
-        """n validated samples for one rendered prompt, each from the cache when it has it."""
+        """n validated samples for one rendered prompt, each from the cache when it has it.
+        Sample i is cached under index `first_sample` + i: a retest's repeat starts past
+        the run's own samples, so the cache does not answer it with them."""
         ask = self.inner.prepare(ep, messages, model, sampling)
         n = ask.n
         keys = [
-            cache_key(ep.model, ask.messages, ask.params, ask.schema, i, server=ep.identity)
+            cache_key(
+                ep.model, ask.messages, ask.params, ask.schema, first_sample + i, server=ep.identity
+            )
             for i in range(n)
         ]
         flight = tuple(keys)

@@ -8,8 +8,8 @@ Every try is kept as an `Attempt` so the trace shows exactly how a value was obt
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -31,9 +31,19 @@ from .sender import Sender
 from .structured import CallResult, StructuredCaller
 from .tuner import Concurrency
 
-CallFn = Callable[
-    [Endpoint, list[dict[str, Any]], type[BaseModel], Sampling], Awaitable[CallResult]
-]
+
+class CallFn(Protocol):
+    """A node call: n validated samples of one prompt, from sample index `first_sample`."""
+
+    def __call__(
+        self,
+        ep: Endpoint,
+        messages: list[dict[str, Any]],
+        model: type[BaseModel],
+        sampling: Sampling,
+        *,
+        first_sample: int = 0,
+    ) -> Awaitable[CallResult]: ...
 
 
 class LLMClient:
@@ -174,7 +184,7 @@ class LLMClient:
 
     @property
     def call(self) -> CallFn:
-        """`call(ep, messages, model, sampling)`: n validated samples for one rendered
-        prompt; LLMCallError when the budget runs out. The caller's own method, so a node
-        call awaits no extra layer here."""
+        """`call(ep, messages, model, sampling, first_sample=0)`: n validated samples for
+        one rendered prompt; LLMCallError when the budget runs out. The caller's own
+        method, so a node call awaits no extra layer here."""
         return self._caller.call

@@ -121,8 +121,12 @@ class StructuredCaller:
         messages: list[dict[str, Any]],
         model: type[BaseModel],
         sampling: Sampling,
+        *,
+        first_sample: int = 0,
     ) -> CallResult:
-        """n validated samples for one rendered prompt."""
+        """n validated samples for one rendered prompt. Without a cache every call is asked
+        afresh, so `first_sample` (which only names the replies in the cache) changes
+        nothing here."""
         ask = self.prepare(ep, messages, model, sampling)
         result = CallResult([{}] * ask.n, [""] * ask.n, [], cached=False)
         values: list[dict[str, Any] | None] = [None] * ask.n

@@ -95,10 +95,43 @@ class ScalePlan:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Resample:
+    """A retest's re-asks (`orc.retest`): `nodes` (empty: every LLM node) are asked again
+    under fresh sample indices — repeat `repeat` of a node of n samples takes indices
+    repeat·n … repeat·n + n − 1 — so the cache, keyed by sample index, holds each repeat
+    apart from the run's own replies (indices 0 … n − 1) and from the other repeats.
+    `temperature`, when given, replaces those nodes' own."""
+
+    repeat: int
+    nodes: tuple[str, ...] = ()
+    temperature: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.repeat < 1:
+            raise ValueError(f"a retest repeat is numbered from 1, not {self.repeat}")
+
+    def covers(self, node: str) -> bool:
+        """Whether `node` is one of the nodes re-asked."""
+        return not self.nodes or node in self.nodes
+
+    def first_sample(self, node: str, n: int) -> int:
+        """The sample index `node`'s call of n samples starts at (0: the run's own)."""
+        return self.repeat * n if self.covers(node) else 0
+
+    def describe(self) -> dict[str, Any]:
+        """As the manifest and the run key show it."""
+        return {
+            "repeat": self.repeat,
+            "nodes": list(self.nodes) or "every llm node",
+            "temperature": self.temperature,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunPlan:
-    """Everything a run is, decided before the store or a server is touched. `params` and
-    `servers.model`, `.base_url`, `.server_id` and `calls.structured` shape replies and
-    are part of the run key; the rest only say how the run goes."""
+    """Everything a run is, decided before the store or a server is touched. `params`,
+    `resample` and `servers.model`, `.base_url`, `.server_id` and `calls.structured` shape
+    replies and are part of the run key; the rest only say how the run goes."""
 
     servers: ServerPlan
     calls: CallPolicy = field(default_factory=CallPolicy)
@@ -108,3 +141,6 @@ class RunPlan:
     params: dict[str, Any] = field(default_factory=dict)
     limit: int | None = None  # the first N rows only
     overwrite: bool = False  # start the run folder afresh
+    # A retest's re-asks under fresh sample indices (None: an ordinary run). It shapes
+    # replies, so it is part of the run key.
+    resample: Resample | None = None

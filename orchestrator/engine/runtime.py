@@ -43,7 +43,7 @@ class ProcessRuntime:
             trace,
             dict(endpoints),
             self.stats,
-            EngineOptions(params=self.plan.params, window=window),
+            EngineOptions(params=self.plan.params, window=window, resample=self.plan.resample),
         )
 
     async def close(self) -> None:

@@ -24,6 +24,7 @@ from ..kinds.base import RunServices, evaluate
 from ..store.flight import CURRENT as CURRENT_FLIGHT
 from ..store.records import Counts, ResultLine
 from ..store.trace import WHOLE, NodeRecord, TraceRecorder
+from .plan import Resample
 
 # Where each example's line goes as it ends: the run store (`RunStore.write_result`), or a
 # worker's report; the record is encoded to bytes once, by whoever writes it.
@@ -34,6 +35,7 @@ ResultSink = Callable[[ResultLine], None]
 class EngineOptions:
     params: dict[str, Any] = field(default_factory=dict)
     window: int = 128  # examples in flight at once; bounded so memory does not grow
+    resample: Resample | None = None  # a retest's re-asks (fresh sample indices)
 
 
 def engine_window(in_flight: int) -> int:
@@ -98,7 +100,9 @@ class Engine:
         }
         self.runtime = Runtime(client, endpoints, self.run_info)
         # What node kinds execute with; the engine itself never looks inside a node.
-        self.services = RunServices(client, trace, endpoints, self.runtime)
+        self.services = RunServices(
+            client, trace, endpoints, self.runtime, resample=options.resample
+        )
         self._rows_order = row_order(graph)
         self._chain = _is_chain(graph, self._rows_order)
         # The once-nodes' values, every row's to read; None until they have run (or were

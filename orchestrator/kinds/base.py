@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..calls.registry import Endpoint
     from ..calls.runtime import Runtime
     from ..compute import ComputeFunction
+    from ..engine.plan import Resample
     from ..graph.checks import NodeScope
     from ..graph.compiled import CompiledNode
     from ..graph.spec import FieldSpec, GraphSpec
@@ -58,6 +59,7 @@ class RunServices:
     endpoints: dict[str, Endpoint]  # node name -> the endpoint it talks to
     runtime: Runtime
     memo: dict[Any, Any] = field(default_factory=dict)  # per-run caches of kinds
+    resample: Resample | None = None  # a retest's re-asks: fresh sample indices per node
 
 
 class NodeKind(ABC, Generic[SpecT, NodeT]):

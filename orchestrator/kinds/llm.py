@@ -129,6 +129,12 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
         messages = _messages(cn, ctx)
         model = _schema_for(cn, ctx, run.memo)
         sampling = _sampling_for(cn, ctx)
+        first_sample = 0
+        resample = run.resample
+        if resample is not None and resample.covers(cn.name):
+            if resample.temperature is not None:
+                sampling = sampling.model_copy(update={"temperature": resample.temperature})
+            first_sample = resample.first_sample(cn.name, int(sampling.n or 1))
         ep = run.endpoints[cn.name]
         rec = NodeRecord(
             example_id=example,
@@ -137,12 +143,12 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
             messages=messages,
             model=ep.model,
             endpoint=ep.base_url,
-            request=_request(sampling, ep.structured),
+            request=_request(sampling, ep.structured, first_sample),
             schema=json_schema(model),
         )
         started = time.perf_counter()
         try:
-            result = await run.client.call(ep, messages, model, sampling)
+            result = await run.client.call(ep, messages, model, sampling, first_sample=first_sample)
         except LLMCallError as exc:
             rec.attempts = exc.attempts
             rec.error = str(exc)
@@ -245,14 +251,17 @@ def _check_samples(cn: CompiledLLM, scope: NodeScope) -> None:
             log.warning("%s", Problem(scope.ck.file, warning, cn.name, "n"))
 
 
-def _request(sampling: Sampling, structured: str) -> dict[str, Any]:
-    """What the trace records of how the call was asked (min_samples only when set)."""
+def _request(sampling: Sampling, structured: str, first_sample: int = 0) -> dict[str, Any]:
+    """What the trace records of how the call was asked (min_samples and a retest's first
+    sample index only when set)."""
     request: dict[str, Any] = {
         "params": {**request_params(sampling), "n": sampling.n or 1},
         "structured": structured,
     }
     if sampling.min_samples is not None:
         request["min_samples"] = sampling.min_samples
+    if first_sample:
+        request["first_sample"] = first_sample
     return request
 
 

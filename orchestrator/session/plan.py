@@ -19,6 +19,7 @@ from ..engine.plan import (
     CachePlan,
     CallPolicy,
     Executor,
+    Resample,
     RunPlan,
     ScalePlan,
     ServerPlan,
@@ -30,6 +31,7 @@ __all__ = [
     "CachePlan",
     "CallPolicy",
     "Executor",
+    "Resample",
     "RunPlan",
     "ScalePlan",
     "ServerPlan",
@@ -62,6 +64,7 @@ def make_plan(
     trust_servers: bool = False,
     transport: Transport | None = None,
     retry: RetryPolicy | None = None,
+    resample: Resample | None = None,
 ) -> RunPlan:
     """A run's settings, each named as `orc.run` names it, grouped into the plan: the one
     place a flat setting is mapped to the record part that reads it."""
@@ -90,4 +93,5 @@ def make_plan(
         params=dict(params or {}),
         limit=limit,
         overwrite=overwrite,
+        resample=resample,
     )

@@ -45,7 +45,7 @@ from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
 from ..store.records import EventEntry, Manifest, RunPart, Summary, summed_work
-from ..store.runkey import RunKey, server_components, static_components
+from ..store.runkey import RunKey, json_value, server_components, static_components
 from ..store.trace import TraceStore
 from .params import effective_params
 from .summary import output_means, run_aggregates, status_counts
@@ -132,7 +132,11 @@ def _check_static_key(
 ) -> RunKey:
     """Phase 2, key: graph, templates, params and data are compared with the store's run
     before any server is asked (the servers' part is checked once they answered)."""
-    static_key = RunKey.from_components(static_components(graph, plan.params, source.fingerprint()))
+    parts = static_components(graph, plan.params, source.fingerprint())
+    if plan.resample is not None:
+        # A retest's replies are other samples than the run's: never the same run.
+        parts["resample"] = json_value(plan.resample.describe())
+    static_key = RunKey.from_components(parts)
     store.check_key(static_key, static_only=True)
     return static_key
 
@@ -479,6 +483,7 @@ def _manifest(
             "server_wait": plan.calls.server_wait,
             "workers": plan.scale.workers,
             "executor": plan.scale.executor,
+            **({"resample": plan.resample.describe()} if plan.resample is not None else {}),
             **(
                 {"transport": type(plan.servers.transport).__name__}
                 if plan.servers.transport is not None

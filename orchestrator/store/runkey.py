@@ -30,8 +30,8 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def _value(value: Any) -> str:
-    """A param value as it is compared and shown: JSON, keys sorted."""
+def json_value(value: Any) -> str:
+    """A component's value as it is compared and shown: JSON, keys sorted."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
 
 
@@ -118,7 +118,7 @@ def static_components(
     for name, source in graph.templates.items():
         parts[f"template {name}"] = _digest(source.encode("utf-8"))
     for name, value in {**graph.spec.params, **params}.items():
-        parts[f"param {name}"] = _value(value)
+        parts[f"param {name}"] = json_value(value)
     for fname, fn in graph.user_functions().items():
         parts[f"function {fname}"] = function_source_hash(fn) or "(source not found)"
     return parts
