@@ -26,6 +26,8 @@ _EXPORTS = {
     "export": ".analysis.export",
     "node_runs_frame": ".analysis.export",
     "ratings_across_runs": ".analysis.ratings",
+    "JudgeCard": ".api.card",
+    "judge_card": ".api.card",
     "FakeAnswer": ".providers.fake",
     "FakeTransport": ".providers.fake",
     "RetryPolicy": ".calls.retry",
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
     from .analysis.compare import compare
     from .analysis.export import export, node_runs_frame
     from .analysis.ratings import ratings_across_runs
+    from .api.card import JudgeCard, judge_card
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .calls.retry import RetryPolicy
     from .compute.registry import register
@@ -116,6 +119,7 @@ __all__ = [
     "FakeTransport",
     "Graph",
     "GraphError",
+    "JudgeCard",
     "Manifest",
     "MemoryStore",
     "NodeError",
@@ -147,6 +151,7 @@ __all__ = [
     "execute",
     "export",
     "graph_from_dict",
+    "judge_card",
     "load_graph",
     "node_runs_frame",
     "ratings_across_runs",
