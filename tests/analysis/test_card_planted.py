@@ -255,3 +255,49 @@ def test_fair_pairwise_judge_is_not_flagged(tmp_path: Path) -> None:
     (position,) = card.position_bias
     assert position.first_rate == pytest.approx(0.5) and position.flip_rate == 0.0
     assert card.findings and card.flags == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"judged": "nope"}, "judged: 'nope' is not among the inputs"),
+        ({"jury": ["fair"]}, "two different LLM nodes"),
+        ({"jury": ["fair", "fair"]}, "two different LLM nodes"),
+        ({"jury": ["fair", "missing"]}, "'missing' is not an LLM node"),
+    ],
+)
+def test_card_keys_are_validated(extra: dict[str, Any], message: str) -> None:
+    graph = {**POINTWISE, "jury": [], **extra}
+    with pytest.raises(orc.GraphError, match=message):
+        orc.graph_from_dict(graph)
+
+
+def test_judged_key_names_the_measured_input(tmp_path: Path) -> None:
+    graph = {
+        **POINTWISE,
+        "jury": [],
+        "inputs": ["output", "generator", "draft"],
+        "judged": "draft",
+        "nodes": {"long": _judge_node("long")},
+        "outputs": {"long": "long.score"},
+    }
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "long.jinja").write_text("long|{{ generator }}|{{ output }}")
+    path = tmp_path / "graph.yaml"
+    path.write_text(json.dumps({**graph, "prompts": "prompts"}), encoding="utf-8")
+    rng = random.Random(5)
+    rows = []
+    for i in range(30):
+        text = _text(rng, rng.randint(3, 70))
+        rows.append({"id": f"r{i}", "output": text, "generator": "g", "draft": text[::-1]})
+    orc.run(
+        path,
+        rows,
+        out=tmp_path / "run",
+        transport=orc.FakeTransport(_pointwise_respond),
+        cache=False,
+    )
+    card = orc.judge_card(tmp_path / "run")
+    assert card.judged == "draft" and card.length_bias[0].judged == "draft"
+    shuffled = orc.judge_card(tmp_path / "run", judged="generator").length_bias[0]
+    assert shuffled.spearman is None  # every generator is "g": no length to rank by
