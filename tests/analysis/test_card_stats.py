@@ -128,3 +128,18 @@ def test_planted_position_and_length_preference_are_found() -> None:
     assert (sign_flip_p(position) <= ALPHA / 6).mean() > 0.8
     _, length = _pairwise_units(rng, 500, 60, 0.0, 0.3)
     assert (sign_flip_p(length) <= ALPHA / 6).mean() > 0.8
+
+
+def test_large_samples_use_a_fisher_interval_close_to_the_bootstrap() -> None:
+    from orchestrator.analysis.card.bias import length_bias
+    from orchestrator.analysis.card.stats import BOOTSTRAP_UP_TO, bootstrap, spearman_interval
+
+    rng = np.random.default_rng(8)
+    n = BOOTSTRAP_UP_TO + 200
+    lengths = rng.integers(10, 3000, size=n).astype(float)
+    scores = np.clip(np.round(5 + 2 * stats.zscore(lengths) * 0.3 + rng.normal(size=n)), 1, 10)
+    found = length_bias("judge", "m", "score", "output", scores, lengths)
+    assert found.ci == spearman_interval(float(spearman(scores, lengths)), n)
+    boot = bootstrap(lambda idx: spearman(scores[idx], lengths[idx]), n, resamples=500)
+    assert found.ci is not None and boot is not None
+    assert abs(found.ci.low - boot.low) < 0.02 and abs(found.ci.high - boot.high) < 0.02

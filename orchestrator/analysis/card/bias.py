@@ -16,7 +16,17 @@ import numpy as np
 from ...compute.bias import position_bias as position_tables
 from ...compute.ratings import ALL
 from .record import LengthBias, PositionBias, PreferLonger, SelfPreference
-from .stats import Array, bootstrap, finite, sign_flip_p, spearman, spearman_p, welch_p
+from .stats import (
+    BOOTSTRAP_UP_TO,
+    Array,
+    bootstrap,
+    finite,
+    sign_flip_p,
+    spearman,
+    spearman_interval,
+    spearman_p,
+    welch_p,
+)
 
 DECISIVE = ("first", "second")
 
@@ -36,7 +46,10 @@ def length_bias(
     n = int(x.size)
     rho = float(spearman(x, y)) if n >= 3 else float("nan")
     p = float(spearman_p(np.asarray(rho), n)) if np.isfinite(rho) else float("nan")
-    ci = bootstrap(lambda idx: spearman(x[idx], y[idx]), n, seed=seed) if n >= 3 else None
+    if n > BOOTSTRAP_UP_TO:
+        ci = spearman_interval(rho, n)
+    else:
+        ci = bootstrap(lambda idx: spearman(x[idx], y[idx]), n, seed=seed) if n >= 3 else None
     return LengthBias(
         node=node,
         model=model,
@@ -178,13 +191,14 @@ def self_preference(
     p = float(welch_p(own, others)) if own.size >= 2 and others.size >= 2 else float("nan")
     ci = None
     if own.size >= 2 and others.size >= 2:
-        rng = np.random.default_rng(seed)
-        draws = rng.integers(0, others.size, size=(2000, others.size))
+        # The other generators' texts are resampled on their own, as many times as the own.
+        rng = np.random.default_rng(seed + 1)
 
         def gaps(idx: Any) -> Array:
-            return np.asarray(own[idx].mean(axis=1) - others[draws].mean(axis=1))
+            picks = rng.integers(0, others.size, size=(idx.shape[0], others.size))
+            return np.asarray(own[idx].mean(axis=1) - others[picks].mean(axis=1))
 
-        ci = bootstrap(gaps, int(own.size), seed=seed)
+        ci = bootstrap(gaps, int(own.size), seed=seed, width=int(others.size))
     return SelfPreference(
         node=node,
         model=model,

@@ -14,6 +14,8 @@ from .record import Interval
 Array = NDArray[np.float64]
 DRAWS = 4000  # sign vectors of the Monte-Carlo sign-flip test
 RESAMPLES = 2000
+_CELLS = 1 << 22  # array cells a chunk of sign vectors or resamples may take
+BOOTSTRAP_UP_TO = 1000  # examples; above, Spearman's interval is the Fisher-z one
 
 
 def spearman(x: Array, y: Array) -> Array:
@@ -27,6 +29,18 @@ def spearman(x: Array, y: Array) -> Array:
     denominator = np.sqrt((rx * rx).sum(axis=-1) * (ry * ry).sum(axis=-1))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.asarray(np.where(denominator > 0, (rx * ry).sum(axis=-1) / denominator, np.nan))
+
+
+def spearman_interval(rho: float, n: int, confidence: float = 0.95) -> Interval | None:
+    """Fisher-z interval of Spearman's rho with Bonett and Wright's (2000) standard error
+    sqrt((1 + rho²/2) / (n − 3)): for large n, where re-ranking every resample is slow."""
+    from scipy.stats import norm
+
+    if n < 4 or not np.isfinite(rho) or abs(rho) >= 1.0:
+        return None
+    half = norm.ppf(0.5 + confidence / 2.0) * np.sqrt((1.0 + rho * rho / 2.0) / (n - 3))
+    z = np.arctanh(rho)
+    return Interval(low=float(np.tanh(z - half)), high=float(np.tanh(z + half)))
 
 
 def spearman_p(rho: Array, n: int) -> Array:
@@ -45,22 +59,28 @@ def sign_flip_p(differences: Array, draws: int = DRAWS, seed: int = 0) -> Array:
     """Two-sided sign-flip p of mean 0 along the last axis: exact over all 2^n sign vectors
     when there are no more of them than `draws`, else Monte Carlo, (hits + 1) / (draws + 1).
 
-    One set of sign vectors serves every row, so a batch costs one matrix product.
+    The same sign vectors serve every row, so a batch costs matrix products; they are made
+    in chunks so that memory stays bounded however many units there are.
     """
     d = np.asarray(differences, dtype=float)
     n = d.shape[-1]
     exact = 2**n <= draws
-    if exact:
-        bits = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
-        signs = bits * 2.0 - 1.0
-    else:
-        signs = np.random.default_rng(seed).integers(0, 2, size=(draws, n)) * 2.0 - 1.0
+    total = 2**n if exact else draws
+    rng = np.random.default_rng(seed)
     observed = np.abs(d.sum(axis=-1))
-    flipped = np.abs(d @ signs.T)  # (..., sign vectors)
-    # Sums equal to the observed one up to rounding count as reaching it.
-    hits = (flipped >= observed[..., None] * (1 - 1e-12)).sum(axis=-1)
+    hits = np.zeros(observed.shape)
+    chunk = max(1, _CELLS // max(n, 1))
+    for start in range(0, total, chunk):
+        stop = min(start + chunk, total)
+        if exact:
+            signs = ((np.arange(start, stop)[:, None] >> np.arange(n)) & 1) * 2.0 - 1.0
+        else:
+            signs = rng.integers(0, 2, size=(stop - start, n)) * 2.0 - 1.0
+        flipped = np.abs(d @ signs.T)  # (..., sign vectors of this chunk)
+        # Sums equal to the observed one up to rounding count as reaching it.
+        hits += (flipped >= observed[..., None] * (1 - 1e-12)).sum(axis=-1)
     if exact:
-        return np.asarray(hits / float(len(signs)))
+        return np.asarray(hits / float(total))
     return np.asarray((hits + 1.0) / (draws + 1.0))
 
 
@@ -78,13 +98,24 @@ def bootstrap(
     resamples: int = RESAMPLES,
     seed: int = 0,
     confidence: float = 0.95,
+    width: int = 0,
 ) -> Interval | None:
     """Percentile interval of `statistic(indices)`, which maps a (resamples, n) index array to
-    one value per resample; None when fewer than half the resamples give a finite value."""
+    one value per resample; None when fewer than half the resamples give a finite value.
+
+    Resamples are drawn in chunks; `width` is how many cells a resample of the statistic's
+    own draws takes besides these n (a second group resampled inside it), to size them.
+    """
     if n < 2:
         return None
     rng = np.random.default_rng(seed)
-    values = statistic(rng.integers(0, n, size=(resamples, n)))
+    chunk = max(1, _CELLS // (n + width))
+    values = np.concatenate(
+        [
+            statistic(rng.integers(0, n, size=(min(chunk, resamples - start), n)))
+            for start in range(0, resamples, chunk)
+        ]
+    )
     values = values[np.isfinite(values)]
     if values.size < resamples / 2:
         return None
