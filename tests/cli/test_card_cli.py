@@ -69,3 +69,9 @@ def test_unknown_juror_fails_with_a_message(run: Path) -> None:
     result = CliRunner().invoke(app, ["judge-card", str(run), "--jury", "fair,nope"])
     assert result.exit_code != 0
     assert "nope" in result.output
+
+
+def test_a_folder_without_trace_fails_with_a_message(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["judge-card", str(tmp_path / "none")])
+    assert result.exit_code != 0
+    assert "no trace" in result.output
