@@ -190,36 +190,16 @@ def _jury_part(
     card.juries.append(jury(list(jurors), name, {j: by_node[j][name] for j in jurors}))
 
 
-def judge_card(
-    run_dir: Path | str,
-    *,
-    labels: Path | str | None = None,
-    field: str | None = None,
-    jury: Sequence[str] | None = None,
-    generator_field: str | None = None,
-    judged: str | None = None,
-    alpha: float = ALPHA,
-    seed: int = 0,
-) -> JudgeCard:
-    """The judge card of a finished run folder (see docs/judge-card.md for each part).
-
-    `labels`/`field` compare the run with people as `meta-eval` does; `jury` names the LLM
-    nodes that form a jury (default: the graph's `jury:` key); `generator_field` is the row
-    field naming the model that wrote the judged text (default `generator`); `judged`
-    overrides the graph's `judged:` key (the input whose length is measured).
-    """
-    folder = Path(run_dir)
-    reader = RunReader(folder)
-    if not reader.has_trace:
-        raise RunFolderError(f"{folder}: no trace (traces.sqlite) to read the judges from")
-    graph = _graph(reader)
-    judged_input = judged or str(graph.get("judged") or DEFAULT_JUDGED)
-    card = JudgeCard(run_dir=str(folder), graph=graph.get("name"), judged=judged_input, alpha=alpha)
-    runs = _latest(reader.node_runs())
-    card.reliability = reliability(runs)
-    columns = _columns(runs)
-    rows = {line.id: line.data or {} for line in reader.inputs()}
-    generator = generator_field or DEFAULT_GENERATOR
+def _pointwise_part(
+    card: JudgeCard,
+    graph: dict[str, Any],
+    columns: dict[tuple[str, str | None, str], _Column],
+    rows: dict[str, dict[str, Any]],
+    generator: str,
+    seed: int,
+) -> None:
+    """Distribution, length bias and self-preference of every numeric field of every node."""
+    judged_input = card.judged
     for column in columns.values():
         bounds = _bounds(graph, column.node, column.field)
         card.distributions.append(
@@ -252,6 +232,39 @@ def judge_card(
                     seed=seed,
                 )
             )
+
+
+def judge_card(
+    run_dir: Path | str,
+    *,
+    labels: Path | str | None = None,
+    field: str | None = None,
+    jury: Sequence[str] | None = None,
+    generator_field: str | None = None,
+    judged: str | None = None,
+    alpha: float = ALPHA,
+    seed: int = 0,
+) -> JudgeCard:
+    """The judge card of a finished run folder (see docs/judge-card.md for each part).
+
+    `labels`/`field` compare the run with people as `meta-eval` does; `jury` names the LLM
+    nodes that form a jury (default: the graph's `jury:` key); `generator_field` is the row
+    field naming the model that wrote the judged text (default `generator`); `judged`
+    overrides the graph's `judged:` key (the input whose length is measured).
+    """
+    folder = Path(run_dir)
+    reader = RunReader(folder)
+    if not reader.has_trace:
+        raise RunFolderError(f"{folder}: no trace (traces.sqlite) to read the judges from")
+    graph = _graph(reader)
+    judged_input = judged or str(graph.get("judged") or DEFAULT_JUDGED)
+    card = JudgeCard(run_dir=str(folder), graph=graph.get("name"), judged=judged_input, alpha=alpha)
+    runs = _latest(reader.node_runs())
+    card.reliability = reliability(runs)
+    columns = _columns(runs)
+    rows = {line.id: line.data or {} for line in reader.inputs()}
+    generator = generator_field or DEFAULT_GENERATOR
+    _pointwise_part(card, graph, columns, rows, generator, seed)
     if generator_field is not None and not card.self_preference:
         card.notes.append(f"self-preference: no row's {generator} names a judge model")
     lengths = _lengths(runs)
