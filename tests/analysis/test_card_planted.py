@@ -163,8 +163,10 @@ def test_reasks_and_truncations_are_counted(tmp_path: Path) -> None:
     path = tmp_path / "graph.yaml"
     path.write_text(json.dumps({**graph, "prompts": "prompts"}), encoding="utf-8")
     rows = [{"id": f"r{i}", "output": f"text {i}"} for i in range(6)]
-    orc.run(path, rows, out=tmp_path / "run", transport=orc.FakeTransport(respond), cache=False)
-    (line,) = orc.judge_card(tmp_path / "run").reliability
+    done = orc.run(
+        path, rows, out=tmp_path / "run", transport=orc.FakeTransport(respond), cache=False
+    )
+    (line,) = orc.judge_card(done).reliability  # what orc.run returned will do
     assert (line.calls, line.first_try_invalid, line.reasks, line.truncations) == (6, 2, 2, 1)
 
 
