@@ -31,6 +31,8 @@ _EXPORTS = {
     "export": ".analysis.export",
     "node_runs_frame": ".analysis.export",
     "ratings_across_runs": ".analysis.ratings",
+    "JudgeCard": ".api.card",
+    "judge_card": ".api.card",
     "FakeAnswer": ".providers.fake",
     "FakeTransport": ".providers.fake",
     "RetryPolicy": ".calls.retry",
@@ -75,6 +77,7 @@ if TYPE_CHECKING:
     from .analysis.export import export, node_runs_frame
     from .analysis.groups import summarize
     from .analysis.ratings import ratings_across_runs
+    from .api.card import JudgeCard, judge_card
     from .api.diff import diff
     from .api.retest import aretest, retest
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
@@ -124,6 +127,7 @@ __all__ = [
     "FakeTransport",
     "Graph",
     "GraphError",
+    "JudgeCard",
     "Manifest",
     "MemoryStore",
     "NodeError",
@@ -159,6 +163,7 @@ __all__ = [
     "execute",
     "export",
     "graph_from_dict",
+    "judge_card",
     "load_graph",
     "node_runs_frame",
     "ratings_across_runs",

@@ -29,4 +29,7 @@ from . import batch  # noqa: F401 - batch export, batch import
 # isort: split
 from . import examples  # noqa: F401 - examples
 
+# isort: split
+from . import card  # noqa: F401 - judge-card
+
 __all__ = ["app", "main"]

@@ -179,6 +179,27 @@ class GraphSpec(_Strict):
     nodes: dict[str, NodeBase]
     outputs: dict[str, str]
     aggregates: dict[str, Aggregate] = Field(default_factory=dict)
+    # For the judge card only, never read by a run: the input whose text the judges judge
+    # (its length is what length bias is measured against; default `output`) ...
+    judged: str | None = None
+    # ... and the LLM nodes that score the same thing as a jury (pairwise α, effective size).
+    jury: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _card_keys_name_what_exists(self) -> GraphSpec:
+        inputs = [*self.inputs, *self.optional_inputs]
+        if self.judged is not None and inputs and self.judged not in inputs:
+            raise ValueError(
+                f"judged: '{self.judged}' is not among the inputs ({', '.join(inputs)})"
+            )
+        if self.jury and len(set(self.jury)) < 2:
+            raise ValueError("jury: a jury lists two different LLM nodes or more")
+        if len(set(self.jury)) != len(self.jury):
+            raise ValueError("jury: a node is listed twice")
+        for name in self.jury:
+            if getattr(self.nodes.get(name), "kind", None) != "llm":
+                raise ValueError(f"jury: '{name}' is not an LLM node of this graph")
+        return self
 
     @model_validator(mode="after")
     def _required_have_no_default(self) -> GraphSpec:

@@ -93,7 +93,9 @@ def run_context(run: RunData) -> RunContext:
             meta_eval = orjson.loads(path.read_bytes())
         except orjson.JSONDecodeError:
             run.notes.append(f"{path} is not valid JSON: its agreement panel is left out")
-    return RunContext(aggregates, run.results, run.graph.score_fields, meta_eval, run.inputs)
+    return RunContext(
+        aggregates, run.results, run.graph.score_fields, meta_eval, run.inputs, run.run_dir
+    )
 
 
 def views_section(panels: list[RunPanel]) -> str:

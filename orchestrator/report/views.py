@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..store.records import ResultLine
@@ -60,6 +61,7 @@ class RunContext:
     score_fields: list[ScoreField] = field(default_factory=list)
     meta_eval: dict[str, Any] | None = None  # RUN_DIR/meta_eval.json, when written
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # example id → its inputs
+    run_dir: Path | None = None  # the run folder, for views that read its trace (judge card)
 
     def by_function(self, *functions: str) -> list[Aggregate]:
         """The aggregates made by any of these compute functions, in summary order."""
@@ -103,6 +105,7 @@ _BUILTIN_MODULES = (
     "orchestrator.report.score_view",
     "orchestrator.report.metaeval_view",
     "orchestrator.report.groups_view",
+    "orchestrator.report.card_view",
 )
 
 

@@ -102,12 +102,12 @@ def test_each_run_gets_its_protocols_views_and_no_other(
     browser: Any, runs: dict[str, Path]
 ) -> None:
     expected = {
-        "aupel": ["win_matrix", "ratings", "position_bias"],
-        "perse_pointwise": ["perse_scores", "score_histograms", "meta_eval"],
-        "perse_pairwise": ["position_bias", "perse_choices", "meta_eval"],
-        "perq_jury": ["jury_agreement", "jury_labels", "groups"],
-        "style_ensemble": ["style_accuracy"],
-        "pointwise": ["score_histograms"],
+        "aupel": ["win_matrix", "ratings", "position_bias", "judge_card"],
+        "perse_pointwise": ["perse_scores", "score_histograms", "meta_eval", "judge_card"],
+        "perse_pairwise": ["position_bias", "perse_choices", "meta_eval", "judge_card"],
+        "perq_jury": ["jury_agreement", "jury_labels", "groups", "judge_card"],
+        "style_ensemble": ["style_accuracy", "judge_card"],
+        "pointwise": ["score_histograms", "judge_card"],
     }
     for name, views in expected.items():
         page = open_views(browser, runs[name])

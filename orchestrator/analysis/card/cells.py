@@ -1,0 +1,165 @@
+"""The card as titled tables of text cells: what the terminal and the report both show,
+so the two never disagree on a number's rounding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .flags import interval_text
+from .record import Interval, JudgeCard
+
+
+@dataclass(frozen=True)
+class Section:
+    """One table of the card: a title, column names and rows of cells."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
+def _ci(ci: Interval | None) -> str:
+    return interval_text(ci).strip() or "–"
+
+
+def _p(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3g}"
+
+
+def _model(model: str | None) -> str:
+    return model or "–"
+
+
+def sections(card: JudgeCard) -> list[Section]:
+    """Every non-empty part of the card as a table, in the order the docs describe them."""
+    found: list[Section] = []
+    found.append(
+        Section(
+            "Reliability of the calls",
+            ["node", "model", "calls", "first-try invalid", "re-asks", "truncated", "failed"],
+            [
+                [
+                    r.node,
+                    _model(r.model),
+                    str(r.calls),
+                    str(r.first_try_invalid),
+                    str(r.reasks),
+                    str(r.truncations),
+                    str(r.failures),
+                ]
+                for r in card.reliability
+            ],
+        )
+    )
+    found.append(
+        Section(
+            "Score distribution",
+            ["node.field", "model", "n", "shares", "entropy (bits)", "at extremes"],
+            [
+                [
+                    f"{d.node}.{d.field}",
+                    _model(d.model),
+                    str(d.n),
+                    " ".join(f"{v}:{s:.0%}" for v, s in d.shares.items()),
+                    _num(d.entropy),
+                    _rate(d.extremes),
+                ]
+                for d in card.distributions
+            ],
+        )
+    )
+    found.append(
+        Section(
+            f"Length bias (score vs length of {card.judged})",
+            ["node.field", "model", "n", "Spearman", "95% CI", "p"],
+            [
+                [
+                    f"{b.node}.{b.field}",
+                    _model(b.model),
+                    str(b.n),
+                    _num(b.spearman),
+                    _ci(b.ci),
+                    _p(b.p),
+                ]
+                for b in card.length_bias
+            ],
+        )
+    )
+    found.append(
+        Section(
+            "Length bias (pairwise): P(prefer the longer)",
+            ["votes", "judge", "decisive votes", "rate", "95% CI", "p"],
+            [
+                [x.votes, x.judge, str(x.decisive_votes), _rate(x.rate), _ci(x.ci), _p(x.p)]
+                for x in card.prefer_longer
+            ],
+        )
+    )
+    found.append(
+        Section(
+            "Position bias and swap consistency",
+            ["votes", "judge", "decisive votes", "first picked", "95% CI", "p", "flips"],
+            [
+                [
+                    x.votes,
+                    x.judge,
+                    str(x.decisive_votes),
+                    _rate(x.first_rate),
+                    _ci(x.ci),
+                    _p(x.p),
+                    _rate(x.flip_rate),
+                ]
+                for x in card.position_bias
+            ],
+        )
+    )
+    found.append(
+        Section(
+            "Self-preference",
+            ["node.field", "model", "own / other", "gap", "95% CI", "p"],
+            [
+                [
+                    f"{s.node}.{s.field}",
+                    s.model,
+                    f"{s.own} / {s.others}",
+                    _num(s.gap),
+                    _ci(s.ci),
+                    _p(s.p),
+                ]
+                for s in card.self_preference
+            ],
+        )
+    )
+    found.append(
+        Section(
+            "Juries",
+            ["jurors", "field", "n", "pairwise α", "effective jurors"],
+            [
+                [
+                    ", ".join(j.jurors),
+                    j.field,
+                    str(j.n),
+                    "; ".join(f"{p.a}~{p.b} {_num(p.alpha)}" for p in j.pairs),
+                    _num(j.effective_jurors),
+                ]
+                for j in card.juries
+            ],
+        )
+    )
+    return [s for s in found if s.rows]
+
+
+def flag_lines(card: JudgeCard) -> list[str]:
+    """The flags, or one line saying that no finding survived the correction."""
+    if card.flags:
+        return list(card.flags)
+    tested = len(card.findings)
+    return [f"no flag: none of {tested} tested effects survives Holm at α = {card.alpha:g}"]

@@ -1,0 +1,129 @@
+"""The card's tests, vectorised over a leading axis so the same code tests one run and
+thousands of simulated ones: Spearman with its t-approximation p-value, a Monte-Carlo
+sign-flip test, Welch's t-test and a percentile bootstrap over examples."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .record import Interval
+
+Array = NDArray[np.float64]
+DRAWS = 4000  # sign vectors of the Monte-Carlo sign-flip test
+RESAMPLES = 2000
+_CELLS = 1 << 22  # array cells a chunk of sign vectors or resamples may take
+BOOTSTRAP_UP_TO = 1000  # examples; above, Spearman's interval is the Fisher-z one
+
+
+def spearman(x: Array, y: Array) -> Array:
+    """Spearman's rho along the last axis (average ranks for ties); NaN for a constant series."""
+    from scipy.stats import rankdata
+
+    rx = rankdata(x, axis=-1)
+    ry = rankdata(y, axis=-1)
+    rx = rx - rx.mean(axis=-1, keepdims=True)
+    ry = ry - ry.mean(axis=-1, keepdims=True)
+    denominator = np.sqrt((rx * rx).sum(axis=-1) * (ry * ry).sum(axis=-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(np.where(denominator > 0, (rx * ry).sum(axis=-1) / denominator, np.nan))
+
+
+def spearman_interval(rho: float, n: int, confidence: float = 0.95) -> Interval | None:
+    """Fisher-z interval of Spearman's rho with Bonett and Wright's (2000) standard error
+    sqrt((1 + rho²/2) / (n − 3)): for large n, where re-ranking every resample is slow."""
+    from scipy.stats import norm
+
+    if n < 4 or not np.isfinite(rho) or abs(rho) >= 1.0:
+        return None
+    half = norm.ppf(0.5 + confidence / 2.0) * np.sqrt((1.0 + rho * rho / 2.0) / (n - 3))
+    z = np.arctanh(rho)
+    return Interval(low=float(np.tanh(z - half)), high=float(np.tanh(z + half)))
+
+
+def spearman_p(rho: Array, n: int) -> Array:
+    """Two-sided p of rho = 0 by the t-approximation with n − 2 degrees of freedom (as scipy)."""
+    from scipy.stats import t
+
+    if n < 3:
+        return np.full(np.shape(rho), np.nan)
+    r = np.clip(np.asarray(rho, dtype=float), -1.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stat = r * np.sqrt((n - 2) / ((1.0 - r) * (1.0 + r)))
+    return np.asarray(2.0 * t.sf(np.abs(stat), n - 2))
+
+
+def sign_flip_p(differences: Array, draws: int = DRAWS, seed: int = 0) -> Array:
+    """Two-sided sign-flip p of mean 0 along the last axis: exact over all 2^n sign vectors
+    when there are no more of them than `draws`, else Monte Carlo, (hits + 1) / (draws + 1).
+
+    The same sign vectors serve every row, so a batch costs matrix products; they are made
+    in chunks so that memory stays bounded however many units there are.
+    """
+    d = np.asarray(differences, dtype=float)
+    n = d.shape[-1]
+    exact = 2**n <= draws
+    total = 2**n if exact else draws
+    rng = np.random.default_rng(seed)
+    observed = np.abs(d.sum(axis=-1))
+    hits = np.zeros(observed.shape)
+    chunk = max(1, _CELLS // max(n, 1))
+    for start in range(0, total, chunk):
+        stop = min(start + chunk, total)
+        if exact:
+            signs = ((np.arange(start, stop)[:, None] >> np.arange(n)) & 1) * 2.0 - 1.0
+        else:
+            signs = rng.integers(0, 2, size=(stop - start, n)) * 2.0 - 1.0
+        flipped = np.abs(d @ signs.T)  # (..., sign vectors of this chunk)
+        # Sums equal to the observed one up to rounding count as reaching it.
+        hits += (flipped >= observed[..., None] * (1 - 1e-12)).sum(axis=-1)
+    if exact:
+        return np.asarray(hits / float(total))
+    return np.asarray((hits + 1.0) / (draws + 1.0))
+
+
+def welch_p(a: Array, b: Array) -> Array:
+    """Two-sided Welch t-test p of equal means along the last axis (NaN when undefined)."""
+    from scipy.stats import ttest_ind
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(ttest_ind(a, b, axis=-1, equal_var=False).pvalue)
+
+
+def bootstrap(
+    statistic: Callable[[NDArray[np.intp]], Array],
+    n: int,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+    confidence: float = 0.95,
+    width: int = 0,
+) -> Interval | None:
+    """Percentile interval of `statistic(indices)`, which maps a (resamples, n) index array to
+    one value per resample; None when fewer than half the resamples give a finite value.
+
+    Resamples are drawn in chunks; `width` is how many cells a resample of the statistic's
+    own draws takes besides these n (a second group resampled inside it), to size them.
+    """
+    if n < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _CELLS // (n + width))
+    values = np.concatenate(
+        [
+            statistic(rng.integers(0, n, size=(min(chunk, resamples - start), n)))
+            for start in range(0, resamples, chunk)
+        ]
+    )
+    values = values[np.isfinite(values)]
+    if values.size < resamples / 2:
+        return None
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(values, [tail, 100.0 - tail])
+    return Interval(low=float(low), high=float(high))
+
+
+def finite(value: float) -> float | None:
+    """A float for the record, None for NaN or infinity."""
+    return float(value) if np.isfinite(value) else None

@@ -1,0 +1,50 @@
+"""`judge_card`: how far a finished run's judges can be trusted, as a typed `JudgeCard`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..analysis.card.build import judge_card as _build
+from ..analysis.card.record import JudgeCard
+from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .run import RunResult
+
+__all__ = ["JudgeCard", "judge_card"]
+
+
+def judge_card(
+    run_dir: Path | str | RunResult,
+    labels: Path | str | None = None,
+    field: str | None = None,
+    jury: Sequence[str] | None = None,
+    generator_field: str | None = None,
+    *,
+    judged: str | None = None,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> JudgeCard:
+    """The judge card of RUN_DIR: reliability, score distribution, length, position and
+    self-preference bias, agreement with people (`labels`, compared on `field` as
+    meta-eval does), juries (`jury`, default the graph's `jury:`), and `flags` for every
+    finding that survives Holm's correction across the card at `alpha`. `run_dir` may also
+    be what `orc.run` returned, when that run wrote a folder."""
+    if not isinstance(run_dir, str | Path):  # a RunResult (its module is not imported here)
+        if run_dir.folder is None:
+            raise ConfigurationError("the run kept no folder (out=None): the card reads its trace")
+        run_dir = run_dir.folder
+    if isinstance(jury, str):
+        jury = [name.strip() for name in jury.split(",") if name.strip()]
+    return _build(
+        run_dir,
+        labels=labels,
+        field=field,
+        jury=jury,
+        generator_field=generator_field,
+        judged=judged,
+        alpha=alpha,
+        seed=seed,
+    )

@@ -1,0 +1,73 @@
+"""The judge-card verb: how far a run's judges can be trusted, as tables or JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import OrchestratorError
+from .app import app, console, fail
+
+
+@app.command("judge-card")
+def judge_card(
+    folder: Annotated[Path, typer.Argument(help="Run folder.")],
+    labels: Annotated[
+        Path | None, typer.Option(help="Human labels (JSONL keyed by example id), as meta-eval.")
+    ] = None,
+    field: Annotated[
+        str | None, typer.Option(help="Result field compared with the labels (as meta-eval).")
+    ] = None,
+    jury: Annotated[
+        str | None, typer.Option(help="LLM nodes forming a jury, a,b,c (default: graph's jury:).")
+    ] = None,
+    generator_field: Annotated[
+        str | None, typer.Option(help="Row field naming the model that wrote the text.")
+    ] = None,
+    judged: Annotated[
+        str | None, typer.Option(help="Input the judges judged (default: graph's judged:).")
+    ] = None,
+    format: Annotated[str, typer.Option(help="table | json")] = "table",
+    seed: Annotated[int, typer.Option(help="Seed of the bootstraps and tests.")] = 0,
+) -> None:
+    """How far a run's judges can be trusted: reliability, bias, agreement, juries, flags."""
+    from ..analysis.card.cells import flag_lines, sections
+    from ..api.card import judge_card as build
+
+    if format not in ("table", "json"):
+        fail(f"--format must be table or json, got {format!r}")
+    jurors = [j.strip() for j in jury.split(",") if j.strip()] if jury is not None else None
+    try:
+        card = build(
+            folder,
+            labels=labels,
+            field=field,
+            jury=jurors,
+            generator_field=generator_field,
+            judged=judged,
+            seed=seed,
+        )
+    except (ValueError, OrchestratorError) as exc:
+        fail(str(exc))
+    if format == "json":
+        typer.echo(card.model_dump_json(indent=2))
+        return
+    for section in sections(card):
+        table = Table(title=section.title, title_justify="left", box=box.SIMPLE_HEAD)
+        for position, column in enumerate(section.columns):
+            table.add_column(column, justify="left" if position < 2 else "right")
+        for row in section.rows:
+            table.add_row(*(escape(cell) for cell in row))
+        console.print(table)
+    if card.agreement is not None:
+        from ..analysis.metaeval import format_table
+
+        console.print(format_table(card.agreement.statistics))
+    console.rule("flags")
+    for line in flag_lines(card):
+        console.print(escape(line), soft_wrap=True)

@@ -1,0 +1,77 @@
+"""`orchestrator judge-card`: the card as tables with its flags, as JSON, with labels and a
+jury given on the command line, and a clear refusal of an unknown juror."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from test_card_planted import POINTWISE, _pointwise_respond, _text
+from typer.testing import CliRunner
+
+import orchestrator as orc
+from orchestrator.cli import app
+from orchestrator.providers.fake import FAKE_MODEL
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("card_cli")
+    (root / "prompts").mkdir()
+    for kind in ("long", "self", "fair", "fair_too"):
+        (root / "prompts" / f"{kind}.jinja").write_text(
+            f"{kind.removesuffix('_too')}|{{{{ generator }}}}|{{{{ output }}}}"
+        )
+    graph = root / "graph.yaml"
+    graph.write_text(json.dumps({**POINTWISE, "prompts": "prompts"}), encoding="utf-8")
+    rng = random.Random(3)
+    names = [FAKE_MODEL, "other"]
+    rows = [
+        {"id": f"r{i}", "output": _text(rng, rng.randint(3, 70)), "generator": names[i % 2]}
+        for i in range(45)
+    ]
+    out = root / "run"
+    orc.run(graph, rows, out=out, transport=orc.FakeTransport(_pointwise_respond), cache=False)
+    return out
+
+
+def test_json_dumps_the_record(run: Path) -> None:
+    result = CliRunner().invoke(app, ["judge-card", str(run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    card = orc.JudgeCard.model_validate_json(result.output)
+    assert card == orc.judge_card(run)
+    assert any(flag.startswith("length bias: long.score") for flag in card.flags)
+
+
+def test_tables_show_each_part_and_the_flags(run: Path, tmp_path: Path) -> None:
+    labels = tmp_path / "labels.jsonl"
+    card = orc.judge_card(run)
+    fair = {r.id: r.outputs["fair"] for r in orc.RunReader(run).results()}
+    labels.write_text("".join(json.dumps({"id": i, "score": s}) + "\n" for i, s in fair.items()))
+    result = CliRunner().invoke(
+        app,
+        ["judge-card", str(run), "--labels", str(labels), "--field", "fair", "--jury", "fair,long"],
+    )
+    assert result.exit_code == 0, result.output
+    for title in ("Reliability of the calls", "Score distribution", "Length bias", "Juries"):
+        assert title in result.output
+    assert "Self-preference" in result.output
+    assert card.flags and all(flag in result.output for flag in card.flags)
+    with_labels = orc.judge_card(run, labels=labels, field="fair", jury="fair,long")
+    assert with_labels.agreement is not None
+    assert with_labels.agreement.statistics["scores"]["pearson"]["r"] == pytest.approx(1.0)
+    assert with_labels.juries[0].jurors == ["fair", "long"]
+
+
+def test_unknown_juror_fails_with_a_message(run: Path) -> None:
+    result = CliRunner().invoke(app, ["judge-card", str(run), "--jury", "fair,nope"])
+    assert result.exit_code != 0
+    assert "nope" in result.output
+
+
+def test_a_folder_without_trace_fails_with_a_message(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["judge-card", str(tmp_path / "none")])
+    assert result.exit_code != 0
+    assert "no trace" in result.output
