@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -32,6 +32,17 @@ def judge_card(
     judged: Annotated[
         str | None, typer.Option(help="Input the judges judged (default: graph's judged:).")
     ] = None,
+    retest: Annotated[
+        int | None, typer.Option(help="Re-ask --rows rows K times: the stability line.")
+    ] = None,
+    rows: Annotated[int, typer.Option(help="Rows re-asked by --retest.")] = 50,
+    temperature: Annotated[
+        float | None, typer.Option(help="--retest at this temperature (default: the nodes').")
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="Server for --retest (default: the one the run recorded)."),
+    ] = None,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
     seed: Annotated[int, typer.Option(help="Seed of the bootstraps and tests.")] = 0,
 ) -> None:
@@ -41,6 +52,7 @@ def judge_card(
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")
+    run_options: dict[str, Any] = {"base_url": base_url} if base_url is not None else {}
     jurors = [j.strip() for j in jury.split(",") if j.strip()] if jury is not None else None
     try:
         card = build(
@@ -51,6 +63,10 @@ def judge_card(
             generator_field=generator_field,
             judged=judged,
             seed=seed,
+            retest=retest,
+            rows=rows,
+            temperature=temperature,
+            **run_options,
         )
     except (ValueError, OrchestratorError) as exc:
         fail(str(exc))

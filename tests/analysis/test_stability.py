@@ -352,3 +352,67 @@ def test_alpha_is_undefined_where_nothing_varies_or_nothing_was_answered_twice()
     once = [{("a", -1): [{"v": 3}]}, {}]
     lone = stability_of("j", "v", "interval", once, model=None, inputs_held=True, boot=boot)
     assert (lone.rows, lone.alpha, lone.flip_rate) == (0, None, None)
+
+
+def _simulated_judges(p: float, sims: int, rows: int, k: int, seed: int) -> list[object]:
+    """`stability_of` of `sims` simulated yes/no judges (truth 50/50, each answer flipped
+    with p, so α = 1 − 4p(1 − p))."""
+    rng = np.random.default_rng(seed)
+    answers = (rng.random((sims, rows))[:, :, None] < 0.5) ^ (rng.random((sims, rows, k)) < p)
+    found = []
+    for s in range(sims):
+        repeats = [
+            {(f"e{u}", -1): [{"ok": bool(answers[s, u, j])}] for u in range(rows)} for j in range(k)
+        ]
+        found.append(
+            stability_of(
+                "judge",
+                "ok",
+                "nominal",
+                repeats,
+                model=None,
+                inputs_held=True,
+                boot=Bootstrap(resamples=500, seed=s),
+            )
+        )
+    return found
+
+
+def test_the_unreliability_test_holds_its_level_and_finds_a_weak_judge() -> None:
+    """p_unreliable tests α < 0.8: a judge exactly at 0.8 is called unreliable in at most
+    ~5% of simulations (binomial band), one at α 0.36 (p 0.2) nearly always."""
+    from orchestrator.analysis.card.stability import RELIABLE_ALPHA
+
+    at_floor = (1 - (RELIABLE_ALPHA) ** 0.5) / 2  # 1 − 4p(1 − p) = 0.8
+    sims = 200
+    boundary = _simulated_judges(at_floor, sims, rows=80, k=3, seed=21)
+    rejected = sum(s.p_unreliable is not None and s.p_unreliable <= 0.05 for s in boundary)
+    assert rejected / sims <= 0.05 + 3 * (0.05 * 0.95 / sims) ** 0.5
+    weak = _simulated_judges(0.2, 40, rows=80, k=3, seed=22)
+    found = sum(s.p_unreliable is not None and s.p_unreliable <= 0.05 for s in weak)
+    assert found >= 38
+
+
+def test_the_judge_card_flags_a_judge_that_answers_at_random_and_not_a_steady_one(
+    finished: Path,
+) -> None:
+    """`judge_card(retest=K)`: the stability line joins the card's Holm-tested findings."""
+    steady_card = orc.judge_card(finished, retest=3, rows=ROWS, transport=orc.FakeTransport(steady))
+    assert steady_card.stability is not None
+    (line,) = steady_card.stability.stability
+    assert line.alpha == 1.0 and line.p_unreliable is not None and line.p_unreliable > 0.5
+    assert not any(f.startswith("stability") for f in steady_card.flags)
+    assert any(f.kind == "stability" for f in steady_card.findings)
+    random_card = orc.judge_card(
+        finished, retest=3, rows=ROWS, temperature=1.0, transport=orc.FakeTransport(Flipper(4))
+    )
+    flagged = [f for f in random_card.flags if f.startswith("stability: judge.score")]
+    assert len(flagged) == 1 and "below 0.8" in flagged[0]
+    # The JSON the CLI prints holds the retest too.
+    dumped = json.loads(random_card.model_dump_json())
+    assert dumped["stability"]["stability"][0]["field"] == "score"
+
+
+def test_run_settings_without_a_retest_are_refused(finished: Path) -> None:
+    with pytest.raises(orc.ConfigurationError, match="--retest"):
+        orc.judge_card(finished, base_url="http://127.0.0.1:1/v1")

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from fakeserver import FakeServer, Reply, schema_responder
+from helpers import is_canary, judge_graph, write_graph
 from test_card_planted import POINTWISE, _pointwise_respond, _text
+from test_stability import Flipper
 from typer.testing import CliRunner
 
 import orchestrator as orc
@@ -75,3 +79,30 @@ def test_a_folder_without_trace_fails_with_a_message(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["judge-card", str(tmp_path / "none")])
     assert result.exit_code != 0
     assert "no trace" in result.output
+
+
+def test_retest_re_asks_the_runs_own_server_and_shows_the_stability_table(
+    tmp_path: Path,
+) -> None:
+    """`--retest K --rows N`: K×N new requests to the server the run recorded (no
+    --base-url needed), and a Stability table in the card."""
+    graph = write_graph(tmp_path, judge_graph(temperature=0.7), {"judge.jinja": "Rate: {{ text }}"})
+    rows = [{"id": f"r{i}", "text": f"text number {i}"} for i in range(12)]
+    flipper = Flipper(7)
+
+    def respond(body: dict) -> Reply:
+        if is_canary(body):
+            return schema_responder(body)
+        return Reply(content=flipper(SimpleNamespace(body=body)))  # type: ignore[arg-type]
+
+    with FakeServer(respond) as server:
+        orc.run(graph, rows, out=tmp_path / "run", base_url=server.base_url, cache=False)
+        before = sum(not is_canary(body) for body in server.requests)
+        result = CliRunner().invoke(
+            app, ["judge-card", str(tmp_path / "run"), "--retest", "2", "--rows", "10"]
+        )
+        assert result.exit_code == 0, result.output
+        asked = sum(not is_canary(body) for body in server.requests) - before
+        assert asked == 2 * 10  # each repeat's start also checks the schema once
+    assert "Stability (2 repeats of 10 rows)" in result.output
+    assert "judge.score" in result.output

@@ -20,8 +20,16 @@ from .bias import length_bias, position_bias, prefer_longer, self_preference
 from .distribution import distribution
 from .flags import Test, correct, interval_text
 from .jury import jury
-from .record import JudgeCard, LengthBias, PositionBias, PreferLonger, SelfPreference
+from .record import (
+    Interval,
+    JudgeCard,
+    LengthBias,
+    PositionBias,
+    PreferLonger,
+    SelfPreference,
+)
 from .reliability import reliability
+from .stability import RELIABLE_ALPHA, Retest, Stability
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +175,21 @@ def _tests(card: JudgeCard) -> list[Test]:
     for sp in card.self_preference:
         if sp.p is not None and sp.gap is not None:
             tests.append(Test("self_preference", f"{sp.node}.{sp.field}", sp.p, _self_text(sp)))
+    for st in card.stability.stability if card.stability is not None else ():
+        if st.p_unreliable is not None and st.alpha is not None:
+            where = f"{st.node}.{st.field}"
+            tests.append(Test("stability", where, st.p_unreliable, _stability_text(st)))
     return tests
+
+
+def _stability_text(item: Stability) -> str:
+    ci = Interval(low=item.alpha_ci[0], high=item.alpha_ci[1]) if item.alpha_ci else None
+    flips = "" if item.flip_rate is None else f"; {item.flip_rate:.0%} of rows changed"
+    return (
+        f"stability: {item.node}.{item.field} answers differently when asked again, test–retest"
+        f" α {item.alpha:.2f}{interval_text(ci)}, below {RELIABLE_ALPHA} ({item.k} repeats of"
+        f" {item.rows} rows{flips})"
+    )
 
 
 def _jury_part(
@@ -244,13 +266,15 @@ def judge_card(
     judged: str | None = None,
     alpha: float = ALPHA,
     seed: int = 0,
+    stability: Retest | None = None,
 ) -> JudgeCard:
     """The judge card of a finished run folder (see docs/judge-card.md for each part).
 
     `labels`/`field` compare the run with people as `meta-eval` does; `jury` names the LLM
     nodes that form a jury (default: the graph's `jury:` key); `generator_field` is the row
     field naming the model that wrote the judged text (default `generator`); `judged`
-    overrides the graph's `judged:` key (the input whose length is measured).
+    overrides the graph's `judged:` key (the input whose length is measured); `stability`
+    is a retest of the run (`orc.retest`), tested with the rest (α below RELIABLE_ALPHA).
     """
     folder = Path(run_dir)
     reader = RunReader(folder)
@@ -279,6 +303,7 @@ def judge_card(
         raise ConfigurationError(f"a jury needs two jurors or more, got {jurors[0]}")
     if jurors:
         _jury_part(card, jurors, columns)
+    card.stability = stability
     card.findings, card.flags = correct(_tests(card), alpha)
     log.debug(
         "judge card of %s: %d findings, %d flags", folder, len(card.findings), len(card.flags)

@@ -154,6 +154,24 @@ def sections(card: JudgeCard) -> list[Section]:
             ],
         )
     )
+    retest = card.stability
+    found.append(
+        Section(
+            f"Stability ({retest.k} repeats of {len(retest.rows)} rows)" if retest else "Stability",
+            ["node.field", "model", "rows", "test–retest α", "interval", "rows changed"],
+            [
+                [
+                    f"{s.node}.{s.field}",
+                    _model(s.model),
+                    str(s.rows),
+                    _num(s.alpha),
+                    "–" if s.alpha_ci is None else f"[{s.alpha_ci[0]:.2f}, {s.alpha_ci[1]:.2f}]",
+                    _rate(s.flip_rate),
+                ]
+                for s in (retest.stability if retest else ())
+            ],
+        )
+    )
     return [s for s in found if s.rows]
 
 

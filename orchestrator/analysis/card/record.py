@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .stability import Retest
+
 
 class Interval(BaseModel):
     """A two-sided confidence interval (percentile bootstrap unless a part says otherwise)."""
@@ -148,6 +150,6 @@ class JudgeCard(BaseModel):
     juries: list[Jury] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)
-    # Test-retest stability (`--retest`), measured by analysis/card/stability.py when asked.
-    stability: Any | None = None
+    # Test-retest stability (`--retest`): the repeats' record, when a retest was asked for.
+    stability: Retest | None = None
     notes: list[str] = Field(default_factory=list)

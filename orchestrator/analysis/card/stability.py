@@ -8,6 +8,8 @@ folders back and measures, per LLM node and per judged field of its output:
 - Krippendorff's α over the repeats (each repeat a rater, each row a unit; nominal for
   booleans and enum strings, interval for numbers; `metaeval_stats.alpha`), with a
   percentile bootstrap interval over rows computed for all resamples at once;
+- a one-sided p-value for "α is below RELIABLE_ALPHA" from the same resamples, which the
+  judge card tests (Holm) with its other findings;
 - the flip rate: the share of rows whose value is not the same in every repeat (with n > 1
   samples a node's every sample counts as a rating, for both).
 
@@ -31,6 +33,10 @@ from ...store.reader import RunReader
 from ..metaeval_stats import Bootstrap, alpha, code, codes
 
 Level = Literal["nominal", "interval"]
+
+# Krippendorff's customary floor for data to be relied on; the card flags a judge whose α
+# over repeats is significantly below it (a judge at α 0.8 is flagged at most ~5% of the time).
+RELIABLE_ALPHA = 0.8
 Unit = tuple[str, int]  # (example id, foreach item; store.trace.WHOLE without foreach)
 
 
@@ -51,6 +57,8 @@ class Stability:
     rows: int  # rows (foreach items for a foreach node) answered in at least two repeats
     alpha: float | None
     alpha_ci: tuple[float, float] | None
+    # One-sided bootstrap p of α < RELIABLE_ALPHA (the share of resamples at or above it).
+    p_unreliable: float | None
     flip_rate: float | None
     flips: int
     inputs_held: bool
@@ -241,11 +249,12 @@ def weighted_alpha(matrix: np.ndarray, level: Level, weights: np.ndarray) -> np.
     return np.where((expected > 1e-12 * np.maximum(n, 1.0) ** 2) & (n > 1), found, np.nan)
 
 
-def alpha_interval(
+def alpha_bootstrap(
     clusters: Sequence[str], matrix: np.ndarray, level: Level, boot: Bootstrap
-) -> tuple[float, float] | None:
+) -> tuple[tuple[float, float] | None, float | None]:
     """Percentile bootstrap interval of α, drawing whole clusters (a row with its foreach
-    items) with replacement; None when no resample has α defined."""
+    items) with replacement, and the one-sided p of α < RELIABLE_ALPHA from the same
+    resamples (the test the interval inverts); (None, None) when no resample has α."""
     names = {name: i for i, name in enumerate(dict.fromkeys(clusters))}
     member = np.asarray([names[c] for c in clusters])
     groups = len(names)
@@ -257,10 +266,11 @@ def alpha_interval(
     found = weighted_alpha(matrix, level, weights)
     found = found[np.isfinite(found)]
     if not len(found):
-        return None
+        return None, None
     tail = (1.0 - boot.confidence) / 2.0
     low, high = np.quantile(found, [tail, 1.0 - tail])
-    return float(low), float(high)
+    p = (1.0 + float((found >= RELIABLE_ALPHA).sum())) / (1.0 + len(found))
+    return (float(low), float(high)), p
 
 
 def stability_of(
@@ -278,9 +288,9 @@ def stability_of(
     units, matrix = ratings_matrix(repeats, name, level)
     rows, flipped = flips(matrix)
     point = alpha(matrix, level) if rows else None
-    ci = None
+    ci, p = None, None
     if point is not None:
-        ci = alpha_interval([example for example, _ in units], matrix, level, boot)
+        ci, p = alpha_bootstrap([example for example, _ in units], matrix, level, boot)
     return Stability(
         node=node,
         field=name,
@@ -290,6 +300,7 @@ def stability_of(
         rows=rows,
         alpha=point,
         alpha_ci=ci,
+        p_unreliable=p,
         flip_rate=flipped / rows if rows else None,
         flips=flipped,
         inputs_held=inputs_held,
