@@ -126,11 +126,20 @@ def _group_means(sum_plus: Any, size_plus: Any, values: Any, size: int) -> tuple
     return low, high
 
 
-def _bound(ends: Any, weights: Any, needed: float, descending: bool) -> float | None:
-    """The first end (in the given direction) by which `needed` weight is reached."""
+def _bound(ends: Any, weights: Any | None, needed: float, descending: bool) -> float | None:
+    """The first end (in the given direction) by which `needed` weight is reached (each
+    row weighing one when `weights` is None)."""
+    import math
+
     import numpy as np
 
-    order = np.argsort(-ends if descending else ends, kind="stable")
+    keyed = -ends if descending else ends
+    if weights is None:  # every row weighs one: an order statistic, no full sort needed
+        at = min(math.ceil(needed), ends.size) - 1
+        value = float(np.partition(keyed, at)[at])
+        value = -value if descending else value
+        return value if np.isfinite(value) else None
+    order = np.argsort(keyed, kind="stable")
     reached = np.cumsum(weights[order])
     at = int(np.searchsorted(reached, needed, side="left"))
     value = float(ends[order][min(at, ends.size - 1)])
@@ -192,7 +201,7 @@ def sign_flip_interval(
         split = np.arange(zeros + 1)
         sum_plus = np.repeat(sum_plus, zeros + 1)
         size_plus = np.repeat(size_plus, zeros + 1) + np.tile(split, masks.size)
-        weights = np.tile(binom.pmf(split, zeros, 0.5), masks.size)
+        weights = np.tile(binom.pmf(split, zeros, 0.5), masks.size) if zeros else None
         total: float = float(masks.size)
         method: Literal["exact", "monte-carlo"] = "exact"
         count = int(masks.size)
@@ -214,7 +223,7 @@ def sign_flip_interval(
         # (hits + 1) / (draws + 1).
         sum_plus = np.append(np.concatenate(sums), nonzero.sum())
         size_plus = np.append(np.concatenate(sizes) + extra, data.size)
-        weights = np.ones(permutations + 1)
+        weights = None
         total, method, count = float(permutations + 1), "monte-carlo", permutations
     low, high = _group_means(sum_plus, size_plus, nonzero, int(data.size))
     # The exact path's weights are shares of a pattern (a row of zeros' splits sums to 1 up
