@@ -23,6 +23,8 @@ _EXPORTS = {
     "load_graph": ".api.run",
     "run": ".api.run",
     "compare": ".analysis.compare",
+    "power": ".api.power",
+    "PowerEstimate": ".api.power",
     "export": ".analysis.export",
     "node_runs_frame": ".analysis.export",
     "ratings_across_runs": ".analysis.ratings",
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
     from .analysis.compare import compare
     from .analysis.export import export, node_runs_frame
     from .analysis.ratings import ratings_across_runs
+    from .api.power import PowerEstimate, power
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .calls.retry import RetryPolicy
     from .compute.registry import register
@@ -122,6 +125,7 @@ __all__ = [
     "NodeKind",
     "NodeRun",
     "OrchestratorError",
+    "PowerEstimate",
     "ReadOnlyRunFolder",
     "ResultLine",
     "RetryPolicy",
@@ -149,6 +153,7 @@ __all__ = [
     "graph_from_dict",
     "load_graph",
     "node_runs_frame",
+    "power",
     "ratings_across_runs",
     "register",
     "register_kind",

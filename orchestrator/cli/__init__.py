@@ -18,6 +18,9 @@ from . import functions  # noqa: F401 - functions
 from . import compare  # noqa: F401 - compare
 
 # isort: split
+from . import power  # noqa: F401 - power
+
+# isort: split
 from . import export  # noqa: F401 - export, ratings
 
 # isort: split
