@@ -308,7 +308,10 @@ def _pair(a: list[float], b: list[float], labels: tuple[str, str], s: _Settings)
             resamples=interval.count,
             seed=s.seed,
         )
-    test = paired.sign_flip_test(differences, s.permutations, s.seed)
+    # Where ties are too many for the interval to enumerate, the test draws too: with the
+    # same draws the two still agree.
+    exact_up_to = paired.EXACT_UP_TO if interval.method == "exact" else 0
+    test = paired.sign_flip_test(differences, s.permutations, s.seed, exact_up_to)
     found.p, found.p_method, found.p_count = test.p, test.method, test.count
     found.effect_size = paired.cohens_dz(differences)
     if s.judge:

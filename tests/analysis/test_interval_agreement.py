@@ -80,3 +80,21 @@ def test_exact_path_agrees_with_its_test_on_small_tied_samples() -> None:
     data[:150] += rng.choice([0.0, 1.0], size=(150, 12))  # half with a shift to find
     rejected, _, _ = _simulate(data, truth=math.nan, exact_up_to=paired.EXACT_UP_TO)
     assert rejected > 20
+
+
+def test_compare_draws_for_both_when_ties_are_too_many_to_enumerate() -> None:
+    """20 non-zero differences and 40 ties: the test alone could enumerate 2^20 signs, the
+    interval would need 2^20 × 41 weighted rows; compare then draws for both, alike."""
+    from orchestrator.analysis.compare import _pair, _Settings
+
+    rng = np.random.default_rng(5)
+    settings = _Settings(0.95, 2000, DRAWS, 0, False)
+    disagree = 0
+    for seed in range(200):
+        steps = rng.choice([1.0, 2.0, 3.0], size=20) * rng.choice([1, -1], size=20)
+        b = np.concatenate([steps + 0.5 * (seed % 3 == 0), np.zeros(40)])  # a third shifted
+        found = _pair([0.0] * 60, list(b), ("a", "b"), settings)
+        assert found.p_method == "monte-carlo" and found.ci is not None
+        assert found.ci.draws == "monte-carlo" and found.p is not None
+        disagree += (found.p < 0.05) != (not found.ci.low <= 0.0 <= found.ci.high)
+    assert disagree == 0
