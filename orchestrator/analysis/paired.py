@@ -1,8 +1,11 @@
-"""Statistics of two runs scored on the same examples: paired difference, sign-flip test,
-Holm's correction, effect size, and the correlations two judges are compared with.
+"""Statistics of two runs scored on the same examples: paired difference, sign-flip test
+and the interval that inverts it, Holm's correction, effect size, and the correlations two
+judges are compared with.
 
 Each function takes plain sequences of floats (already matched by example) and uses numpy
-only; the bootstrap is `compute.statistics.bootstrap_mean_ci` applied to the differences.
+(scipy for the binomial weights of ties); `paired_interval`, the BCa bootstrap compare
+used before its interval inverted the test, is `compute.statistics.bootstrap_mean_ci`
+applied to the differences.
 """
 
 from __future__ import annotations
