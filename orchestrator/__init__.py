@@ -28,6 +28,8 @@ _EXPORTS = {
     "Stability": ".analysis.card.stability",
     "compare": ".analysis.compare",
     "diff": ".api.diff",
+    "power": ".api.power",
+    "PowerEstimate": ".api.power",
     "export": ".analysis.export",
     "node_runs_frame": ".analysis.export",
     "ratings_across_runs": ".analysis.ratings",
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
     from .analysis.ratings import ratings_across_runs
     from .api.card import JudgeCard, judge_card
     from .api.diff import diff
+    from .api.power import PowerEstimate, power
     from .api.retest import aretest, retest
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .calls.retry import RetryPolicy
@@ -134,6 +137,7 @@ __all__ = [
     "NodeKind",
     "NodeRun",
     "OrchestratorError",
+    "PowerEstimate",
     "ReadOnlyRunFolder",
     "ResultLine",
     "Retest",
@@ -166,6 +170,7 @@ __all__ = [
     "judge_card",
     "load_graph",
     "node_runs_frame",
+    "power",
     "ratings_across_runs",
     "register",
     "register_kind",

@@ -28,6 +28,9 @@ Catch `OrchestratorError` to catch them all. The whole family, each with when it
     │                           that example)
     ├── LabelError ............ + ValueError. A human-labels file (`meta-eval`) that cannot
     │                           be used; the message names the file and line
+    ├── NoMaximumLikelihood ... + ValueError. `bradley_terry(prior=0)` on matches whose win
+    │                           graph is not strongly connected (a player undefeated or
+    │                           winless): no finite fit exists; `.players` names one side
     ├── NodeError ............. a node that could not produce a value: its example fails,
     │                           the run goes on (raise it from a compute function)
     ├── RunFolderError ........ a run folder that cannot be used: another run's, locked by
@@ -193,6 +196,14 @@ class DatasetError(OrchestratorError):
 
 class LabelError(OrchestratorError, ValueError):
     """A labels file that cannot be used; the message names the file and line."""
+
+
+class NoMaximumLikelihood(OrchestratorError, ValueError):
+    """Bradley–Terry without a prior on matches that no finite fit explains."""
+
+    def __init__(self, message: str, players: list[str]) -> None:
+        super().__init__(message)
+        self.players = players
 
 
 class NodeError(OrchestratorError):

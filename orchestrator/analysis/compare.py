@@ -297,16 +297,23 @@ def _pair(a: list[float], b: list[float], labels: tuple[str, str], s: _Settings)
     found.wins, found.ties, found.losses = paired.win_tie_loss(a, b)
     if n < 2:
         return found
-    interval = paired.paired_interval(differences, s.level, s.resamples, s.seed)
-    found.ci = Interval(
-        low=interval["ci_low"],
-        high=interval["ci_high"],
-        level=s.level,
-        method=interval["method"],
-        resamples=s.resamples,
-        seed=s.seed,
-    )
-    test = paired.sign_flip_test(differences, s.permutations, s.seed)
+    # The interval inverts the test below with the same sign vectors, so it excludes 0
+    # exactly when p < 1 − level (a bootstrap interval disagreed with it at small n).
+    interval = paired.sign_flip_interval(differences, s.level, s.permutations, s.seed)
+    if interval.low is not None and interval.high is not None:
+        found.ci = Interval(
+            low=interval.low,
+            high=interval.high,
+            level=s.level,
+            method="sign-flip",
+            draws=interval.method,
+            resamples=interval.count,
+            seed=s.seed,
+        )
+    # Where ties are too many for the interval to enumerate, the test draws too: with the
+    # same draws the two still agree.
+    exact_up_to = paired.EXACT_UP_TO if interval.method == "exact" else 0
+    test = paired.sign_flip_test(differences, s.permutations, s.seed, exact_up_to)
     found.p, found.p_method, found.p_count = test.p, test.method, test.count
     found.effect_size = paired.cohens_dz(differences)
     if s.judge:
@@ -449,7 +456,10 @@ def compare(
     `labels` (default: detected) pick what is compared; `kind` overrides the detection of
     judge vs system comparison. `by` names a row field (an output, or an input the runs
     kept, such as `language`): the numeric outputs are then also compared within each of
-    its values (`groups`). Raises ConfigurationError for runs that cannot be compared.
+    its values (`groups`). The interval inverts the sign-flip test (see
+    `paired.sign_flip_interval`), so `resamples` no longer shapes it; it is still checked
+    and recorded, for callers that pass it. Raises ConfigurationError for runs that cannot
+    be compared.
     """
     if len(runs) < 2:
         raise ConfigurationError(f"compare needs at least two runs, got {len(runs)}")

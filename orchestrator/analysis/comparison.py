@@ -68,14 +68,21 @@ class RunInfo(BaseModel):
 
 
 class Interval(BaseModel):
-    """A bootstrap confidence interval of the mean difference."""
+    """A confidence interval of the mean difference.
+
+    `compare` gives "sign-flip": every mean difference the sign-flip test does not reject
+    (`draws` says whether its sign vectors were enumerated or drawn, `resamples` how many),
+    so it excludes 0 exactly when p < 1 − level; "bca" and "percentile" are bootstrap
+    intervals (`resamples` resampled data sets).
+    """
 
     low: float
     high: float
     level: float
-    method: Literal["bca", "percentile"]
+    method: Literal["sign-flip", "bca", "percentile"]
     resamples: int
     seed: int
+    draws: Literal["exact", "monte-carlo"] | None = None  # sign-flip only
 
 
 class Correlation(BaseModel):
@@ -95,7 +102,9 @@ class PairDifference(BaseModel):
     mean_a: float | None = None
     mean_b: float | None = None
     difference: float | None = None  # mean_b − mean_a = the mean of the differences
-    ci: Interval | None = None  # None with fewer than two examples
+    # None with fewer than two examples, or too few for the test to reject any mean
+    # difference at this level (five or fewer: the smallest p is 2/2^n ≥ 0.0625)
+    ci: Interval | None = None
     p: float | None = None  # two-sided sign-flip (paired permutation) test
     p_method: Literal["exact", "monte-carlo"] | None = None
     p_count: int = 0  # sign vectors enumerated (exact) or drawn (Monte Carlo)
@@ -202,14 +211,22 @@ class Comparison(BaseModel):
         every = [o for o in self.outputs] + [o for g in self.groups for o in g.outputs]
         methods = {p.p_method for o in every for p in o.pairs if p.p_method}
         test = " / ".join(
-            "exact (all 2^n signs)" if m == "exact" else f"Monte Carlo ({self.permutations} draws)"
+            "exact (all 2^n signs)"
+            if m == "exact"
+            else f"Monte Carlo ({self.permutations} draws), seed {self.seed}"
             for m in sorted(methods)
         )
         kinds = {p.ci.method for o in every for p in o.pairs if p.ci is not None}
-        interval = " / ".join("BCa" if m == "bca" else "percentile" for m in sorted(kinds))
+        alpha = f"{1.0 - self.level:.2g}"
+        names = {
+            "sign-flip": f"the differences the test does not reject (excludes 0 iff p < {alpha})",
+            "bca": f"BCa bootstrap, {self.resamples} resamples",
+            "percentile": f"percentile bootstrap, {self.resamples} resamples",
+        }
+        interval = " / ".join(names[m] for m in sorted(kinds))
         return (
-            f"CI: paired bootstrap ({interval or 'none'}, {self.resamples} resamples, seed "
-            f"{self.seed}); p: two-sided sign-flip test, {test or 'not run'}; Holm over each "
+            f"CI: {interval or 'none'}; p: two-sided sign-flip test, {test or 'not run'}; "
+            "Holm over each "
             "output's pairs; d_z = mean difference / sd of the differences; W/T/L: examples "
             "where b scored higher / the same / lower."
             + (

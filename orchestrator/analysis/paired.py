@@ -1,8 +1,11 @@
-"""Statistics of two runs scored on the same examples: paired difference, sign-flip test,
-Holm's correction, effect size, and the correlations two judges are compared with.
+"""Statistics of two runs scored on the same examples: paired difference, sign-flip test
+and the interval that inverts it, Holm's correction, effect size, and the correlations two
+judges are compared with.
 
 Each function takes plain sequences of floats (already matched by example) and uses numpy
-only; the bootstrap is `compute.statistics.bootstrap_mean_ci` applied to the differences.
+(scipy for the binomial weights of ties); `paired_interval`, the BCa bootstrap compare
+used before its interval inverted the test, is `compute.statistics.bootstrap_mean_ci`
+applied to the differences.
 """
 
 from __future__ import annotations
@@ -79,6 +82,163 @@ def sign_flip_test(
         signs = rng.integers(0, 2, size=(stop - start, k)) * 2 - 1
         hits += int(np.count_nonzero(np.abs(signs @ nonzero) >= threshold))
     return SignFlip((hits + 1) / (permutations + 1), "monte-carlo", permutations)
+
+
+# An exact interval with zero differences weighs each sign pattern of the non-zero ones by
+# how many ways the zeros can split; above this many (pattern, split) rows it draws instead.
+_EXACT_ROWS = 1 << 22
+
+
+@dataclass(frozen=True)
+class SignFlipInterval:
+    """The values δ of the mean difference a two-sided sign-flip test does not reject.
+
+    `low`/`high` are None when no δ is rejected (too few examples for the test to reach
+    the level: with n ≤ 5 the smallest p is 2/2^n ≥ 0.0625).
+    """
+
+    low: float | None
+    high: float | None
+    level: float
+    method: Literal["exact", "monte-carlo"]
+    count: int  # sign patterns enumerated (exact) or drawn (Monte Carlo), as SignFlip's
+
+
+def _group_means(sum_plus: Any, size_plus: Any, values: Any, size: int) -> tuple[Any, Any]:
+    """Lowest and highest of the two group means each sign row splits the examples into.
+
+    Row r puts `size_plus[r]` of the `size` examples, summing to `sum_plus[r]`, in one
+    group and the rest (of `values`, the non-zero differences) in the other; an empty
+    group has no mean, which makes the row agree with every δ (−inf, +inf).
+    """
+    import numpy as np
+
+    size_minus = size - size_plus
+    sum_minus = values.sum() - sum_plus
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_plus = np.where(size_plus > 0, sum_plus / np.maximum(size_plus, 1), np.nan)
+        mean_minus = np.where(size_minus > 0, sum_minus / np.maximum(size_minus, 1), np.nan)
+    # A group mean within rounding of zero is zero, so a tie at δ = 0 is a tie here as it is
+    # for sign_flip_test (which compares sums with a relative tolerance).
+    scale = float(np.abs(values).sum())
+    for means in (mean_plus, mean_minus):
+        means[np.abs(means) <= scale * 1e-13] = 0.0
+    empty = np.isnan(mean_plus) | np.isnan(mean_minus)
+    low = np.where(empty, -np.inf, np.fmin(mean_plus, mean_minus))
+    high = np.where(empty, np.inf, np.fmax(mean_plus, mean_minus))
+    return low, high
+
+
+def _bound(ends: Any, weights: Any | None, needed: float, descending: bool) -> float | None:
+    """The first end (in the given direction) by which `needed` weight is reached (each
+    row weighing one when `weights` is None)."""
+    import math
+
+    import numpy as np
+
+    keyed = -ends if descending else ends
+    if weights is None:  # every row weighs one: an order statistic, no full sort needed
+        at = min(math.ceil(needed), ends.size) - 1
+        value = float(np.partition(keyed, at)[at])
+        value = -value if descending else value
+        return value if np.isfinite(value) else None
+    order = np.argsort(keyed, kind="stable")
+    reached = np.cumsum(weights[order])
+    at = int(np.searchsorted(reached, needed, side="left"))
+    value = float(ends[order][min(at, ends.size - 1)])
+    return value if np.isfinite(value) else None
+
+
+def _needed(total: float, alpha: float) -> float:
+    """The fewest agreeing sign rows (by weight) for p = agreeing / total to reach alpha,
+    found with the same floating-point division the p-value uses."""
+    import math
+
+    needed = math.ceil(alpha * total)
+    while needed > 0 and (needed - 1) / total >= alpha:
+        needed -= 1
+    while needed / total < alpha:
+        needed += 1
+    return float(needed)
+
+
+def sign_flip_interval(
+    differences: ArrayLike,
+    level: float = 0.95,
+    permutations: int = PERMUTATIONS,
+    seed: int = 0,
+    exact_up_to: int = EXACT_UP_TO,
+) -> SignFlipInterval:
+    """The confidence interval that inverts `sign_flip_test`: every δ for which the test
+    of "mean difference = δ" (the signs of d − δ flipped) gives p ≥ 1 − level.
+
+    With the same sign vectors as the test (the same enumeration, or the same seeded
+    draws), the interval excludes 0 exactly when `sign_flip_test(differences).p` is below
+    1 − level, so the two never disagree (Monte Carlo with zero differences draws their
+    signs from a second stream). A sign vector splits the examples into two groups, and
+    flipping reaches the observed |sum| of d − δ exactly when δ lies between the groups'
+    means; so the bounds are order statistics of those means, with no search over δ.
+    Exact while the non-zero differences are at most `exact_up_to` (and the zero ones few
+    enough to weigh every split of them), Monte Carlo otherwise.
+    """
+    import numpy as np
+    from scipy.stats import binom
+
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be between 0 and 1, got {level!r}")
+    data = _array(differences)
+    alpha = round(1.0 - level, 12)  # 1 − 0.95 is 0.05000000000000004 in floating point
+    nonzero = data[data != 0.0]
+    k, zeros = int(nonzero.size), int(data.size - nonzero.size)
+    if k == 0:
+        return SignFlipInterval(0.0, 0.0, level, "exact", 1)
+    if k <= exact_up_to and (1 << k) * (zeros + 1) <= max(_EXACT_ROWS, 1 << k):
+        masks = np.arange(1 << k, dtype=np.int64)
+        sum_plus, size_plus = np.zeros(masks.size), np.zeros(masks.size, dtype=np.int64)
+        for bit, value in enumerate(nonzero):  # bit set: a minus sign, as in the test
+            plus = ((masks >> bit) & 1) == 0
+            sum_plus += np.where(plus, value, 0.0)
+            size_plus += plus
+        # Each pattern of the non-zero signs, with j of the zeros on the plus side, stands
+        # for C(zeros, j) sign vectors of all the differences: weight it by that share.
+        split = np.arange(zeros + 1)
+        sum_plus = np.repeat(sum_plus, zeros + 1)
+        size_plus = np.repeat(size_plus, zeros + 1) + np.tile(split, masks.size)
+        weights = np.tile(binom.pmf(split, zeros, 0.5), masks.size) if zeros else None
+        total: float = float(masks.size)
+        method: Literal["exact", "monte-carlo"] = "exact"
+        count = int(masks.size)
+    else:
+        if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
+            raise ValueError(f"permutations must be a positive integer, got {permutations!r}")
+        # The non-zero differences' signs are drawn exactly as sign_flip_test draws them.
+        rng = np.random.default_rng(seed)
+        chunk = max(1, 4_000_000 // k)
+        sums, sizes = [], []
+        for start in range(0, permutations, chunk):
+            signs = rng.integers(0, 2, size=(min(start + chunk, permutations) - start, k)) * 2 - 1
+            # The plus group's sum and size from the signed sum: (Σ s·d + Σ d) / 2.
+            sums.append((signs.astype(float) @ nonzero + nonzero.sum()) / 2.0)
+            sizes.append((signs.sum(axis=1) + k) // 2)
+        # The zeros' signs only matter by how many land on the plus side.
+        extra = np.random.default_rng([seed, 1]).binomial(zeros, 0.5, size=permutations)
+        # The observed signs (all plus) count as one more draw, as in the test's
+        # (hits + 1) / (draws + 1).
+        sum_plus = np.append(np.concatenate(sums), nonzero.sum())
+        size_plus = np.append(np.concatenate(sizes) + extra, data.size)
+        weights = None
+        total, method, count = float(permutations + 1), "monte-carlo", permutations
+    low, high = _group_means(sum_plus, size_plus, nonzero, int(data.size))
+    # The exact path's weights are shares of a pattern (a row of zeros' splits sums to 1 up
+    # to rounding), so a whole number of patterns may fall a hair short of its count.
+    needed = (alpha * total if method == "exact" else _needed(total, alpha)) * (1.0 - 1e-9)
+    return SignFlipInterval(
+        _bound(low, weights, needed, descending=False),
+        _bound(high, weights, needed, descending=True),
+        level,
+        method,
+        count,
+    )
 
 
 def holm(pvalues: ArrayLike) -> list[float]:

@@ -274,6 +274,9 @@ def format_ratings(result: dict[str, Any]) -> list[Any]:
             for source in (elo, bt):
                 if dimension in source:
                     row = source[dimension]["players"][player]
+                    if row["rating"] is None or row["ci_low"] is None:
+                        cells += ["—", "—"]  # an Elo player no replicate drew
+                        continue
                     cells += [f"{row['rating']:.1f}", f"{row['ci_low']:.1f}–{row['ci_high']:.1f}"]
             table.add_row(*cells, str(main["players"][player]["matches"]))
         tables.append(table)

@@ -21,6 +21,9 @@ from . import compare  # noqa: F401 - compare
 from . import diff  # noqa: F401 - diff
 
 # isort: split
+from . import power  # noqa: F401 - power
+
+# isort: split
 from . import export  # noqa: F401 - export, ratings
 
 # isort: split

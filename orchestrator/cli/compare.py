@@ -139,9 +139,11 @@ def compare(
         str | None, typer.Option(help="judge | system (default: from the runs' inputs).")
     ] = None,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
-    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 2000,
+    resamples: Annotated[
+        int, typer.Option(help="Unused (the CI inverts the test); kept for scripts.")
+    ] = 2000,
     permutations: Annotated[int, typer.Option(help="Sign-flip draws when n > 20.")] = 10_000,
-    seed: Annotated[int, typer.Option(help="Seed of the bootstrap and the test.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the test's sign draws (and so its CI).")] = 0,
     html: Annotated[
         Path | None,
         typer.Option(

@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from ..errors import NoMaximumLikelihood
 from .pairwise import TIE, plurality
 from .registry import register
 
@@ -67,7 +68,13 @@ def _interval(values: Any, level: float) -> tuple[float, float]:
 
 
 def _ranking(players: dict[str, dict[str, Any]], key: str) -> list[str]:
-    return sorted(players, key=lambda name: (-players[name][key], name))
+    """Names by `key`, best first; a player without a value (None) goes last."""
+
+    def rank(name: str) -> tuple[bool, float, str]:
+        value = players[name][key]
+        return (value is None, -(value or 0.0), name)
+
+    return sorted(players, key=rank)
 
 
 # -- win/loss/tie ---------------------------------------------------------------------
@@ -138,6 +145,17 @@ def _elo_runs(a: Any, b: Any, s: Any, players: int, order: Any, k: float, initia
     return ratings
 
 
+def _absent(a: Any, b: Any, order: Any, players: int) -> Any:
+    """Per replicate and player: True where none of the replicate's matches involve it."""
+    import numpy as np
+
+    played = np.zeros((order.shape[0], players), dtype=bool)
+    rows = np.arange(order.shape[0])[:, None]
+    played[rows, a[order]] = True
+    played[rows, b[order]] = True
+    return ~played
+
+
 @register("elo_ratings")
 def elo_ratings(
     matches: list[dict[str, Any]],
@@ -153,8 +171,12 @@ def elo_ratings(
 
     Online Elo depends on match order, so each replicate replays the matches in a fresh
     random order; with `resample` (default, as Chatbot Arena does) it also draws them with
-    replacement so the interval reflects which cases happened to be judged. `score`:
-    "outcome" (plurality win/loss/tie per match) or "fraction" (S, the share of votes).
+    replacement so the interval reflects which cases happened to be judged. A player none
+    of whose matches a replicate drew is left out of that replicate, as FastChat does (it
+    has no rating there; its `initial` would pull the median towards 1000), and
+    `replicates` per player counts the ones it is in; a player in none has rating None.
+    `score`: "outcome" (plurality win/loss/tie per match) or "fraction" (S, the share of
+    votes).
     """
     import numpy as np
 
@@ -170,15 +192,18 @@ def elo_ratings(
         else:
             order = np.argsort(rng.random((replicates, count)), axis=1)
         ratings = _elo_runs(a, b, s, len(names), order, k, initial)
+        absent = _absent(a, b, order, len(names))
         played = Counter([m["a"] for m in group] + [m["b"] for m in group])
-        players = {}
+        players: dict[str, dict[str, Any]] = {}
         for i, name in enumerate(names):
-            low, high = _interval(ratings[:, i], level)
+            kept = ratings[~absent[:, i], i]
+            low, high = _interval(kept, level) if kept.size else (None, None)
             players[name] = {
-                "rating": float(np.median(ratings[:, i])),
+                "rating": float(np.median(kept)) if kept.size else None,
                 "ci_low": low,
                 "ci_high": high,
                 "matches": played[name],
+                "replicates": int(kept.size),
             }
         tables[dimension] = {
             "players": players,
@@ -253,6 +278,51 @@ def _credits(a: Any, b: Any, s: Any, weights: Any, players: int) -> Any:
     return (weights @ spread).reshape(weights.shape[0], players, players)
 
 
+def unbeaten_group(credits: Any) -> list[int] | None:
+    """Players no one outside them ever beat, when the win graph is not strongly connected.
+
+    `credits[i, j]` is i's wins over j (a tie is half a win each way). A finite
+    maximum-likelihood Bradley–Terry fit exists exactly when every player reaches every
+    other along "beat" edges (Zermelo; Ford 1957); otherwise some group never lost to the
+    rest and the likelihood keeps rising as it pulls away. Returns that group's indices
+    (the first such group by index), or None when the fit exists.
+    """
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    size = credits.shape[0]
+    if size < 2:
+        return None
+    beat = np.asarray(credits) > 0
+    count, label = connected_components(csr_matrix(beat), directed=True, connection="strong")
+    if count == 1:
+        return None
+    # A component that no outside player beat: no edge j -> i with j outside, i inside.
+    outside = label[:, None] != label[None, :]
+    beaten = np.zeros(count, dtype=bool)
+    _, cols = np.nonzero(beat & outside)
+    beaten[label[cols]] = True
+    top = int(np.flatnonzero(~beaten)[0])
+    return [int(i) for i in np.flatnonzero(label == top)]
+
+
+def _refuse_without_prior(names: list[str], credits: Any, dimension: str) -> None:
+    """Raise NoMaximumLikelihood when prior 0 is asked of data no finite fit explains."""
+    group = unbeaten_group(credits)
+    if group is None:
+        return
+    players = [names[i] for i in group]
+    who = ", ".join(players)
+    raise NoMaximumLikelihood(
+        f"bradley_terry(prior=0), dimension {dimension!r}: no maximum-likelihood fit "
+        f"exists, because {who} never lost to any other player (undefeated, or never "
+        "compared with the rest); the ratings would run off to infinity. Use a prior > 0 "
+        "(the default 0.01 keeps them finite), or add matches that connect the players.",
+        players,
+    )
+
+
 @register("bradley_terry", blocking=True)
 def bradley_terry(
     matches: list[dict[str, Any]],
@@ -268,7 +338,10 @@ def bradley_terry(
 
     Order-independent, unlike Elo. Ratings are on the Elo scale (`scale` points = 10:1
     odds) centred on `initial`; `strength` is the natural-log parameter. Replicates
-    resample the matches with replacement and refit.
+    resample the matches with replacement and refit. With `prior=0` (pure maximum
+    likelihood) data where some player never lost (see `unbeaten_group`) raise
+    NoMaximumLikelihood, and replicates without a finite fit are left out of the interval
+    (`replicates_without_mle` counts them).
     """
     import numpy as np
 
@@ -280,17 +353,29 @@ def bradley_terry(
     for dimension, group in by_dimension(matches).items():
         names, a, b, s = _encode(group, score)
         count, size = len(group), len(names)
-        full = _bt_fit(_credits(a, b, s, np.ones((1, count)), size), prior)[0]
+        whole = _credits(a, b, s, np.ones((1, count)), size)
+        if prior == 0:
+            _refuse_without_prior(names, whole[0], dimension)
+        full = _bt_fit(whole, prior)[0]
         draws = rng.multinomial(count, np.full(count, 1.0 / count), size=replicates)
-        boot = _bt_fit(_credits(a, b, s, draws.astype(float), size), prior)
+        resampled = _credits(a, b, s, draws.astype(float), size)
+        without = 0
+        if prior == 0:
+            # Fit only the replicates a finite fit exists for: the others would run
+            # Newton-CG off towards infinity until it gives up.
+            fitted = np.array([unbeaten_group(c) is None for c in resampled], dtype=bool)
+            without = int(np.count_nonzero(~fitted))
+            resampled = resampled[fitted]
+        boot = _bt_fit(resampled, prior) if len(resampled) else np.empty((0, size))
         played = Counter([m["a"] for m in group] + [m["b"] for m in group])
         players = {}
         for i, name in enumerate(names):
-            low, high = _interval(initial + to_rating * boot[:, i], level)
+            rated = initial + to_rating * boot[:, i]
+            low, high = _interval(rated, level) if rated.size else (None, None)
             players[name] = {
                 "rating": float(initial + to_rating * full[i]),
                 "strength": float(full[i]),
-                "median": float(np.median(initial + to_rating * boot[:, i])),
+                "median": float(np.median(rated)) if rated.size else None,
                 "ci_low": low,
                 "ci_high": high,
                 "matches": played[name],
@@ -300,6 +385,7 @@ def bradley_terry(
             "ranking": _ranking(players, "rating"),
             "matches": count,
             "replicates": replicates,
+            "replicates_without_mle": without,
             "prior": prior,
             "level": level,
         }

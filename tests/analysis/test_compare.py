@@ -93,7 +93,9 @@ def test_a_known_shift_lies_in_the_ci_with_a_small_p(shifted: tuple[Path, Path])
     assert pair.n == N and pair.difference == pytest.approx(differences.mean())
     assert pair.mean_a == pytest.approx(BASE.mean()) and result.output("score").means["sys-a"]
     assert pair.ci is not None and pair.ci.low < 1.0 < pair.ci.high
-    assert pair.ci.resamples == 2000 and pair.ci.method == "bca"
+    # The interval inverts the sign-flip test, with the test's 10,000 seeded draws.
+    assert pair.ci.method == "sign-flip" and pair.ci.draws == "monte-carlo"
+    assert pair.ci.resamples == 10_000
     assert pair.p is not None and pair.p < 0.01 and pair.p_method == "monte-carlo"
     assert pair.p_holm == pair.p  # one pair: nothing to adjust
     assert pair.effect_size == pytest.approx(differences.mean() / differences.std(ddof=1))
@@ -211,21 +213,44 @@ def test_paired_bootstrap_ci_equals_scipy_paired_bootstrap(method: str) -> None:
     assert ours["ci_high"] == pytest.approx(ref.confidence_interval.high, abs=1e-9)
 
 
-def test_compare_ci_is_scipys_bca_interval(shifted: tuple[Path, Path]) -> None:
-    pair = orc.compare(*shifted, resamples=3000, seed=5).pair("score")
-    a, b = BASE.astype(float), (BASE + 1 + NOISE).astype(float)
-    ref = scipy.stats.bootstrap(
-        (b, a),
-        _mean_difference,
-        paired=True,
-        n_resamples=3000,
-        **_seeded(5),
-        method="BCa",
-        vectorized=True,
-    )
-    assert pair.ci is not None and pair.ci.seed == 5 and pair.ci.resamples == 3000
-    assert pair.ci.low == pytest.approx(ref.confidence_interval.low, abs=1e-9)
-    assert pair.ci.high == pytest.approx(ref.confidence_interval.high, abs=1e-9)
+def _ends_are_where_the_test_turns(
+    differences: np.ndarray, low: float, high: float, **test: Any
+) -> None:
+    """Just inside each end the sign-flip test of "mean = δ" gives p ≥ 0.05, just outside
+    p < 0.05 (the test itself is checked against scipy above)."""
+    step = 1e-9 * max(1.0, float(np.abs(differences).max()))
+    for end, inward in ((low, step), (high, -step)):
+        inside = paired.sign_flip_test(differences - (end + inward), **test).p
+        outside = paired.sign_flip_test(differences - (end - inward), **test).p
+        assert inside >= 0.05 > outside, (end, inside, outside)
+
+
+def test_sign_flip_interval_is_the_set_the_test_does_not_reject() -> None:
+    rng = np.random.default_rng(8)
+    # Monte Carlo, no zero difference: the test of d − δ draws the very same signs.
+    continuous = rng.normal(0.4, 1.0, 40)
+    interval = paired.sign_flip_interval(continuous, 0.95, 10_000, seed=3)
+    assert interval.method == "monte-carlo" and interval.count == 10_000
+    assert interval.low is not None and interval.high is not None
+    _ends_are_where_the_test_turns(continuous, interval.low, interval.high, seed=3)
+    # Exact, with ties (zero differences count at δ ≠ 0): against all 2^n signs.
+    for _ in range(6):
+        scores = rng.integers(-3, 4, 12).astype(float)
+        interval = paired.sign_flip_interval(scores)
+        assert interval.method == "exact" and interval.low is not None
+        assert interval.high is not None
+        _ends_are_where_the_test_turns(scores, interval.low, interval.high, exact_up_to=30)
+    # Five examples cannot reach p < 0.05 (2/32 at best): nothing is rejected, no ends.
+    assert paired.sign_flip_interval([1.0, 2.0, 3.0, 4.0, 5.0]).low is None
+
+
+def test_compare_ci_is_the_sign_flip_interval(shifted: tuple[Path, Path]) -> None:
+    pair = orc.compare(*shifted, seed=5).pair("score")
+    differences = (BASE + 1 + NOISE) - BASE
+    expected = paired.sign_flip_interval(differences, 0.95, 10_000, seed=5)
+    assert pair.ci is not None and pair.ci.seed == 5
+    assert (pair.ci.low, pair.ci.high) == (expected.low, expected.high)
+    assert pair.p is not None and (pair.p < 0.05) == (not pair.ci.low <= 0.0 <= pair.ci.high)
 
 
 def test_holm_equals_statsmodels() -> None:
@@ -408,7 +433,7 @@ def test_cli_table_and_json(shifted: tuple[Path, Path], monkeypatch: pytest.Monk
     assert "<0.001" in table.output and f"{pair.wins}/{pair.ties}/{pair.losses}" in table.output
     assert (
         "Monte Carlo (10000 draws)" in table.output
-        and "paired bootstrap (BCa, 2000" in table.output
+        and "the differences the test does not reject" in table.output
     )
 
     as_json = runner.invoke(app, ["compare", str(a), str(b), "--format", "json", "--seed", "3"])

@@ -1,0 +1,239 @@
+"""`power`: how many examples (or users) a paired comparison needs to detect a difference.
+
+From a pilot: two runs over the same examples (the sd of their per-example differences) or
+one run (the sd of its scores, with an assumed correlation between the two systems). The
+sample size solves the paired t-test's power equation (normal approximation first, then
+the noncentral t at n − 1 degrees of freedom), which the sign-flip test of `compare`
+follows closely; with `cluster` (e.g. a user id) examples nested in clusters count as
+fewer independent ones, by the design effect 1 + (m − 1)·ICC of the pilot.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..errors import ConfigurationError
+from .compare import (
+    _is_numeric,
+    _missing,
+    _present,
+    _shared_names,
+    load_run,
+    matched_by_id,
+    ok_values,
+)
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from ..api.run import RunResult
+
+log = logging.getLogger(__name__)
+
+# compare's sign-flip test cannot reach p < 0.05 with fewer: its smallest p is 2/2^n.
+SIGN_FLIP_MINIMUM = 6
+
+
+class PowerEstimate(BaseModel):
+    """The sample size a paired comparison needs, and the pilot numbers it rests on."""
+
+    output: str
+    diff: float  # the mean difference to detect
+    alpha: float  # two-sided
+    power: float  # the wanted chance of detecting `diff`
+    n_required: int  # examples, or clusters (users) when `cluster` is set
+    unit: Literal["examples", "clusters"]
+    examples_required: int  # n_required, times the mean cluster size with `cluster`
+    achieved_power: float  # the power at n_required (paired t, noncentral)
+    n_normal: float  # ((z₁₋α/₂ + z₁₋β)·σ/Δ)², the normal approximation, before rounding
+    sd_difference: float  # σ of the per-example differences the estimate uses
+    source: Literal["two runs", "one run"]
+    correlation: float | None = None  # one run: the assumed correlation of the two systems
+    pilot_n: int  # examples the pilot's σ comes from
+    pilot_difference: float | None = None  # two runs: their observed mean difference
+    cluster: str | None = None
+    clusters: int | None = None  # in the pilot
+    mean_cluster_size: float | None = None
+    icc: float | None = None  # intra-cluster correlation of the differences (ANOVA, ≥ 0)
+    design_effect: float | None = None  # 1 + (m − 1)·ICC
+    notes: list[str] = Field(default_factory=list)
+
+
+def t_power(n: int, effect: float, alpha: float) -> float:
+    """The two-sided one-sample t-test's power at n observations and effect Δ/σ."""
+    from scipy import stats
+
+    if n < 2:
+        return 0.0
+    df = n - 1
+    critical = float(stats.t.ppf(1.0 - alpha / 2.0, df))
+    shift = abs(effect) * math.sqrt(n)
+    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+
+
+def required_n(sd: float, diff: float, alpha: float, power: float) -> tuple[int, float, float]:
+    """The fewest observations whose paired t-test detects `diff` with the given power.
+
+    Returns (n, the normal approximation before rounding, the power reached at n). Starts
+    from the normal formula and steps up until the noncentral t reaches the power; never
+    below SIGN_FLIP_MINIMUM, the smallest n at which compare's test can reject at all.
+    """
+    from scipy.stats import norm
+
+    if diff == 0 or not math.isfinite(diff):
+        raise ConfigurationError(f"diff must be a non-zero number, got {diff!r}")
+    if sd == 0:
+        return SIGN_FLIP_MINIMUM, 0.0, 1.0
+    effect = abs(diff) / sd
+    normal = ((float(norm.ppf(1.0 - alpha / 2.0)) + float(norm.ppf(power))) / effect) ** 2
+    n = max(SIGN_FLIP_MINIMUM, math.ceil(normal))
+    reached = t_power(n, effect, alpha)
+    while reached < power:
+        n += 1
+        reached = t_power(n, effect, alpha)
+    return n, normal, reached
+
+
+def one_way_icc(values: ArrayLike, groups: Sequence[Any]) -> tuple[float, int, float]:
+    """The intra-cluster correlation by one-way ANOVA (clipped at 0), the number of
+    clusters and their mean size; unequal sizes use the usual adjusted size n₀."""
+    import numpy as np
+
+    data = np.asarray(values, dtype=float)
+    labels, index = np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)
+    k, total = len(labels), data.size
+    sizes = np.bincount(index, minlength=k).astype(float)
+    mean_size = total / k
+    if k < 2 or total <= k:
+        return 0.0, k, mean_size
+    means = np.bincount(index, weights=data, minlength=k) / sizes
+    between = float((sizes * (means - data.mean()) ** 2).sum()) / (k - 1)
+    within = float(((data - means[index]) ** 2).sum()) / (total - k)
+    n0 = (total - float((sizes**2).sum()) / total) / (k - 1)
+    denominator = between + (n0 - 1.0) * within
+    icc = (between - within) / denominator if denominator > 0 else 0.0
+    return max(0.0, icc), k, mean_size
+
+
+def _pick_output(values: list[dict[str, dict[str, Any]]], output: str | None) -> str:
+    names = _shared_names(values)
+    numeric = [name for name in names if _is_numeric(_present(values, name))]
+    if output is None:
+        if not numeric:
+            raise ConfigurationError("the runs share no numeric output to size a comparison of")
+        return numeric[0]
+    if output not in numeric:
+        raise ConfigurationError(
+            f"no numeric output {output!r} in every run; numeric outputs: "
+            f"{', '.join(numeric) or 'none'}"
+        )
+    return output
+
+
+def _cluster_of(run: Any, key: str, field: str) -> Any:
+    """The row field `field` of example `key`: from the run's kept inputs, else its outputs."""
+    row = (run.inputs or {}).get(key)
+    if isinstance(row, dict) and field in row:
+        return row[field]
+    flat = run.lines[key].flat()
+    if field in flat:
+        return flat[field]
+    raise ConfigurationError(
+        f"example {key!r} of {run.info.label} has no field {field!r} to cluster by "
+        "(looked in the run's inputs and outputs)"
+    )
+
+
+def estimate_power(
+    *runs: str | Path | RunResult,
+    diff: float,
+    output: str | None = None,
+    cluster: str | None = None,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    correlation: float = 0.0,
+) -> PowerEstimate:
+    """How many examples (or clusters, with `cluster`) a paired comparison needs to detect
+    a mean difference `diff` with probability `power` at two-sided level `alpha`.
+
+    Two runs: σ is the sd of their per-example differences of `output` (default: the first
+    numeric output they share). One run: σ of the differences is √(2(1 − ρ))·σ of its
+    scores, ρ = `correlation` (0, the default, assumes the two systems' scores vary
+    independently; positively correlated systems need fewer examples).
+    """
+    import numpy as np
+
+    if len(runs) not in (1, 2):
+        raise ConfigurationError(f"power needs one or two pilot runs, got {len(runs)}")
+    if not 0.0 < alpha < 1.0:
+        raise ConfigurationError(f"alpha must be between 0 and 1, got {alpha!r}")
+    if not 0.0 < power < 1.0:
+        raise ConfigurationError(f"power must be between 0 and 1, got {power!r}")
+    if not -1.0 <= correlation < 1.0:
+        raise ConfigurationError(f"correlation must be in [-1, 1), got {correlation!r}")
+    loaded = [load_run(run, position) for position, run in enumerate(runs)]
+    values = ok_values(loaded)
+    name = _pick_output(values, output)
+    notes: list[str] = []
+    if len(loaded) == 2:
+        matched = matched_by_id(values, name, 0, 1)
+        keys = [key for key, _, _ in matched]
+        data = np.array([float(b) - float(a) for _, a, b in matched])
+        source: Literal["two runs", "one run"] = "two runs"
+        factor = 1.0
+    else:
+        keys = [k for k in sorted(values[0]) if not _missing(values[0][k].get(name))]
+        data = np.array([float(values[0][k][name]) for k in keys])
+        source = "one run"
+        factor = math.sqrt(2.0 * (1.0 - correlation))
+        notes.append(
+            f"one pilot run: σ of the differences taken as √(2(1 − ρ))·σ of its scores, "
+            f"ρ = {correlation:g} assumed"
+        )
+    if data.size < 2:
+        raise ConfigurationError(
+            f"the pilot has {data.size} example(s) with {name!r}; its spread needs two or more"
+        )
+    sd = float(data.std(ddof=1)) * factor
+    estimate = PowerEstimate(
+        output=name,
+        diff=diff,
+        alpha=alpha,
+        power=power,
+        n_required=0,
+        unit="examples",
+        examples_required=0,
+        achieved_power=0.0,
+        n_normal=0.0,
+        sd_difference=sd,
+        source=source,
+        correlation=correlation if source == "one run" else None,
+        pilot_n=int(data.size),
+        pilot_difference=float(data.mean()) if source == "two runs" else None,
+        notes=notes,
+    )
+    if cluster is None:
+        n, normal, reached = required_n(sd, diff, alpha, power)
+        estimate.n_required = estimate.examples_required = n
+        estimate.n_normal, estimate.achieved_power = normal, reached
+        return estimate
+    groups = [_cluster_of(loaded[0], key, cluster) for key in keys]
+    icc, count, size = one_way_icc(data, groups)
+    effect = 1.0 + (size - 1.0) * icc
+    # A cluster's mean difference has variance σ²·DE/m: size the test over cluster means.
+    n, normal, reached = required_n(sd * math.sqrt(effect / size), diff, alpha, power)
+    estimate.unit = "clusters"
+    estimate.n_required, estimate.n_normal, estimate.achieved_power = n, normal, reached
+    estimate.examples_required = math.ceil(n * size)
+    estimate.cluster, estimate.clusters, estimate.mean_cluster_size = cluster, count, size
+    estimate.icc, estimate.design_effect = icc, effect
+    if count < 10:
+        notes.append(f"only {count} clusters in the pilot: the ICC is a rough estimate")
+    log.debug("power: %s clusters of %.1f examples, ICC %.3f", count, size, icc)
+    return estimate

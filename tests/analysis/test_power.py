@@ -1,0 +1,166 @@
+"""`orc.power` / `orchestrator power`: the sample size a paired comparison needs, checked
+against statsmodels and against seeded simulations of compare's sign-flip test at that
+size (power ≈ 0.8) and at half of it (clearly lower), with and without clusters."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import orchestrator as orc
+from orchestrator.analysis import paired
+from orchestrator.analysis.power import SIGN_FLIP_MINIMUM, one_way_icc, required_n
+from orchestrator.cli import app
+from orchestrator.errors import ConfigurationError
+from orchestrator.providers.fake import FakeRequest
+
+PILOT = 240  # examples: 48 users of 5
+USERS, PER_USER = 48, 5
+SIMULATIONS = 1000
+DRAWS = 199  # sign-flip draws per simulated data set: exact level, fast
+
+SPEC: dict[str, Any] = {
+    "name": "quality",
+    "inputs": ["text"],
+    "nodes": {
+        "judge": {"kind": "llm", "prompt": "judge.jinja", "output": {"score": {"type": "number"}}}
+    },
+    "outputs": {"score": "judge.score"},
+}
+
+
+def _run(out: Path, system: str, scores: np.ndarray, users: np.ndarray) -> Path:
+    graph = orc.Graph.from_dict(SPEC, prompts={"judge.jinja": "Rate {{ text }}"})
+    rows = [
+        {"id": f"e{i:03d}", "text": f"{system} #{i}#", "user": f"u{users[i]:02d}"}
+        for i in range(len(scores))
+    ]
+
+    def respond(request: FakeRequest) -> str:
+        i = int(request.messages[-1]["content"].split("#")[1])
+        return json.dumps({"score": float(scores[i])})
+
+    fake = orc.FakeTransport(respond, models=["judge"])
+    orc.run(graph, rows, out=out, transport=fake, model="judge", overwrite=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pilot(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two systems scored on the same examples, nested in users: b − a = 0.2 + a user
+    effect (sd 0.7) + noise (sd 1), so the differences' ICC is about 0.33."""
+    rng = np.random.default_rng(28)
+    users = np.repeat(np.arange(USERS), PER_USER)
+    a = rng.normal(5.0, 1.0, PILOT)
+    b = a + 0.2 + rng.normal(0.0, 0.7, USERS)[users] + rng.normal(0.0, 1.0, PILOT)
+    root = tmp_path_factory.mktemp("pilot")
+    return _run(root / "a", "a", a, users), _run(root / "b", "b", b, users)
+
+
+def _power_of_sign_flip(data: np.ndarray) -> float:
+    """Share of simulated data sets (rows) where compare's test gives p < 0.05."""
+    hits = sum(paired.sign_flip_test(row, DRAWS, seed, 0).p < 0.05 for seed, row in enumerate(data))
+    return hits / len(data)
+
+
+def _tolerance(rate: float) -> float:
+    return 4.0 * math.sqrt(rate * (1.0 - rate) / SIMULATIONS)
+
+
+def test_required_n_matches_statsmodels() -> None:
+    power = pytest.importorskip("statsmodels.stats.power")
+    for effect in (0.2, 0.35, 0.5, 0.8):
+        n, normal, reached = required_n(1.0, effect, 0.05, 0.8)
+        exact = power.TTestPower().solve_power(effect_size=effect, alpha=0.05, power=0.8)
+        assert n == max(SIGN_FLIP_MINIMUM, math.ceil(exact))
+        assert normal == pytest.approx(((1.959964 + 0.841621) / effect) ** 2, rel=1e-5)
+        assert reached >= 0.8
+
+
+def test_sample_size_gives_the_power_it_promises(pilot: tuple[Path, Path]) -> None:
+    diff = 0.3
+    found = orc.power(*pilot, diff=diff)
+    assert found.unit == "examples" and found.source == "two runs" and found.pilot_n == PILOT
+    sd = found.sd_difference
+    rng = np.random.default_rng(1)
+    at_n = diff + sd * rng.standard_normal((SIMULATIONS, found.n_required))
+    half = diff + sd * rng.standard_normal((SIMULATIONS, found.n_required // 2))
+    assert _power_of_sign_flip(at_n) == pytest.approx(0.8, abs=_tolerance(0.8))
+    assert _power_of_sign_flip(half) < 0.8 - 3 * _tolerance(0.8)
+
+
+def test_clusters_are_counted_by_the_design_effect(pilot: tuple[Path, Path]) -> None:
+    diff = 0.3
+    plain = orc.power(*pilot, diff=diff)
+    found = orc.power(*pilot, diff=diff, cluster="user")
+    assert found.unit == "clusters" and found.clusters == USERS
+    assert found.mean_cluster_size == PER_USER
+    assert found.icc is not None and 0.15 < found.icc < 0.55  # planted ≈ 0.33
+    assert found.design_effect == pytest.approx(1 + (PER_USER - 1) * found.icc)
+    # Nested examples are worth fewer independent ones: more examples in all.
+    assert found.examples_required > plain.n_required
+    # Simulate users as the pilot has them (its σ and ICC) and test users' mean
+    # differences with the sign-flip test, as a clustered comparison does.
+    sd, icc = found.sd_difference, found.icc
+
+    def users(count: int, rng: np.random.Generator) -> np.ndarray:
+        effect = rng.normal(0.0, sd * math.sqrt(icc), (SIMULATIONS, count, 1))
+        noise = rng.normal(0.0, sd * math.sqrt(1 - icc), (SIMULATIONS, count, PER_USER))
+        return (diff + effect + noise).mean(axis=2)
+
+    rng = np.random.default_rng(2)
+    at_n = _power_of_sign_flip(users(found.n_required, rng))
+    half = _power_of_sign_flip(users(found.n_required // 2, rng))
+    assert at_n == pytest.approx(0.8, abs=_tolerance(0.8))
+    assert half < 0.8 - 3 * _tolerance(0.8)
+
+
+def test_one_way_icc_recovers_a_planted_correlation() -> None:
+    rng = np.random.default_rng(3)
+    groups = np.repeat(np.arange(400), 6)
+    values = rng.normal(0, math.sqrt(0.3), 400)[groups] + rng.normal(0, math.sqrt(0.7), 2400)
+    icc, count, size = one_way_icc(values, list(groups))
+    assert (count, size) == (400, 6.0)
+    assert icc == pytest.approx(0.3, abs=0.05)
+    independent, _, _ = one_way_icc(rng.normal(size=2400), list(groups))
+    assert independent < 0.06  # clipped at 0, never negative
+
+
+def test_one_pilot_run_assumes_a_correlation(pilot: tuple[Path, Path]) -> None:
+    alone = orc.power(pilot[0], diff=0.3)
+    assert alone.source == "one run" and alone.correlation == 0.0 and alone.notes
+    correlated = orc.power(pilot[0], diff=0.3, correlation=0.5)
+    # σ_d = √(2(1 − ρ))·σ: ρ = 0.5 leaves σ, a quarter of ρ = 0's n, about.
+    assert correlated.sd_difference == pytest.approx(alone.sd_difference / math.sqrt(2))
+    assert correlated.n_required < alone.n_required
+
+
+def test_refusals(pilot: tuple[Path, Path]) -> None:
+    with pytest.raises(ConfigurationError, match="non-zero"):
+        orc.power(*pilot, diff=0.0)
+    with pytest.raises(ConfigurationError, match="no numeric output 'nope'"):
+        orc.power(*pilot, diff=0.3, output="nope")
+    with pytest.raises(ConfigurationError, match="no field 'nobody'"):
+        orc.power(*pilot, diff=0.3, cluster="nobody")
+
+
+def test_cli_json_and_table(pilot: tuple[Path, Path]) -> None:
+    runner = CliRunner()
+    args = ["power", str(pilot[0]), str(pilot[1]), "--diff", "0.3", "--cluster", "user"]
+    as_json = runner.invoke(app, [*args, "--format", "json"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    expected = orc.power(*pilot, diff=0.3, cluster="user")
+    assert data == expected.model_dump(mode="json") and data["n_required"] > 0
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0, table.output
+    assert f"{expected.n_required} clusters (user)" in table.output
+    assert "design effect" in table.output
+    refused = runner.invoke(app, ["power", str(pilot[0]), "--diff", "0"])
+    assert refused.exit_code != 0 and "non-zero" in refused.output
