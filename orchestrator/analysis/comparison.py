@@ -231,8 +231,8 @@ class Comparison(BaseModel):
             counts = sorted({p.clusters for o in every for p in o.pairs if p.clusters})
             shown = f"{counts[0]}–{counts[-1]}" if len(counts) > 1 else "".join(map(str, counts))
             clustered = (
-                f"clustered by {self.cluster} ({shown or 'no'} clusters): the signs of whole "
-                "clusters' difference sums are flipped, and the sign vectors are the clusters'; "
+                f"clustered by {self.cluster} ({shown or 'no'} clusters): the test flips the "
+                "signs of whole clusters' difference sums; "
             )
             test = test.replace("2^n signs", "2^clusters signs")
         return (
