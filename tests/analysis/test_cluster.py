@@ -186,3 +186,31 @@ def test_meta_eval_bootstrap_draws_clusters() -> None:
     assert len(checked) == 200 and all(checked)
     assert boot.describe()["unit"] == "cluster" and boot.describe()["clusters"] == 3
     assert Bootstrap().describe()["unit"] == "example"
+
+
+def test_self_preference_resamples_whole_users() -> None:
+    """Scores driven by the user (ICC 0.8) and no gap. When each user's texts all come from
+    one generator, users are the unit and resampling them widens the interval; when every
+    user has texts of both, the user effect cancels in the gap and keeping a user's texts
+    together narrows it. Either way p comes from the cluster bootstrap, not Welch's test."""
+    from orchestrator.analysis.card.bias import self_preference
+
+    rng = np.random.default_rng(9)
+    users = np.repeat(np.arange(20), 6)
+    scores = rng.normal(0.0, 2.0, 20)[users] + rng.normal(0.0, 1.0, users.size)
+    labels = [f"u{u}" for u in users]
+    widths = {}
+    for design, makers in (
+        ("per user", ["judge" if u % 2 else "other" for u in users]),
+        ("within user", ["judge" if i % 2 else "other" for i in range(users.size)]),
+    ):
+        plain = self_preference("n", "judge", "score", "generator", scores, makers)
+        nested = self_preference(
+            "n", "judge", "score", "generator", scores, makers, clusters=labels
+        )
+        assert plain.gap == nested.gap and plain.ci is not None and nested.ci is not None
+        assert nested.p is not None and plain.p is not None and nested.p != plain.p
+        if design == "per user":  # by chance the 10 "judge" users score higher here
+            assert plain.p < 1e-4 and nested.p > 0.01
+        widths[design] = (nested.ci.high - nested.ci.low) / (plain.ci.high - plain.ci.low)
+    assert widths["per user"] > 1.3 and widths["within user"] < 0.8
