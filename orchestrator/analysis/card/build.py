@@ -303,8 +303,14 @@ def judge_card(
     generator = generator_field or DEFAULT_GENERATOR
     clusters = None
     if cluster is not None:
-        clusters = cluster_keys(reader.latest_results(), cluster, rows)
+        results = reader.latest_results()
+        clusters = cluster_keys(results, cluster, rows)
         card.cluster, card.clusters = cluster, len(set(clusters.values()))
+        alone = sum(line.id not in clusters for line in results)
+        if alone:
+            card.notes.append(
+                f"{alone} example(s) have no value of {cluster!r}: each is a cluster of its own"
+            )
     _pointwise_part(card, graph, columns, rows, generator, seed, clusters)
     if generator_field is not None and not card.self_preference:
         card.notes.append(f"self-preference: no row's {generator} names a judge model")
