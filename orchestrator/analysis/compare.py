@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -28,7 +28,7 @@ from .comparison import (
     PairDifference,
     RunInfo,
 )
-from .groups import ids_by_group, keys_by_id
+from .groups import cluster_labels, ids_by_group, keys_by_id
 
 if TYPE_CHECKING:
     from ..api.run import RunResult
@@ -283,10 +283,37 @@ class _Settings:
     permutations: int
     seed: int
     judge: bool
+    clusters: Mapping[str, str] | None = None  # example id → cluster (`cluster=`)
 
 
-def _pair(a: list[float], b: list[float], labels: tuple[str, str], s: _Settings) -> PairDifference:
-    """The paired statistics of b against a (already matched by example)."""
+def _sign_flip(
+    differences: list[float], ids: list[str], s: _Settings
+) -> tuple[paired.SignFlip, paired.SignFlipInterval, int | None]:
+    """The sign-flip test and the interval inverting it, over examples or, with
+    `cluster=`, over whole clusters; and how many clusters there were."""
+    if s.clusters is not None:
+        found = paired.cluster_sign_flip(
+            differences, cluster_labels(ids, s.clusters), s.level, s.permutations, s.seed
+        )
+        return found.test, found.interval, found.clusters
+    # The interval inverts the test below with the same sign vectors, so it excludes 0
+    # exactly when p < 1 − level (a bootstrap interval disagreed with it at small n).
+    interval = paired.sign_flip_interval(differences, s.level, s.permutations, s.seed)
+    # Where ties are too many for the interval to enumerate, the test draws too: with the
+    # same draws the two still agree.
+    exact_up_to = paired.EXACT_UP_TO if interval.method == "exact" else 0
+    test = paired.sign_flip_test(differences, s.permutations, s.seed, exact_up_to)
+    return test, interval, None
+
+
+def _pair(
+    a: list[float],
+    b: list[float],
+    labels: tuple[str, str],
+    s: _Settings,
+    ids: list[str] | None = None,
+) -> PairDifference:
+    """The paired statistics of b against a (already matched by example, `ids` in order)."""
     n = len(a)
     found = PairDifference(run_a=labels[0], run_b=labels[1], n=n)
     if n == 0:
@@ -297,9 +324,7 @@ def _pair(a: list[float], b: list[float], labels: tuple[str, str], s: _Settings)
     found.wins, found.ties, found.losses = paired.win_tie_loss(a, b)
     if n < 2:
         return found
-    # The interval inverts the test below with the same sign vectors, so it excludes 0
-    # exactly when p < 1 − level (a bootstrap interval disagreed with it at small n).
-    interval = paired.sign_flip_interval(differences, s.level, s.permutations, s.seed)
+    test, interval, found.clusters = _sign_flip(differences, ids or [], s)
     if interval.low is not None and interval.high is not None:
         found.ci = Interval(
             low=interval.low,
@@ -310,10 +335,6 @@ def _pair(a: list[float], b: list[float], labels: tuple[str, str], s: _Settings)
             resamples=interval.count,
             seed=s.seed,
         )
-    # Where ties are too many for the interval to enumerate, the test draws too: with the
-    # same draws the two still agree.
-    exact_up_to = paired.EXACT_UP_TO if interval.method == "exact" else 0
-    test = paired.sign_flip_test(differences, s.permutations, s.seed, exact_up_to)
     found.p, found.p_method, found.p_count = test.p, test.method, test.count
     found.effect_size = paired.cohens_dz(differences)
     if s.judge:
@@ -336,18 +357,22 @@ def _numeric(
         counts[run.info.label] = len(present)
     pairs = []
     for i, j in combinations(range(len(runs)), 2):
-        a, b = _matched(values, name, i, j)
-        fa, fb = [float(x) for x in a], [float(y) for y in b]
-        pairs.append(_pair(fa, fb, (runs[i].info.label, runs[j].info.label), s))
+        matched = matched_by_id(values, name, i, j)
+        fa, fb = [float(x) for _, x, _ in matched], [float(y) for _, _, y in matched]
+        ids = [key for key, _, _ in matched]
+        pairs.append(_pair(fa, fb, (runs[i].info.label, runs[j].info.label), s, ids))
     tested = [pair for pair in pairs if pair.p is not None]
     for pair, adjusted in zip(tested, paired.holm([pair.p or 0.0 for pair in tested]), strict=True):
         pair.p_holm = adjusted
     return OutputComparison(output=name, means=means, counts=counts, pairs=pairs)
 
 
-def _group_keys(runs: list[_Run], by: str, notes: list[str]) -> dict[str, str]:
+def _group_keys(
+    runs: list[_Run], by: str, notes: list[str], purpose: str = "group by"
+) -> dict[str, str]:
     """Example id → its value of `by`, from the first run that has one; runs that put an
-    example in different groups are noted (the first run's group is used)."""
+    example in different groups are noted (the first run's group is used). `purpose`
+    (group by, cluster by) words the error when no example has the field."""
     keys: dict[str, str] = {}
     disagree = []
     for run in runs:
@@ -358,7 +383,7 @@ def _group_keys(runs: list[_Run], by: str, notes: list[str]) -> dict[str, str]:
                 disagree.append(key)
     if not keys:
         raise ConfigurationError(
-            f"no example has a value of {by!r} (an output or a kept input) to group by"
+            f"no example has a value of {by!r} (an output or a kept input) to {purpose}"
         )
     if disagree:
         moved = sorted(set(disagree))
@@ -448,6 +473,7 @@ def compare(
     seed: int = 0,
     level: float = 0.95,
     by: str | None = None,
+    cluster: str | None = None,
 ) -> Comparison:
     """Compare runs of one graph example by example: every numeric output's paired
     differences between each two runs and, for a judge comparison, how the runs agree.
@@ -456,10 +482,12 @@ def compare(
     `labels` (default: detected) pick what is compared; `kind` overrides the detection of
     judge vs system comparison. `by` names a row field (an output, or an input the runs
     kept, such as `language`): the numeric outputs are then also compared within each of
-    its values (`groups`). The interval inverts the sign-flip test (see
-    `paired.sign_flip_interval`), so `resamples` no longer shapes it; it is still checked
-    and recorded, for callers that pass it. Raises ConfigurationError for runs that cannot
-    be compared.
+    its values (`groups`). `cluster` names the row field examples are nested in (a user
+    id): the test and its interval then flip the signs of whole clusters (see
+    `paired.cluster_sign_flip`), as nested examples are not independent. The interval
+    inverts the sign-flip test (see `paired.sign_flip_interval`), so `resamples` no longer
+    shapes it; it is still checked and recorded, for callers that pass it. Raises
+    ConfigurationError for runs that cannot be compared.
     """
     if len(runs) < 2:
         raise ConfigurationError(f"compare needs at least two runs, got {len(runs)}")
@@ -493,10 +521,18 @@ def compare(
     if labels is None and outputs is not None:
         labels = [name for name in numeric if _is_label(_per_run(values, name))]
     categorical = _select_labels(names, values, labels)
+    ok_everywhere = set.intersection(*(set(flats) for flats in values))
     if kind == "system" and categorical and labels:
         notes.append("labels are compared for agreement only in a judge comparison")
-    settings = _Settings(level, resamples, permutations, seed, kind == "judge")
-    ok_everywhere = set.intersection(*(set(flats) for flats in values))
+    clusters = None
+    if cluster is not None:
+        clusters = _group_keys(loaded, cluster, notes, "cluster by")
+        alone = len(ok_everywhere - set(clusters))
+        if alone:
+            notes.append(
+                f"{alone} example(s) have no value of {cluster!r}: each is a cluster of its own"
+            )
+    settings = _Settings(level, resamples, permutations, seed, kind == "judge", clusters)
     groups: list[GroupComparison] = []
     ungrouped = 0
     if by is not None:
@@ -514,6 +550,7 @@ def compare(
         seed=seed,
         notes=notes,
         by=by,
+        cluster=cluster,
         groups=groups,
         ungrouped=ungrouped,
     )

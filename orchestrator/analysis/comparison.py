@@ -108,6 +108,7 @@ class PairDifference(BaseModel):
     p: float | None = None  # two-sided sign-flip (paired permutation) test
     p_method: Literal["exact", "monte-carlo"] | None = None
     p_count: int = 0  # sign vectors enumerated (exact) or drawn (Monte Carlo)
+    clusters: int | None = None  # `cluster=`: the clusters whose signs were flipped
     p_holm: float | None = None  # adjusted over this output's pairs
     effect_size: float | None = None  # d_z (see EFFECT_SIZE); None when undefined
     wins: int = 0  # examples where b scored higher than a
@@ -179,6 +180,7 @@ class Comparison(BaseModel):
     effect_size: str = EFFECT_SIZE
     notes: list[str] = Field(default_factory=list)
     by: str | None = None  # the field the examples were grouped by (`compare --by`)
+    cluster: str | None = None  # the field examples are nested in (`compare --cluster`)
     groups: list[GroupComparison] = Field(default_factory=list)  # one per value of `by`
     ungrouped: int = 0  # examples with no value of `by`, in no group
 
@@ -224,8 +226,18 @@ class Comparison(BaseModel):
             "percentile": f"percentile bootstrap, {self.resamples} resamples",
         }
         interval = " / ".join(names[m] for m in sorted(kinds))
+        clustered = ""
+        if self.cluster is not None:
+            counts = sorted({p.clusters for o in every for p in o.pairs if p.clusters})
+            shown = f"{counts[0]}–{counts[-1]}" if len(counts) > 1 else "".join(map(str, counts))
+            clustered = (
+                f"clustered by {self.cluster} ({shown or 'no'} clusters): the test flips the "
+                "signs of whole clusters' difference sums; "
+            )
+            test = test.replace("2^n signs", "2^clusters signs")
         return (
-            f"CI: {interval or 'none'}; p: two-sided sign-flip test, {test or 'not run'}; "
+            clustered
+            + f"CI: {interval or 'none'}; p: two-sided sign-flip test, {test or 'not run'}; "
             "Holm over each "
             "output's pairs; d_z = mean difference / sd of the differences; W/T/L: examples "
             "where b scored higher / the same / lower."

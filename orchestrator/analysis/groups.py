@@ -147,6 +147,32 @@ def ids_by_group(keys: Mapping[str, str]) -> dict[str, list[str]]:
     return {value: sorted(groups[value]) for value in sorted(groups)}
 
 
+def cluster_keys(
+    lines: Iterable[ResultLine],
+    field: str,
+    inputs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, str]:
+    """Example id → its cluster for `--cluster FIELD` (the value of `field`, as `keys_by_id`
+    finds it); raises ConfigurationError naming the fields there are when no line has one,
+    since a mistyped field would otherwise leave every example a cluster of its own."""
+    listed = list(lines)
+    keys = keys_by_id(listed, field, inputs)
+    if not keys:
+        fields = sorted({n for line in listed for n in line.flat() if n not in _OWN_FIELDS})
+        given = sorted({str(n) for row in (inputs or {}).values() for n in row})
+        raise ConfigurationError(
+            f"no field {field!r} to cluster by in any example; outputs: "
+            f"{', '.join(fields) or 'none'}" + (f"; inputs: {', '.join(given)}" if given else "")
+        )
+    return keys
+
+
+def cluster_labels(ids: Sequence[str], keys: Mapping[str, str]) -> list[str]:
+    """Each example's cluster label in the order of `ids`; an example without a value of
+    the field is a cluster of its own (its id, marked so it cannot meet a real value)."""
+    return [keys.get(example, f"\0{example}") for example in ids]
+
+
 def rows_by_group(
     lines: Iterable[ResultLine], by: str, inputs: Mapping[str, Mapping[str, Any]] | None = None
 ) -> dict[str, list[ResultLine]]:

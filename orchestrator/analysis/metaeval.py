@@ -23,6 +23,7 @@ import orjson
 from ..compute.statistics import LEVELS
 from ..errors import LabelError
 from ..store.reader import RunReader
+from .groups import cluster_keys, run_inputs
 from .metaeval_stats import (
     Bootstrap,
     choice_intervals,
@@ -365,6 +366,7 @@ def meta_eval(
     resamples: int = 2000,
     seed: int = 0,
     confidence: float = 0.95,
+    cluster: str | None = None,
 ) -> dict[str, Any]:
     """Compare a run's ok results with labels; write RUN_DIR/meta_eval.json and return it.
 
@@ -373,7 +375,9 @@ def meta_eval(
     the results have. `baseline` names a result field scored the same way for reference
     (PERSE: `profile_mean`, `profile_choices`). `level` is Krippendorff's level for score
     labels (default interval; choices are always nominal); `resamples`, `seed` and
-    `confidence` set the percentile bootstrap over examples.
+    `confidence` set the percentile bootstrap over examples; `cluster` names the row field
+    (an output or a kept input, e.g. a user id) whose clusters it draws instead, since
+    examples nested in one user are not independent.
     """
     if level is not None and level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
@@ -381,12 +385,17 @@ def meta_eval(
         raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be between 0 and 1, got {confidence!r}")
-    boot = Bootstrap(resamples=resamples, seed=seed, confidence=confidence)
     run_dir = Path(run_dir)
     items = read_labels(Path(labels))
     results = list(RunReader(run_dir).results())
     if not results:
         raise LabelError(f"{run_dir}: no results.jsonl with result lines")
+    clusters = None
+    if cluster is not None:
+        clusters = cluster_keys(
+            [r for r in results if r.status == "ok"], cluster, run_inputs(run_dir)
+        )
+    boot = Bootstrap(resamples, seed, confidence, cluster, clusters)
     # Fields are looked up among the outputs (dots reach into them); a later line wins.
     rows = {r.id: r.outputs for r in results if r.status == "ok"}
     score_labels = [x for x in items if "score" in x]

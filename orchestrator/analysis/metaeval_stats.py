@@ -1,7 +1,8 @@
 """Uncertainty for meta-eval: seeded bootstrap intervals over examples, and the human ceiling.
 
-Every interval is a percentile bootstrap: whole examples (all label records sharing an id)
-are drawn with replacement, the statistic is recomputed on each resample, and the interval
+Every interval is a percentile bootstrap: whole examples (all label records sharing an id),
+or whole clusters of examples (`--cluster FIELD`: every example of one user), are drawn
+with replacement, the statistic is recomputed on each resample, and the interval
 is the (1 − level)/2 and (1 + level)/2 quantiles of the values that are defined.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..compute.statistics import krippendorff_alpha
+from .groups import cluster_labels
 
 Statistic = Callable[[np.ndarray], float | None]
 SLICE_CELLS = 4_000_000  # index cells drawn at once, so memory stays bounded
@@ -25,21 +27,35 @@ SHORT_SERIES = 400  # Kendall by all pairs up to this length
 
 @dataclass(frozen=True)
 class Bootstrap:
-    """How intervals are drawn: resample count, seed and confidence level."""
+    """How intervals are drawn: resample count, seed and confidence level; with `cluster`
+    (a row field such as a user id) and `clusters` (example id → its value), whole
+    clusters are drawn instead of examples."""
 
     resamples: int = 2000
     seed: int = 0
     confidence: float = 0.95
+    cluster: str | None = None
+    clusters: Mapping[str, str] | None = None
 
     def describe(self) -> dict[str, Any]:
         """The settings as written to meta_eval.json."""
-        return {
+        found: dict[str, Any] = {
             "method": "percentile",
-            "unit": "example",
+            "unit": "example" if self.cluster is None else "cluster",
             "resamples": self.resamples,
             "seed": self.seed,
             "confidence": self.confidence,
         }
+        if self.cluster is not None:
+            found["cluster"] = self.cluster
+            found["clusters"] = len(set((self.clusters or {}).values()))
+        return found
+
+    def units(self, ids: Sequence[str]) -> list[str]:
+        """What is drawn for each record: its example id, or its example's cluster."""
+        if self.clusters is None:
+            return list(ids)
+        return cluster_labels(ids, self.clusters)
 
 
 def _draws(clusters: int, boot: Bootstrap) -> Iterator[np.ndarray]:
@@ -53,12 +69,13 @@ def _draws(clusters: int, boot: Bootstrap) -> Iterator[np.ndarray]:
 def intervals(
     ids: Sequence[str], statistics: dict[str, Statistic], boot: Bootstrap
 ) -> dict[str, list[float] | None]:
-    """A percentile interval per statistic, drawing records that share an id together.
+    """A percentile interval per statistic, drawing records that share an id (or, with
+    `boot.clusters`, an example's cluster) together.
 
     Resamples where a statistic is undefined (None) are left out; none left gives None.
     """
     groups: dict[str, list[int]] = {}
-    for position, key in enumerate(ids):
+    for position, key in enumerate(boot.units(ids)):
         groups.setdefault(key, []).append(position)
     members = [np.asarray(v) for v in groups.values()]
     single = all(len(m) == 1 for m in members)

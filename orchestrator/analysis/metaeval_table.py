@@ -113,8 +113,11 @@ def format_table(result: dict[str, Any]) -> Table:
     title = f"meta-eval: {result.get('run_dir', '')}"
     table = Table(title=title)
     if boot:
+        unit = "examples"
+        if boot.get("unit") == "cluster":
+            unit = f"clusters of {boot['cluster']} ({boot['clusters']} clusters)"
         table.caption = (
-            f"\\[lo, hi]: {boot['confidence']:.0%} {boot['method']} bootstrap over examples, "
+            f"\\[lo, hi]: {boot['confidence']:.0%} {boot['method']} bootstrap over {unit}, "
             f"{boot['resamples']} resamples, seed {boot['seed']}"
         )
     table.add_column("section")

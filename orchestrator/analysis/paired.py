@@ -10,6 +10,7 @@ applied to the differences.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -239,6 +240,101 @@ def sign_flip_interval(
         method,
         count,
     )
+
+
+@dataclass(frozen=True)
+class ClusterSignFlip:
+    """A sign-flip test and its inverted interval over whole clusters, from the same signs."""
+
+    test: SignFlip
+    interval: SignFlipInterval
+    clusters: int
+
+
+def cluster_sign_flip(
+    differences: ArrayLike,
+    clusters: Sequence[str],
+    level: float = 0.95,
+    permutations: int = PERMUTATIONS,
+    seed: int = 0,
+    exact_up_to: int = EXACT_UP_TO,
+) -> ClusterSignFlip:
+    """Sign-flip test of mean difference 0 for examples nested in clusters, and the
+    interval that inverts it: each cluster's differences are summed and whole clusters'
+    signs flipped, so examples of one cluster (one user's) never count as independent.
+
+    Cluster c holds n_c examples summing to S_c. A sign vector splits the clusters into a
+    plus group A and a minus group B; testing "mean = δ" it reaches the observed
+    |Σ (S_c − n_c δ)| exactly when (S_A − n_A δ)(S_B − n_B δ) ≤ 0, that is when δ lies
+    between S_A/n_A and S_B/n_B. Both means straddle the overall mean, so the interval's
+    bounds are order statistics of them, as in `sign_flip_interval`. Exact over all 2^C
+    sign vectors up to `exact_up_to` clusters, else `permutations` seeded draws (the
+    observed signs counted as one more, (hits + 1) / (draws + 1)); the test and the
+    interval use the same vectors, so the interval excludes 0 exactly when p < 1 − level.
+    """
+    import numpy as np
+
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be between 0 and 1, got {level!r}")
+    data = _array(differences)
+    if len(clusters) != data.size:
+        raise ValueError(f"{data.size} differences but {len(clusters)} cluster labels")
+    _, index = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)
+    sums = np.bincount(index, weights=data) if data.size else np.zeros(0)
+    sizes = np.bincount(index).astype(np.int64) if data.size else np.zeros(0, dtype=np.int64)
+    count_clusters = int(sums.size)
+    alpha = round(1.0 - level, 12)
+    if count_clusters == 0 or np.all(data == 0.0):
+        return ClusterSignFlip(
+            SignFlip(1.0, "exact", 1), SignFlipInterval(0.0, 0.0, level, "exact", 1), 0
+        )
+    observed = abs(float(sums.sum()))
+    threshold = observed - observed * np.finfo(float).eps * 100
+    method: Literal["exact", "monte-carlo"]
+    if count_clusters <= exact_up_to:
+        total = 1 << count_clusters
+        masks = np.arange(total, dtype=np.int64)
+        sum_plus, size_plus = np.zeros(total), np.zeros(total, dtype=np.int64)
+        for bit in range(count_clusters):  # bit set: a minus sign
+            plus = ((masks >> bit) & 1) == 0
+            sum_plus += np.where(plus, sums[bit], 0.0)
+            size_plus += np.where(plus, sizes[bit], 0)
+        flipped = 2.0 * sum_plus - sums.sum()
+        hits = int(np.count_nonzero(np.abs(flipped) >= threshold))
+        test = SignFlip(hits / total, "exact", total)
+        denominator, method, count = float(total), "exact", total
+    else:
+        if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
+            raise ValueError(f"permutations must be a positive integer, got {permutations!r}")
+        rng = np.random.default_rng(seed)
+        chunk = max(1, 4_000_000 // count_clusters)
+        signed_sums, signed_sizes = [], []
+        for start in range(0, permutations, chunk):
+            rows = min(start + chunk, permutations) - start
+            signs = (rng.integers(0, 2, size=(rows, count_clusters)) * 2 - 1).astype(float)
+            signed_sums.append(signs @ sums)
+            signed_sizes.append(signs @ sizes.astype(float))
+        flipped = np.concatenate(signed_sums)
+        hits = int(np.count_nonzero(np.abs(flipped) >= threshold))
+        test = SignFlip((hits + 1) / (permutations + 1), "monte-carlo", permutations)
+        # The plus group's sum and size from the signed ones, (Σ s·x + Σ x) / 2; the
+        # observed signs (all plus) are one more row, as in the p-value.
+        sum_plus = np.append((flipped + sums.sum()) / 2.0, sums.sum())
+        size_plus = np.append(
+            np.rint((np.concatenate(signed_sizes) + sizes.sum()) / 2.0).astype(np.int64),
+            sizes.sum(),
+        )
+        denominator, method, count = float(permutations + 1), "monte-carlo", permutations
+    low, high = _group_means(sum_plus, size_plus, sums, int(sizes.sum()))
+    needed = _needed(denominator, alpha) * (1.0 - 1e-9)
+    interval = SignFlipInterval(
+        _bound(low, None, needed, descending=False),
+        _bound(high, None, needed, descending=True),
+        level,
+        method,
+        count,
+    )
+    return ClusterSignFlip(test, interval, count_clusters)
 
 
 def holm(pvalues: ArrayLike) -> list[float]:

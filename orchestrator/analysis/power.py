@@ -28,6 +28,7 @@ from .compare import (
     matched_by_id,
     ok_values,
 )
+from .groups import cluster_keys
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -136,20 +137,6 @@ def _pick_output(values: list[dict[str, dict[str, Any]]], output: str | None) ->
     return output
 
 
-def _cluster_of(run: Any, key: str, field: str) -> Any:
-    """The row field `field` of example `key`: from the run's kept inputs, else its outputs."""
-    row = (run.inputs or {}).get(key)
-    if isinstance(row, dict) and field in row:
-        return row[field]
-    flat = run.lines[key].flat()
-    if field in flat:
-        return flat[field]
-    raise ConfigurationError(
-        f"example {key!r} of {run.info.label} has no field {field!r} to cluster by "
-        "(looked in the run's inputs and outputs)"
-    )
-
-
 def estimate_power(
     *runs: str | Path | RunResult,
     diff: float,
@@ -223,7 +210,14 @@ def estimate_power(
         estimate.n_required = estimate.examples_required = n
         estimate.n_normal, estimate.achieved_power = normal, reached
         return estimate
-    groups = [_cluster_of(loaded[0], key, cluster) for key in keys]
+    found = cluster_keys(loaded[0].lines.values(), cluster, loaded[0].inputs)
+    missing = [key for key in keys if key not in found]
+    if missing:
+        raise ConfigurationError(
+            f"{len(missing)} example(s) of {loaded[0].info.label} have no field {cluster!r} "
+            f"to cluster by (e.g. {missing[0]!r})"
+        )
+    groups = [found[key] for key in keys]
     icc, count, size = one_way_icc(data, groups)
     effect = 1.0 + (size - 1.0) * icc
     # A cluster's mean difference has variance σ²·DE/m: size the test over cluster means.

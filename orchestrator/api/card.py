@@ -30,6 +30,7 @@ def judge_card(
     retest: int | None = None,
     rows: int = 50,
     temperature: float | None = None,
+    cluster: str | None = None,
     **run_options: Any,
 ) -> JudgeCard:
     """The judge card of RUN_DIR: reliability, score distribution, length, position and
@@ -40,7 +41,10 @@ def judge_card(
 
     `retest=K` also re-asks `rows` of the run's rows K times (`orc.retest`, at the nodes'
     own sampling settings or `temperature`) and adds the stability line, tested with the
-    rest; `run_options` reach those runs (base_url, model, transport, cache, …)."""
+    rest; `run_options` reach those runs (base_url, model, transport, cache, …).
+
+    `cluster` names the row field examples are nested in (e.g. a user id): the card's
+    bootstraps and sign-flip tests then resample and flip whole clusters."""
     if run_options and retest is None:
         raise ConfigurationError(
             f"{', '.join(sorted(run_options))}: run settings are for the re-asks of --retest"
@@ -66,4 +70,5 @@ def judge_card(
         alpha=alpha,
         seed=seed,
         stability=stability,
+        cluster=cluster,
     )

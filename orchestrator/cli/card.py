@@ -45,9 +45,13 @@ def judge_card(
     ] = None,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
     seed: Annotated[int, typer.Option(help="Seed of the bootstraps and tests.")] = 0,
+    cluster: Annotated[
+        str | None,
+        typer.Option(help="Row field examples are nested in (e.g. user): resample its clusters."),
+    ] = None,
 ) -> None:
     """How far a run's judges can be trusted: reliability, bias, agreement, juries, flags."""
-    from ..analysis.card.cells import flag_lines, sections
+    from ..analysis.card.cells import cluster_line, flag_lines, sections
     from ..api.card import judge_card as build
 
     if format not in ("table", "json"):
@@ -66,6 +70,7 @@ def judge_card(
             retest=retest,
             rows=rows,
             temperature=temperature,
+            cluster=cluster,
             **run_options,
         )
     except (ValueError, OrchestratorError) as exc:
@@ -84,6 +89,9 @@ def judge_card(
         from ..analysis.metaeval import format_table
 
         console.print(format_table(card.agreement.statistics))
+    clustered = cluster_line(card)
+    if clustered is not None:
+        console.print(escape(clustered), soft_wrap=True)
     console.rule("flags")
     for line in flag_lines(card):
         console.print(escape(line), soft_wrap=True)

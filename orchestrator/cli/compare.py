@@ -162,6 +162,14 @@ def compare(
             "input, e.g. language): n, difference, CI and p per group.",
         ),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="Row field examples are nested in (e.g. user): the test and its CI flip "
+            "the signs of whole clusters.",
+        ),
+    ] = None,
 ) -> None:
     """Compare runs of one graph example by example: paired differences, CIs, p-values."""
     from ..analysis.compare import compare as run_compare
@@ -180,6 +188,7 @@ def compare(
             permutations=permutations,
             seed=seed,
             by=by,
+            cluster=cluster,
         )
     except OrchestratorError as exc:
         fail(str(exc))

@@ -439,6 +439,10 @@ def meta_eval(
     ] = None,
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples per interval.")] = 2000,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    cluster: Annotated[
+        str | None,
+        typer.Option(help="Row field examples are nested in (e.g. user): resample its clusters."),
+    ] = None,
 ) -> None:
     """Agreement of a run with human labels, with bootstrap intervals → meta_eval.json."""
     from ..analysis.metaeval import format_table
@@ -453,6 +457,7 @@ def meta_eval(
             level=level,
             resamples=resamples,
             seed=seed,
+            cluster=cluster,
         )
     except (ValueError, FileNotFoundError, OrchestratorError) as exc:
         fail(str(exc))  # OrchestratorError: the run folder is damaged, or its disk failed

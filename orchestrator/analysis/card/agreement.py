@@ -9,9 +9,10 @@ from ..metaeval import meta_eval
 from .record import Agreement
 
 
-def agreement(run_dir: Path, labels: Path, field: str | None, seed: int = 0) -> Agreement:
+def agreement(
+    run_dir: Path, labels: Path, field: str | None, seed: int = 0, cluster: str | None = None
+) -> Agreement:
     """Meta-eval of the run against `labels` (it also writes RUN_DIR/meta_eval.json, as the
-    `meta-eval` command does)."""
-    return Agreement(
-        labels=str(labels), field=field, statistics=meta_eval(run_dir, labels, field, seed=seed)
-    )
+    `meta-eval` command does), its bootstrap over the clusters of `cluster` when given."""
+    statistics = meta_eval(run_dir, labels, field, seed=seed, cluster=cluster)
+    return Agreement(labels=str(labels), field=field, statistics=statistics)

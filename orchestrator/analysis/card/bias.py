@@ -2,7 +2,9 @@
 
 Pairwise votes are tested per comparison (one pair of texts of one example and dimension),
 not per vote: the two orders of one comparison are not independent, so each comparison's
-votes add up to one signed count and the sign-flip test runs over those counts.
+votes add up to one signed count and the sign-flip test runs over those counts. With
+`--cluster FIELD` (examples nested in users) the counts are summed per cluster and whole
+clusters are flipped and resampled, so one user's many comparisons count as one unit.
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ import numpy as np
 
 from ...compute.bias import position_bias as position_tables
 from ...compute.ratings import ALL
+from ..groups import cluster_labels
 from .record import LengthBias, PositionBias, PreferLonger, SelfPreference
 from .stats import (
     BOOTSTRAP_UP_TO,
     Array,
     bootstrap,
+    bootstrap_p,
+    cluster_sums,
     finite,
+    percentile_interval,
+    resampled,
     sign_flip_p,
     spearman,
     spearman_interval,
@@ -39,14 +46,22 @@ def length_bias(
     scores: Sequence[float],
     lengths: Sequence[float],
     seed: int = 0,
+    clusters: Sequence[str] | None = None,
 ) -> LengthBias:
-    """Spearman of score against judged-text length, its bootstrap interval and p-value."""
+    """Spearman of score against judged-text length, its bootstrap interval and p-value.
+
+    With `clusters` (each score's cluster, e.g. its user) whole clusters are resampled and
+    the p-value is the cluster bootstrap's, as the t-approximation takes every score for
+    independent."""
     x = np.asarray(scores, dtype=float)
     y = np.asarray(lengths, dtype=float)
     n = int(x.size)
     rho = float(spearman(x, y)) if n >= 3 else float("nan")
     p = float(spearman_p(np.asarray(rho), n)) if np.isfinite(rho) else float("nan")
-    if n > BOOTSTRAP_UP_TO:
+    if clusters is not None and n >= 3 and np.isfinite(rho):
+        values = resampled(lambda idx: spearman(x[idx], y[idx]), n, seed=seed, clusters=clusters)
+        ci, p = percentile_interval(values), bootstrap_p(values)
+    elif n > BOOTSTRAP_UP_TO:
         ci = spearman_interval(rho, n)
     else:
         ci = bootstrap(lambda idx: spearman(x[idx], y[idx]), n, seed=seed) if n >= 3 else None
@@ -64,14 +79,18 @@ def length_bias(
 
 @dataclass(frozen=True)
 class _Units:
-    """Per comparison: how many decisive votes, and how many went the way tested."""
+    """Per comparison: how many decisive votes, and how many went the way tested; with
+    `clusters`, each comparison's cluster (its example's, e.g. its user)."""
 
     hits: Array  # votes for the tested side (first slot, or longer text)
     total: Array  # decisive votes counted
+    clusters: list[str] | None = None
 
     def signed(self) -> Array:
-        """Each comparison's votes for minus votes against the tested side."""
-        return np.asarray(2.0 * self.hits - self.total)
+        """Each comparison's (or, with clusters, each cluster's) votes for minus votes
+        against the tested side: the units the sign-flip test flips."""
+        signed = np.asarray(2.0 * self.hits - self.total)
+        return signed if self.clusters is None else cluster_sums(signed, self.clusters)
 
     def rate_ci(self, seed: int) -> tuple[float | None, Any]:
         """The pooled rate hits / total and its bootstrap interval over comparisons."""
@@ -83,17 +102,26 @@ class _Units:
             with np.errstate(invalid="ignore", divide="ignore"):
                 return np.asarray(hits[idx].sum(axis=1) / total[idx].sum(axis=1))
 
-        return float(hits.sum() / total.sum()), bootstrap(rate, int(total.size), seed=seed)
+        found = bootstrap(rate, int(total.size), seed=seed, clusters=self.clusters)
+        return float(hits.sum() / total.sum()), found
 
 
 def _comparison(vote: Mapping[str, Any]) -> tuple[str, str, str]:
     return (str(vote.get("case")), str(vote.get("dimension")), str(vote.get("pair")))
 
 
-def _units(counts: dict[tuple[str, str, str], list[float]]) -> _Units:
+def _units(
+    counts: dict[tuple[str, str, str], list[float]], clusters: Mapping[str, str] | None = None
+) -> _Units:
+    """The comparisons with a decisive vote; `clusters` maps an example id to its cluster."""
     values = np.asarray(list(counts.values()), dtype=float).reshape(-1, 2)
-    kept = values[values[:, 1] > 0]
-    return _Units(hits=kept[:, 0], total=kept[:, 1])
+    keep = values[:, 1] > 0
+    kept = values[keep]
+    labels = None
+    if clusters is not None:
+        cases = [key[0] for key, kept_one in zip(counts, keep, strict=True) if kept_one]
+        labels = cluster_labels(cases, clusters)
+    return _Units(hits=kept[:, 0], total=kept[:, 1], clusters=labels)
 
 
 def _p(units: _Units, seed: int) -> float | None:
@@ -110,17 +138,22 @@ def _table(votes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def position_bias(
-    field: str, judge: str, votes: list[dict[str, Any]], seed: int = 0
+    field: str,
+    judge: str,
+    votes: list[dict[str, Any]],
+    seed: int = 0,
+    clusters: Mapping[str, str] | None = None,
 ) -> PositionBias:
     """Share of decisive votes for the first slot (tested against one half), plus the flip
-    and inconsistency rates of comparisons shown in both orders."""
+    and inconsistency rates of comparisons shown in both orders; `clusters` (example id →
+    cluster) makes the interval and the test resample and flip whole clusters."""
     counts: dict[tuple[str, str, str], list[float]] = {}
     for vote in votes:
         cell = counts.setdefault(_comparison(vote), [0.0, 0.0])
         if vote.get("picked_position") in DECISIVE:
             cell[0] += vote["picked_position"] == "first"
             cell[1] += 1
-    units = _units(counts)
+    units = _units(counts, clusters)
     rate, ci = units.rate_ci(seed)
     table = _table(votes)
     return PositionBias(
@@ -142,10 +175,12 @@ def prefer_longer(
     votes: list[dict[str, Any]],
     lengths: Mapping[tuple[str, str], int],
     seed: int = 0,
+    clusters: Mapping[str, str] | None = None,
 ) -> PreferLonger:
     """Share of decisive votes on texts of unequal length that pick the longer one.
 
-    `lengths` maps (case, candidate name) to the length of that candidate's text.
+    `lengths` maps (case, candidate name) to the length of that candidate's text;
+    `clusters` as for `position_bias`.
     """
     counts: dict[tuple[str, str, str], list[float]] = {}
     for vote in votes:
@@ -160,7 +195,7 @@ def prefer_longer(
         cell = counts.setdefault(_comparison(vote), [0.0, 0.0])
         cell[0] += won > lost
         cell[1] += 1
-    units = _units(counts)
+    units = _units(counts, clusters)
     rate, ci = units.rate_ci(seed)
     return PreferLonger(
         votes=field,
@@ -181,16 +216,30 @@ def self_preference(
     scores: Sequence[float],
     generators: Sequence[str],
     seed: int = 0,
+    clusters: Sequence[str] | None = None,
 ) -> SelfPreference:
     """Mean score of the judge model's own texts minus the others', Welch p and a bootstrap
-    interval that resamples each group on its own."""
+    interval that resamples each group on its own; with `clusters` (each score's cluster)
+    whole clusters are resampled, both groups together, and p is that bootstrap's."""
     x = np.asarray(scores, dtype=float)
     own_mask = np.asarray([g == model for g in generators], dtype=bool)
     own, others = x[own_mask], x[~own_mask]
     gap = float(own.mean() - others.mean()) if own.size and others.size else float("nan")
     p = float(welch_p(own, others)) if own.size >= 2 and others.size >= 2 else float("nan")
     ci = None
-    if own.size >= 2 and others.size >= 2:
+    if clusters is not None and own.size >= 2 and others.size >= 2:
+
+        def cluster_gaps(idx: Any) -> Array:
+            mine, theirs = own_mask[idx], ~own_mask[idx]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.asarray(
+                    (x[idx] * mine).sum(axis=1) / mine.sum(axis=1)
+                    - (x[idx] * theirs).sum(axis=1) / theirs.sum(axis=1)
+                )
+
+        values = resampled(cluster_gaps, int(x.size), seed=seed, clusters=clusters)
+        ci, p = percentile_interval(values), bootstrap_p(values)
+    elif own.size >= 2 and others.size >= 2:
         # The other generators' texts are resampled on their own, as many times as the own.
         rng = np.random.default_rng(seed + 1)
 

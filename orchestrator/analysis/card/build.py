@@ -15,6 +15,7 @@ import yaml
 from ...errors import ConfigurationError, RunFolderError
 from ...store.reader import RunReader
 from ...store.records import WHOLE, NodeRun
+from ..groups import cluster_keys, cluster_labels
 from .agreement import agreement
 from .bias import length_bias, position_bias, prefer_longer, self_preference
 from .distribution import distribution
@@ -219,8 +220,14 @@ def _pointwise_part(
     rows: dict[str, dict[str, Any]],
     generator: str,
     seed: int,
+    clusters: dict[str, str] | None = None,
 ) -> None:
-    """Distribution, length bias and self-preference of every numeric field of every node."""
+    """Distribution, length bias and self-preference of every numeric field of every node;
+    `clusters` (example id → cluster) makes their bootstraps draw whole clusters."""
+
+    def labels(ids: list[str]) -> list[str] | None:
+        return None if clusters is None else cluster_labels(ids, clusters)
+
     judged_input = card.judged
     for column in columns.values():
         bounds = _bounds(graph, column.node, column.field)
@@ -238,6 +245,7 @@ def _pointwise_part(
                     [column.whole[i] for i in texted],
                     [len(rows[i][judged_input]) for i in texted],
                     seed=seed,
+                    clusters=labels(texted),
                 )
             )
         made = [i for i in column.whole if rows.get(i, {}).get(generator) is not None]
@@ -252,6 +260,7 @@ def _pointwise_part(
                     [column.whole[i] for i in made],
                     names,
                     seed=seed,
+                    clusters=labels(made),
                 )
             )
 
@@ -267,6 +276,7 @@ def judge_card(
     alpha: float = ALPHA,
     seed: int = 0,
     stability: Retest | None = None,
+    cluster: str | None = None,
 ) -> JudgeCard:
     """The judge card of a finished run folder (see docs/judge-card.md for each part).
 
@@ -275,6 +285,9 @@ def judge_card(
     field naming the model that wrote the judged text (default `generator`); `judged`
     overrides the graph's `judged:` key (the input whose length is measured); `stability`
     is a retest of the run (`orc.retest`), tested with the rest (α below RELIABLE_ALPHA).
+    `cluster` names the row field examples are nested in (e.g. a user id): the bootstraps
+    and sign-flip tests then resample and flip whole clusters, and the agreement with
+    people is meta-eval's cluster bootstrap.
     """
     folder = Path(run_dir)
     reader = RunReader(folder)
@@ -288,16 +301,26 @@ def judge_card(
     columns = _columns(runs)
     rows = {line.id: line.data or {} for line in reader.inputs()}
     generator = generator_field or DEFAULT_GENERATOR
-    _pointwise_part(card, graph, columns, rows, generator, seed)
+    clusters = None
+    if cluster is not None:
+        results = reader.latest_results()
+        clusters = cluster_keys(results, cluster, rows)
+        card.cluster, card.clusters = cluster, len(set(clusters.values()))
+        alone = sum(line.id not in clusters for line in results)
+        if alone:
+            card.notes.append(
+                f"{alone} example(s) have no value of {cluster!r}: each is a cluster of its own"
+            )
+    _pointwise_part(card, graph, columns, rows, generator, seed, clusters)
     if generator_field is not None and not card.self_preference:
         card.notes.append(f"self-preference: no row's {generator} names a judge model")
     lengths = _lengths(runs)
     for (name, judge), votes in sorted(_votes(reader).items()):
-        card.position_bias.append(position_bias(name, judge, votes, seed=seed))
+        card.position_bias.append(position_bias(name, judge, votes, seed, clusters))
         if lengths:
-            card.prefer_longer.append(prefer_longer(name, judge, votes, lengths, seed=seed))
+            card.prefer_longer.append(prefer_longer(name, judge, votes, lengths, seed, clusters))
     if labels is not None:
-        card.agreement = agreement(folder, Path(labels), field, seed=seed)
+        card.agreement = agreement(folder, Path(labels), field, seed=seed, cluster=cluster)
     jurors = list(jury) if jury is not None else [str(j) for j in graph.get("jury") or []]
     if len(jurors) == 1:
         raise ConfigurationError(f"a jury needs two jurors or more, got {jurors[0]}")

@@ -181,3 +181,13 @@ def flag_lines(card: JudgeCard) -> list[str]:
         return list(card.flags)
     tested = len(card.findings)
     return [f"no flag: none of {tested} tested effects survives Holm at α = {card.alpha:g}"]
+
+
+def cluster_line(card: JudgeCard) -> str | None:
+    """How the card's intervals and tests treat nested examples (None when not clustered)."""
+    if card.cluster is None:
+        return None
+    return (
+        f"clustered by {card.cluster} ({card.clusters} clusters): the bootstraps and sign-flip "
+        "tests resample and flip whole clusters"
+    )

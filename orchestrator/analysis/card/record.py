@@ -153,3 +153,7 @@ class JudgeCard(BaseModel):
     # Test-retest stability (`--retest`): the repeats' record, when a retest was asked for.
     stability: Retest | None = None
     notes: list[str] = Field(default_factory=list)
+    # `--cluster FIELD`: the row field examples are nested in, and how many clusters it has;
+    # the card's bootstraps and sign-flip tests then draw and flip whole clusters.
+    cluster: str | None = None
+    clusters: int | None = None

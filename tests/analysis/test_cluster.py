@@ -1,0 +1,216 @@
+"""Clustered statistics (`--cluster FIELD`) on simulated nested data: 40 users × 5 examples
+with a user effect as large as the noise (ICC 0.5). The examples-as-independent interval
+under-covers clearly; the cluster-level sign-flip test holds its 5% level, its interval
+covers about 95%, and a planted shift is still found. Then the same for the judge card's
+cluster sign-flip and cluster bootstrap, and meta-eval's cluster bootstrap."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from orchestrator.analysis import paired
+from orchestrator.analysis.card import stats
+from orchestrator.analysis.card.bias import position_bias
+from orchestrator.analysis.groups import cluster_labels
+from orchestrator.analysis.metaeval_stats import Bootstrap, intervals
+
+USERS, PER_USER = 40, 5
+SIMULATIONS = 600
+DRAWS = 499  # sign vectors per simulated data set: the level is exact, the run fast
+LABELS = [f"u{u:02d}" for u in np.repeat(np.arange(USERS), PER_USER)]
+
+
+def _nested(rng: np.random.Generator, sims: int, shift: float = 0.0) -> np.ndarray:
+    """Per-example paired differences: shift + a user effect (sd 1) + noise (sd 1)."""
+    users = rng.normal(0.0, 1.0, (sims, USERS))
+    return (
+        shift + np.repeat(users, PER_USER, axis=1) + rng.normal(0.0, 1.0, (sims, USERS * PER_USER))
+    )
+
+
+def _tolerance(rate: float, sims: int) -> float:
+    return 4.0 * math.sqrt(rate * (1.0 - rate) / sims)
+
+
+def _covers(found: paired.SignFlipInterval, truth: float) -> bool:
+    return found.low is not None and found.high is not None and found.low <= truth <= found.high
+
+
+def test_naive_interval_under_covers_and_the_clustered_one_holds() -> None:
+    data = _nested(np.random.default_rng(28), SIMULATIONS)
+    naive = clustered = false_positives = 0
+    for seed, row in enumerate(data):
+        naive += _covers(paired.sign_flip_interval(row, 0.95, DRAWS, seed), 0.0)
+        found = paired.cluster_sign_flip(row, LABELS, 0.95, DRAWS, seed)
+        clustered += _covers(found.interval, 0.0)
+        false_positives += found.test.p < 0.05
+        assert found.clusters == USERS
+        # The interval inverts the test: it leaves out 0 exactly when p < 0.05.
+        assert _covers(found.interval, 0.0) == (found.test.p >= 0.05)
+    # Design effect 1 + 4 · 0.5 = 3: the naive interval is √3 too narrow, covering ~74%.
+    assert naive / SIMULATIONS < 0.85
+    assert clustered / SIMULATIONS == pytest.approx(0.95, abs=_tolerance(0.95, SIMULATIONS))
+    assert false_positives / SIMULATIONS == pytest.approx(0.05, abs=_tolerance(0.05, SIMULATIONS))
+
+
+def test_a_planted_shift_is_found_over_clusters() -> None:
+    # The mean of 40 user means has sd √(1.2 / 40) ≈ 0.17: a shift of 0.7 is 4 sd.
+    data = _nested(np.random.default_rng(5), 100, shift=0.7)
+    found = [
+        paired.cluster_sign_flip(row, LABELS, 0.95, DRAWS, seed) for seed, row in enumerate(data)
+    ]
+    assert sum(f.test.p < 0.05 for f in found) / len(found) > 0.9
+    assert sum(_covers(f.interval, 0.7) for f in found) / len(found) > 0.85
+
+
+def test_interval_inverts_the_clustered_test_exactly() -> None:
+    """With few clusters of unequal sizes (ties and zero sums too) the interval is exactly
+    the set of shifts δ whose clustered test of d − δ gives p ≥ 0.05."""
+    rng = np.random.default_rng(7)
+    for trial in range(6):
+        sizes = rng.integers(1, 5, 9)
+        labels = [f"c{c}" for c in np.repeat(np.arange(sizes.size), sizes)]
+        d = rng.normal(0.4, 1.0, sizes.sum()) + np.repeat(rng.normal(0, 1, sizes.size), sizes)
+        if trial % 2:
+            d = np.round(d)
+        found = paired.cluster_sign_flip(d, labels)
+        assert found.test.method == "exact" and found.interval.low is not None
+        low, high = found.interval.low, found.interval.high or 0.0
+        for delta, inside in ((low - 1e-7, False), (low + 1e-7, True), (high - 1e-7, True)):
+            assert (paired.cluster_sign_flip(d - delta, labels).test.p >= 0.05) == inside
+        assert paired.cluster_sign_flip(d - high - 1e-7, labels).test.p < 0.05
+
+
+def test_one_example_per_cluster_is_the_unclustered_test() -> None:
+    d = np.random.default_rng(2).normal(0.5, 1.0, 12)
+    found = paired.cluster_sign_flip(d, [f"{i:02d}" for i in range(12)])
+    assert found.test == paired.sign_flip_test(d)
+    assert found.interval == paired.sign_flip_interval(d)
+    assert cluster_labels(["a", "b"], {"a": "u1"}) == ["u1", "\0b"]
+
+
+def test_card_sign_flip_over_cluster_sums_holds_its_level() -> None:
+    """Position votes nested in users whose own leaning (first or second slot) varies, with
+    no leaning on average: per comparison the test rejects far too often; over whole
+    users' vote sums it holds 5%."""
+    rng = np.random.default_rng(11)
+    sims = 800
+    lean = rng.normal(0.0, 0.25, (sims, USERS))
+    chance = np.clip(0.5 + np.repeat(lean, PER_USER, axis=1), 0.0, 1.0)
+    votes = rng.random((sims, USERS * PER_USER, 2)) < chance[..., None]  # two votes each
+    signed = (2.0 * votes - 1.0).sum(axis=-1)
+    naive = stats.sign_flip_p(signed, draws=DRAWS, seed=1)
+    sums = signed.reshape(sims, USERS, PER_USER).sum(axis=-1)
+    clustered = stats.sign_flip_p(sums, draws=DRAWS, seed=1)
+    assert (naive < 0.05).mean() > 0.15
+    assert (clustered < 0.05).mean() == pytest.approx(0.05, abs=_tolerance(0.05, sims))
+    assert np.allclose(stats.cluster_sums(signed[0], LABELS), sums[0])
+
+
+def test_card_cluster_bootstrap_draws_whole_clusters_and_covers() -> None:
+    sizes = np.array([1, 2, 3, 4, 5, 6])
+    labels = [f"c{c}" for c in np.repeat(np.arange(6), sizes)]
+    seen: list[np.ndarray] = []
+
+    def record(idx: np.ndarray) -> np.ndarray:
+        seen.append(idx)
+        return np.zeros(idx.shape[0])
+
+    stats.resampled(record, len(labels), resamples=300, seed=0, clusters=labels)
+    assert sum(batch.shape[0] for batch in seen) == 300
+    owner = np.repeat(np.arange(6), sizes)
+    for batch in seen:
+        for row in batch:
+            drawn, counts = np.unique(owner[row], return_counts=True)
+            assert np.array_equal(counts % sizes[drawn], np.zeros_like(drawn))
+    # Coverage of the mean under ICC 0.5: per-example bootstrap well below 95%, the
+    # cluster bootstrap near it (percentile intervals over 40 clusters run a little short).
+    data = _nested(np.random.default_rng(3), 200)
+    naive = clustered = 0
+    for seed, row in enumerate(data):
+        naive_ci = stats.bootstrap(lambda i, r=row: r[i].mean(axis=1), row.size, 1000, seed)
+        cluster_ci = stats.bootstrap(
+            lambda i, r=row: r[i].mean(axis=1), row.size, 1000, seed, clusters=LABELS
+        )
+        assert naive_ci is not None and cluster_ci is not None
+        naive += naive_ci.low <= 0.0 <= naive_ci.high
+        clustered += cluster_ci.low <= 0.0 <= cluster_ci.high
+    assert naive / 200 < 0.85
+    assert clustered / 200 == pytest.approx(0.95, abs=_tolerance(0.95, 200) + 0.02)
+
+
+def test_position_bias_takes_clusters() -> None:
+    """A position leaning carried by three users of eight: clear per comparison, weak over
+    users (three whole users leaning one way happen often by chance)."""
+    votes = []
+    for user in range(8):
+        for case in range(6):
+            first = user < 3 or (case % 2 == 0)  # three users always pick the first slot
+            for order in ("ab", "ba"):
+                votes.append(
+                    {
+                        "case": f"u{user}-{case}",
+                        "pair": "a|b",
+                        "dimension": "overall",
+                        "picked_position": "first" if first else "second",
+                        "winner": order[0] if first else order[1],
+                        "a": order[0],
+                        "b": order[1],
+                    }
+                )
+    plain = position_bias("votes", "judge", votes)
+    clusters = {f"u{user}-{case}": f"u{user}" for user in range(8) for case in range(6)}
+    nested = position_bias("votes", "judge", votes, clusters=clusters)
+    assert plain.first_rate == nested.first_rate
+    assert plain.p is not None and nested.p is not None and nested.p > plain.p
+    assert plain.ci is not None and nested.ci is not None
+    assert nested.ci.high - nested.ci.low > plain.ci.high - plain.ci.low
+
+
+def test_meta_eval_bootstrap_draws_clusters() -> None:
+    ids = [f"e{i}" for i in range(12)]
+    clusters = {f"e{i}": f"u{i // 4}" for i in range(12)}
+    boot = Bootstrap(resamples=200, seed=0, cluster="user", clusters=clusters)
+    owner = np.repeat(np.arange(3), 4)
+    checked: list[bool] = []
+
+    def whole(rows: np.ndarray) -> float:
+        counts = np.bincount(owner[rows], minlength=3)
+        checked.append(bool(np.all(counts % 4 == 0)))
+        return float(len(rows))
+
+    intervals(ids, {"size": whole}, boot)
+    assert len(checked) == 200 and all(checked)
+    assert boot.describe()["unit"] == "cluster" and boot.describe()["clusters"] == 3
+    assert Bootstrap().describe()["unit"] == "example"
+
+
+def test_self_preference_resamples_whole_users() -> None:
+    """Scores driven by the user (ICC 0.8) and no gap. When each user's texts all come from
+    one generator, users are the unit and resampling them widens the interval; when every
+    user has texts of both, the user effect cancels in the gap and keeping a user's texts
+    together narrows it. Either way p comes from the cluster bootstrap, not Welch's test."""
+    from orchestrator.analysis.card.bias import self_preference
+
+    rng = np.random.default_rng(9)
+    users = np.repeat(np.arange(20), 6)
+    scores = rng.normal(0.0, 2.0, 20)[users] + rng.normal(0.0, 1.0, users.size)
+    labels = [f"u{u}" for u in users]
+    widths = {}
+    for design, makers in (
+        ("per user", ["judge" if u % 2 else "other" for u in users]),
+        ("within user", ["judge" if i % 2 else "other" for i in range(users.size)]),
+    ):
+        plain = self_preference("n", "judge", "score", "generator", scores, makers)
+        nested = self_preference(
+            "n", "judge", "score", "generator", scores, makers, clusters=labels
+        )
+        assert plain.gap == nested.gap and plain.ci is not None and nested.ci is not None
+        assert nested.p is not None and plain.p is not None and nested.p != plain.p
+        if design == "per user":  # by chance the 10 "judge" users score higher here
+            assert plain.p < 1e-4 and nested.p > 0.01
+        widths[design] = (nested.ci.high - nested.ci.low) / (plain.ci.high - plain.ci.low)
+    assert widths["per user"] > 1.3 and widths["within user"] < 0.8
