@@ -12,10 +12,10 @@ wired into the generic page. Two kinds:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..store.records import ResultLine
 
@@ -94,6 +94,8 @@ class RunView:
     shows: tuple[str, ...] = ()  # compute functions whose aggregates the panel draws
 
 
+V = TypeVar("V", "ExampleView", "RunView")
+
 _VIEWS: dict[str, ExampleView] = {}
 _RUN_VIEWS: dict[str, RunView] = {}
 _BUILTIN_MODULES = (
@@ -114,6 +116,13 @@ def _load_builtin() -> None:
         importlib.import_module(module)
 
 
+def in_order(views: Iterable[V]) -> list[V]:
+    """Built-in views in `_BUILTIN_MODULES` order, then the others as registered: a module
+    imported early (by a caller, or a test) registers first, and must not move its panel."""
+    rank = {module: i for i, module in enumerate(_BUILTIN_MODULES)}
+    return sorted(views, key=lambda view: rank.get(view.build.__module__, len(rank)))
+
+
 def register_view(name: str, build: View, shows: tuple[str, ...] = ()) -> None:
     """Add a panel to every example page whose outputs `build` recognises; app.js draws it
     with the renderer of the same name (a view without one is shown as plain data)."""
@@ -130,7 +139,7 @@ def example_views(outputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
     shows are taken out of `outputs`."""
     _load_builtin()
     found: dict[str, dict[str, Any]] = {}
-    for view in _VIEWS.values():
+    for view in in_order(_VIEWS.values()):
         data = view.build(outputs)
         if data is not None:
             found[view.name] = data
@@ -154,7 +163,7 @@ def run_views(context: RunContext) -> tuple[list[RunPanel], set[str]]:
     _load_builtin()
     panels: list[RunPanel] = []
     shown: set[str] = set()
-    for view in _RUN_VIEWS.values():
+    for view in in_order(_RUN_VIEWS.values()):
         html = view.build(context)
         if html is None:
             continue
