@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from helpers import judge_graph
 from test_calibrate import _labels, _run, _with_logprob
 from typer.testing import CliRunner
 
 import orchestrator as orc
 from orchestrator.cli import app
+from orchestrator.providers.fake import FakeAnswer, FakeRequest
 
 
 def _folder(tmp_path: Path, wrong_when_sure: bool) -> tuple[Path, Path]:
@@ -53,3 +55,35 @@ def test_a_run_without_confidence_is_refused(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, _args(run, labels))
     assert result.exit_code == 1
     assert "logprobs:" in result.output and "n:" in result.output
+
+
+def test_a_run_with_n_samples_calibrates_end_to_end(tmp_path: Path) -> None:
+    """A real run (fake transport) with `n: 5`: the trace's samples give the confidence."""
+    rows = [{"id": f"e{i}", "text": f"t{i}"} for i in range(150)]
+
+    def respond(request: FakeRequest) -> FakeAnswer:
+        number = int(request.messages[-1]["content"].rsplit("t", 1)[-1].rstrip(">"))
+        # The first 120 texts get five samples that agree; the rest a split vote.
+        scores = [7] * 5 if number < 120 else [7, 2, 9, 7, 3]
+        return FakeAnswer([json.dumps({"score": s}) for s in scores])
+
+    graph = judge_graph(temperature=0.7, n=5)
+    graph["outputs"] = {"score": "judge[0].score"}
+    run = tmp_path / "run"
+    orc.run(
+        orc.Graph.from_dict(graph, {"judge.jinja": "Rate <<{{ text }}>>"}),
+        rows,
+        out=run,
+        transport=orc.FakeTransport(respond),
+        structured="server",
+        cache=False,
+    )
+    # The judge is right where its samples agree, wrong where they split.
+    labels = _labels(
+        tmp_path / "labels.jsonl", {r["id"]: 7 if i < 120 else 4 for i, r in enumerate(rows)}
+    )
+    result = CliRunner().invoke(app, _args(run, labels, "--format", "json"))
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    assert (found["source"], found["threshold"], found["risk"]) == ("samples", 1.0, 0.0)
+    assert found["coverage"] == 120 / 150
