@@ -188,7 +188,7 @@ def calibrate_run(
     count, errors = int(answered.sum()), int(bad[answered].sum())
     message = None if met else UNMET.format(risk=risk, level=1 - delta)
     if message:
-        log.info(message)
+        log.debug(message)
     return Calibration(
         threshold=chosen if met else None,
         coverage=count / len(conf),
