@@ -26,7 +26,8 @@ from scipy.special import betainc
 from ..compute.expert import _score_position
 from ..errors import CalibrationError, LabelError
 from ..store.reader import RunReader, TraceReader
-from .metaeval import _get, _judge_value, _truth, read_labels
+from .metaeval import _annotated, _get, _judge_value, _truth, read_labels
+from .metaeval_stats import Bootstrap
 
 __all__ = ["Calibration", "binomial_tail", "calibrate_run", "select_threshold"]
 log = logging.getLogger(__name__)
@@ -168,8 +169,15 @@ def calibrate_run(
         values = {r.example_id: r.value for r in trace.node_runs(node=node) if r.status == "ok"}
     if not values:
         raise CalibrationError(f"{folder}: the trace has no ok run of node '{node}'")
+    # Several people per example become one consensus label, as meta-eval merges them
+    # (its bootstrap of the human ceiling is not used here, so a few resamples do).
+    merged = []
+    for kind, level in (("score", "interval"), ("choice", "nominal")):
+        some = [x for x in items if ("score" in x) == (kind == "score")]
+        if some:
+            merged += _annotated(rows, some, field, level, Bootstrap(resamples=50))[0]
     confidences, wrong, sources = [], [], set()
-    for label in items:
+    for label in merged:
         answer = _judge_value(rows.get(label["id"]), field, label)
         if answer is None or label["id"] not in values:
             continue

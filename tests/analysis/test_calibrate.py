@@ -130,3 +130,15 @@ def test_a_run_without_logprobs_or_samples_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CalibrationError, match=r"logprobs: .*n: "):
         labels = _labels(tmp_path / "l.jsonl", {"e1": 4})
         calibrate_run(run, labels, node="judge", field="score", risk=0.1)
+
+
+def test_several_annotators_count_once_by_their_consensus(tmp_path: Path) -> None:
+    ids = [f"e{i}" for i in range(60)]
+    values = {k: _with_logprob(4, 0.9) for k in ids}
+    run = _run(tmp_path / "run", values, {k: 4 for k in ids})
+    labels = tmp_path / "l.jsonl"
+    # Three people per example: one consensus label each, not three labels.
+    lines = [{"id": k, "labels": [{"score": 4}, {"score": 4}, {"score": 4}]} for k in ids]
+    labels.write_bytes(b"\n".join(orjson.dumps(x) for x in lines))
+    found = calibrate_run(run, labels, node="judge", field="score", risk=0.1)
+    assert found.n == 60 and found.errors == 0
