@@ -30,6 +30,8 @@ _EXPORTS = {
     "diff": ".api.diff",
     "power": ".api.power",
     "PowerEstimate": ".api.power",
+    "calibrate": ".api.calibrate",
+    "Calibration": ".api.calibrate",
     "export": ".analysis.export",
     "node_runs_frame": ".analysis.export",
     "ratings_across_runs": ".analysis.ratings",
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
     from .analysis.export import export, node_runs_frame
     from .analysis.groups import summarize
     from .analysis.ratings import ratings_across_runs
+    from .api.calibrate import Calibration, calibrate
     from .api.card import JudgeCard, judge_card
     from .api.diff import diff
     from .api.power import PowerEstimate, power
@@ -122,6 +125,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Attempt",
+    "Calibration",
     "CompiledGraph",
     "ConfigurationError",
     "DamagedRunFile",
@@ -161,6 +165,7 @@ __all__ = [
     "__version__",
     "aretest",
     "arun",
+    "calibrate",
     "compare",
     "compile_graph",
     "diff",

@@ -28,6 +28,8 @@ Catch `OrchestratorError` to catch them all. The whole family, each with when it
     │                           that example)
     ├── LabelError ............ + ValueError. A human-labels file (`meta-eval`) that cannot
     │                           be used; the message names the file and line
+    ├── CalibrationError ...... + ValueError. `calibrate` on a run whose node recorded no
+    │                           confidence (neither logprobs nor n samples), or no trace
     ├── NoMaximumLikelihood ... + ValueError. `bradley_terry(prior=0)` on matches whose win
     │                           graph is not strongly connected (a player undefeated or
     │                           winless): no finite fit exists; `.players` names one side
@@ -196,6 +198,10 @@ class DatasetError(OrchestratorError):
 
 class LabelError(OrchestratorError, ValueError):
     """A labels file that cannot be used; the message names the file and line."""
+
+
+class CalibrationError(OrchestratorError, ValueError):
+    """A run `calibrate` cannot threshold: its node recorded no confidence to use."""
 
 
 class NoMaximumLikelihood(OrchestratorError, ValueError):

@@ -35,4 +35,7 @@ from . import examples  # noqa: F401 - examples
 # isort: split
 from . import card  # noqa: F401 - judge-card
 
+# isort: split
+from . import calibrate  # noqa: F401 - calibrate
+
 __all__ = ["app", "main"]

@@ -1,0 +1,212 @@
+"""Abstention with a risk guarantee: a confidence threshold picked on labelled examples.
+
+Learn then Test (Angelopoulos, Bates, Candès, Jordan, Lei, 2021): each candidate threshold
+t is a null hypothesis "the error rate among examples with confidence ≥ t exceeds R",
+tested with the exact binomial tail p = P(Binomial(n_t, R) ≤ errors_t). Fixed-sequence
+testing walks the candidates from the most confident down and stops at the first that it
+cannot reject at level δ; since the order is fixed before the data are seen, the chance of
+keeping any threshold whose true risk exceeds R is at most δ (no monotonicity needed).
+
+Confidence per example is the probability of the token where the judge wrote its answer
+(when the node asked for `logprobs:`) or the share of the node's n samples that agree with
+the final answer (when it asked for `n:` > 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+from scipy.special import betainc
+
+from ..compute.expert import _score_position
+from ..errors import CalibrationError, LabelError
+from ..store.reader import RunReader, TraceReader
+from .metaeval import _annotated, _get, _judge_value, _truth, read_labels
+from .metaeval_stats import Bootstrap
+
+__all__ = ["Calibration", "binomial_tail", "calibrate_run", "select_threshold"]
+log = logging.getLogger(__name__)
+
+NO_CONFIDENCE = (
+    "node '{node}' recorded neither token logprobs nor several samples, so there is no "
+    "confidence to threshold: rerun with `logprobs: 5` (a server that returns them) or "
+    "`n: 5` with a temperature above 0 on the node"
+)
+UNMET = "no threshold keeps the error among answered examples at most {risk:g} with "
+UNMET += "probability {level:g}: abstain on everything (more labels or a better judge help)"
+
+
+class Calibration(BaseModel):
+    """A chosen confidence threshold, what it answers and how often it errs there."""
+
+    threshold: float | None
+    coverage: float  # share of labelled examples with confidence ≥ threshold
+    risk: float | None  # empirical error rate among them; None when nothing is answered
+    n: int  # labelled examples with an answer and a confidence
+    answered: int
+    errors: int  # among the answered
+    target_risk: float
+    delta: float
+    tolerance: float
+    source: str  # "logprobs" or "samples": where the confidence came from
+    method: str = "Learn then Test, fixed-sequence, exact binomial tail"
+    message: str | None = None
+
+
+def binomial_tail(errors: Any, n: Any, risk: float) -> np.ndarray:
+    """P(Binomial(n, risk) ≤ errors), elementwise: the p-value of "risk > R" given the count.
+
+    Through the regularised incomplete beta, I_{1−R}(n − k, k + 1); 1 where k ≥ n and
+    where nothing was answered (no evidence against the null).
+    """
+    k = np.asarray(errors, dtype=float)
+    m = np.asarray(n, dtype=float)
+    inside = (k < m) & (m > 0)
+    a = np.where(inside, m - k, 1.0)
+    out = betainc(a, k + 1.0, 1.0 - risk)
+    return np.where(inside, out, 1.0)
+
+
+def _least_answered(risk: float, delta: float) -> int:
+    """The fewest answers with which "risk > R" can be rejected at δ (all of them right)."""
+    return max(1, math.ceil(math.log(delta) / math.log(1.0 - risk) - 1e-12))
+
+
+def select_threshold(
+    confidence: np.ndarray, wrong: np.ndarray, risk: float, delta: float
+) -> np.ndarray:
+    """Learn then Test over rows: each row's chosen threshold, NaN when none is kept.
+
+    `confidence` and `wrong` are (calibrations, examples) arrays (or one row); candidate
+    thresholds are the distinct confidences, tested from the highest down, starting at the
+    first that answers enough examples to be testable at all.
+    """
+    conf = np.atleast_2d(np.asarray(confidence, dtype=float))
+    bad = np.atleast_2d(np.asarray(wrong, dtype=float))
+    order = np.argsort(-conf, axis=1, kind="stable")
+    conf_sorted = np.take_along_axis(conf, order, axis=1)
+    errors = np.cumsum(np.take_along_axis(bad, order, axis=1), axis=1)
+    answered = np.arange(1, conf.shape[1] + 1)[None, :]
+    # A threshold sits at the last of a run of equal confidences: ties are answered together.
+    last = np.ones_like(conf_sorted, dtype=bool)
+    last[:, :-1] = conf_sorted[:, :-1] != conf_sorted[:, 1:]
+    # Fewer answers than this cannot reject even with no error, (1 − R)^n > δ: such
+    # thresholds leave the sequence before any error is looked at (else the first, with one
+    # answer, would always stop it).
+    last &= answered >= _least_answered(risk, delta)
+    failed = last & (binomial_tail(errors, answered, risk) > delta)
+    kept = last & (np.cumsum(failed, axis=1) == 0)
+    any_kept = kept.any(axis=1)
+    index = conf.shape[1] - 1 - np.argmax(kept[:, ::-1], axis=1)
+    chosen = conf_sorted[np.arange(conf.shape[0]), index]
+    return np.where(any_kept, chosen, np.nan)
+
+
+def _wrong(answer: Any, truth: Any, tolerance: float) -> bool:
+    """An error: a different choice, or a score further than `tolerance` from the label."""
+    numeric = (int, float)
+    if isinstance(answer, numeric) and isinstance(truth, numeric):
+        return abs(float(answer) - float(truth)) > tolerance
+    return str(answer).strip().casefold() != str(truth).strip().casefold()
+
+
+def _token_confidence(value: dict[str, Any], field: str) -> float | None:
+    """Probability of the token where the judge started writing `field`'s value."""
+    tokens = value.get("_logprobs")
+    if not tokens:
+        return None
+    try:
+        index, _ = _score_position(tokens, field.split(".")[-1])
+    except ValueError:
+        return None
+    return math.exp(float(tokens[index].get("logprob", 0.0)))
+
+
+def _confidence(value: Any, field: str, answer: Any, tolerance: float) -> tuple[float, str] | None:
+    """One example's confidence and where it came from, or None when the node has neither."""
+    if isinstance(value, dict):
+        found = _token_confidence(value, field)
+        return None if found is None else (found, "logprobs")
+    if isinstance(value, list) and len(value) > 1:
+        said = [_get(s, field) if isinstance(s, dict) else s for s in value]
+        agree = sum(s is not None and not _wrong(s, answer, tolerance) for s in said)
+        return agree / len(value), "samples"
+    return None
+
+
+def calibrate_run(
+    run_dir: str | Path,
+    labels: str | Path,
+    *,
+    node: str,
+    field: str,
+    risk: float,
+    delta: float = 0.1,
+    tolerance: float = 0.0,
+) -> Calibration:
+    """Pick the lowest confidence threshold at which the error among answered examples is
+    at most `risk` with probability at least 1 − `delta` (Learn then Test, see the module).
+
+    Answers are the run's `field` (as `meta-eval` reads it) for labelled ok examples; the
+    confidence comes from `node`'s trace records.
+    """
+    if not 0.0 < risk < 1.0 or not 0.0 < delta < 1.0:
+        raise ValueError(f"risk and delta must be between 0 and 1, got {risk!r}, {delta!r}")
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be 0 or more, got {tolerance!r}")
+    folder = Path(run_dir)
+    items = read_labels(Path(labels))
+    rows = {r.id: r.outputs for r in RunReader(folder).results() if r.status == "ok"}
+    reader = RunReader(folder)
+    if not reader.has_trace:
+        raise CalibrationError(f"{folder}: no trace to read node '{node}' from")
+    with TraceReader.open(reader.traces_path) as trace:
+        values = {r.example_id: r.value for r in trace.node_runs(node=node) if r.status == "ok"}
+    if not values:
+        raise CalibrationError(f"{folder}: the trace has no ok run of node '{node}'")
+    # Several people per example become one consensus label, as meta-eval merges them
+    # (its bootstrap of the human ceiling is not used here, so a few resamples do).
+    merged = []
+    for kind, level in (("score", "interval"), ("choice", "nominal")):
+        some = [x for x in items if ("score" in x) == (kind == "score")]
+        if some:
+            merged += _annotated(rows, some, field, level, Bootstrap(resamples=50))[0]
+    confidences, wrong, sources = [], [], set()
+    for label in merged:
+        answer = _judge_value(rows.get(label["id"]), field, label)
+        if answer is None or label["id"] not in values:
+            continue
+        found = _confidence(values[label["id"]], field, answer, tolerance)
+        if found is None:
+            raise CalibrationError(NO_CONFIDENCE.format(node=node))
+        confidences.append(found[0])
+        sources.add(found[1])
+        wrong.append(_wrong(answer, _truth(label), tolerance))
+    if not confidences:
+        raise LabelError(f"{labels}: no label matches an ok example with a '{field}' answer")
+    conf, bad = np.asarray(confidences), np.asarray(wrong)
+    chosen = float(select_threshold(conf, bad, risk, delta)[0])
+    met = not math.isnan(chosen)
+    answered = conf >= chosen if met else np.zeros(len(conf), dtype=bool)
+    count, errors = int(answered.sum()), int(bad[answered].sum())
+    message = None if met else UNMET.format(risk=risk, level=1 - delta)
+    if message:
+        log.debug(message)
+    return Calibration(
+        threshold=chosen if met else None,
+        coverage=count / len(conf),
+        risk=errors / count if count else None,
+        n=len(conf),
+        answered=count,
+        errors=errors,
+        target_risk=risk,
+        delta=delta,
+        tolerance=tolerance,
+        source="+".join(sorted(sources)),
+        message=message,
+    )
