@@ -23,10 +23,10 @@ import numpy as np
 from pydantic import BaseModel
 from scipy.special import betainc
 
-from ..compute.expert import _score_position
+from ..compute.expert import score_position
 from ..errors import CalibrationError, LabelError
 from ..store.reader import RunReader, TraceReader
-from .metaeval import _annotated, _get, _judge_value, _truth, read_labels
+from .metaeval import annotated, field_value, judge_value, label_truth, read_labels
 from .metaeval_stats import Bootstrap
 
 __all__ = ["Calibration", "binomial_tail", "calibrate_run", "select_threshold"]
@@ -121,7 +121,7 @@ def _token_confidence(value: dict[str, Any], field: str) -> float | None:
     if not tokens:
         return None
     try:
-        index, _ = _score_position(tokens, field.split(".")[-1])
+        index, _ = score_position(tokens, field.split(".")[-1])
     except ValueError:
         return None
     return math.exp(float(tokens[index].get("logprob", 0.0)))
@@ -133,7 +133,7 @@ def _confidence(value: Any, field: str, answer: Any, tolerance: float) -> tuple[
         found = _token_confidence(value, field)
         return None if found is None else (found, "logprobs")
     if isinstance(value, list) and len(value) > 1:
-        said = [_get(s, field) if isinstance(s, dict) else s for s in value]
+        said = [field_value(s, field) if isinstance(s, dict) else s for s in value]
         agree = sum(s is not None and not _wrong(s, answer, tolerance) for s in said)
         return agree / len(value), "samples"
     return None
@@ -175,10 +175,10 @@ def calibrate_run(
     for kind, level in (("score", "interval"), ("choice", "nominal")):
         some = [x for x in items if ("score" in x) == (kind == "score")]
         if some:
-            merged += _annotated(rows, some, field, level, Bootstrap(resamples=50))[0]
+            merged += annotated(rows, some, field, level, Bootstrap(resamples=50))[0]
     confidences, wrong, sources = [], [], set()
     for label in merged:
-        answer = _judge_value(rows.get(label["id"]), field, label)
+        answer = judge_value(rows.get(label["id"]), field, label)
         if answer is None or label["id"] not in values:
             continue
         found = _confidence(values[label["id"]], field, answer, tolerance)
@@ -186,7 +186,7 @@ def calibrate_run(
             raise CalibrationError(NO_CONFIDENCE.format(node=node))
         confidences.append(found[0])
         sources.add(found[1])
-        wrong.append(_wrong(answer, _truth(label), tolerance))
+        wrong.append(_wrong(answer, label_truth(label), tolerance))
     if not confidences:
         raise LabelError(f"{labels}: no label matches an ok example with a '{field}' answer")
     conf, bad = np.asarray(confidences), np.asarray(wrong)

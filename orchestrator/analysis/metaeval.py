@@ -83,7 +83,7 @@ def read_labels(path: Path) -> list[dict[str, Any]]:
     return labels
 
 
-def _get(row: dict[str, Any], field: str) -> Any:
+def field_value(row: dict[str, Any], field: str) -> Any:
     """A result field, with dots reaching into nested objects (`judge.score`)."""
     value: Any = row
     for part in field.split("."):
@@ -110,7 +110,7 @@ def _label_pair(label: dict[str, Any]) -> str | None:
 
 def _predicted_choice(row: dict[str, Any], field: str, label: dict[str, Any]) -> Any:
     """The run's choice for one label: from a scalar, a key→choice map or a list of records."""
-    value = _get(row, field)
+    value = field_value(row, field)
     key, pair = _label_key(label), _label_pair(label)
     if isinstance(value, dict):
         return value.get(key) if key is not None else None
@@ -173,11 +173,11 @@ def _score_section(
     missing: list[str] = []
     for label in labels:
         row = rows.get(label["id"])
-        value = _get(row, field) if row else None
+        value = field_value(row, field) if row else None
         if not isinstance(value, int | float) or isinstance(value, bool):
             missing.append(label["id"])
             continue
-        base = _get(row, baseline) if (row and baseline) else None
+        base = field_value(row, baseline) if (row and baseline) else None
         base_value = float(base) if isinstance(base, int | float) else None
         pairs.append((float(value), float(label["score"]), base_value))
         ids.append(label["id"])
@@ -289,21 +289,21 @@ def _choice_section(
     return section
 
 
-def _truth(label: dict[str, Any]) -> Any:
+def label_truth(label: dict[str, Any]) -> Any:
     return label["score"] if "score" in label else label.get("choice", label.get("winner"))
 
 
-def _judge_value(row: dict[str, Any] | None, field: str, label: dict[str, Any]) -> Any:
+def judge_value(row: dict[str, Any] | None, field: str, label: dict[str, Any]) -> Any:
     if row is None:
         return None
     if "score" in label:
-        value = _get(row, field)
+        value = field_value(row, field)
         numeric = isinstance(value, int | float) and not isinstance(value, bool)
         return float(value) if numeric else None
     return _predicted_choice(row, field, label)
 
 
-def _annotated(
+def annotated(
     rows: dict[str, dict[str, Any]],
     labels: list[dict[str, Any]],
     field: str,
@@ -323,14 +323,14 @@ def _annotated(
     names = sorted({str(x.get("annotator", "(unnamed)")) for x in labels})
     column = {name: i for i, name in enumerate(names)}
     groups = list(units.values())
-    judged = [_judge_value(rows.get(g[0]["id"]), field, g[0]) for g in groups]
-    table = {} if kind == "scores" else codes([_truth(x) for x in labels] + judged)
+    judged = [judge_value(rows.get(g[0]["id"]), field, g[0]) for g in groups]
+    table = {} if kind == "scores" else codes([label_truth(x) for x in labels] + judged)
     as_number = (lambda v: float(v)) if kind == "scores" else (lambda v: code(v, table))
     ratings = np.full((len(groups), len(names)), np.nan)
     for row, group in enumerate(groups):
         for label in group:
             rater = column[str(label.get("annotator", "(unnamed)"))]
-            ratings[row, rater] = as_number(_truth(label))
+            ratings[row, rater] = as_number(label_truth(label))
     crowd = consensus(ratings, kind)
     decoded = {number: name for name, number in table.items()}
     merged = []
@@ -409,12 +409,12 @@ def meta_eval(
     }
     if score_labels:
         scale, name = level or "interval", field or "score"
-        merged, humans, notes = _annotated(rows, score_labels, name, scale, boot)
+        merged, humans, notes = annotated(rows, score_labels, name, scale, boot)
         report["scores"] = _score_section(rows, merged, name, baseline, scale, boot)
         report["scores"].update(labels=len(score_labels), **notes, humans=humans)
     if choice_labels:
         name = _choice_field(rows, field)
-        merged, humans, notes = _annotated(rows, choice_labels, name, "nominal", boot)
+        merged, humans, notes = annotated(rows, choice_labels, name, "nominal", boot)
         report["choices"] = _choice_section(rows, merged, name, baseline, boot)
         report["choices"].update(labels=len(choice_labels), **notes, humans=humans)
     (run_dir / META_EVAL).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))

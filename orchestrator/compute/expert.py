@@ -372,7 +372,7 @@ NO_LOGPROBS = (
 )
 
 
-def _score_position(tokens: list[dict[str, Any]], field: str) -> tuple[int, str]:
+def score_position(tokens: list[dict[str, Any]], field: str) -> tuple[int, str]:
     """Index of the token where the value of `"field":` starts, and the text of that token
     before the value (e.g. ':' when a tokenizer glues the colon to the digit)."""
     starts = []
@@ -401,7 +401,7 @@ def logprob_weighted_score(value: dict[str, Any], field: str, allowed: list[int]
     tokens = value.get("_logprobs") if isinstance(value, dict) else None
     if not tokens:
         raise ValueError(NO_LOGPROBS)
-    index, prefix = _score_position(tokens, field)
+    index, prefix = score_position(tokens, field)
     chosen = tokens[index]
     candidates = dict(chosen.get("top") or {})
     candidates.setdefault(str(chosen.get("token")), float(chosen.get("logprob", 0.0)))
