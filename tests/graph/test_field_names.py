@@ -73,3 +73,17 @@ def test_foreach_over_an_items_field_runs() -> None:
     (line,) = result.results
     assert line.status == "ok", line.error
     assert line.outputs["answers"] == ["yes", "no"]
+
+
+def test_reading_keys_first_opens_no_way_to_python_internals() -> None:
+    """Reading a mapping's key before its attribute must not reach Python internals: a
+    dunder name stays refused, whether or not the row carries such a key."""
+    import pytest
+
+    from orchestrator.errors import UnsafeTemplateError
+
+    row = {"__class__": "just text", "__init__": 3, "a": 1}
+    for source in ("row.__class__", "row.__init__.__globals__", "''.__class__.__mro__"):
+        with pytest.raises(UnsafeTemplateError, match="Python internal"):
+            evaluate(source, {"row": row})
+    assert evaluate("row.a + 1", {"row": row}) == 2
