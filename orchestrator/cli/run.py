@@ -358,12 +358,6 @@ class OwnServer:
             self.server = None
 
 
-def _embedded_server(port: int | None) -> tuple[str, EmbeddedServer | None]:
-    """The running embedded server's URL, or a server started now for this command."""
-    base_url, own = _own_server(port, on_first_use=False)
-    return base_url, own.server if own is not None else None
-
-
 def _own_server(port: int | None, *, on_first_use: bool) -> tuple[str, OwnServer | None]:
     """The running embedded server's URL, or one this command starts for itself: on the
     first request that is not in the cache (`on_first_use`), else now."""

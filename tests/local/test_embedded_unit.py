@@ -373,18 +373,19 @@ def test_run_starts_its_own_server_elsewhere_when_the_default_port_is_taken(
 
     import typer
 
-    from orchestrator.cli.run import _embedded_server
+    from orchestrator.cli.run import _own_server
 
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
         with FakeServer(model=embedded.DEFAULT_MODEL_NAME) as foreign:
             monkeypatch.setattr(embedded, "DEFAULT_PORT", foreign.port)
-            url, server = _embedded_server(None)
+            url, own = _own_server(None, on_first_use=False)
+            server = own.server if own is not None else None
             assert server is not None
             server.stop(timeout=4)
             assert url == server.base_url and server.port != foreign.port
             with pytest.raises(typer.Exit):
-                _embedded_server(foreign.port)
+                _own_server(foreign.port, on_first_use=False)
     finally:
         signal.signal(signal.SIGTERM, sigterm)
     assert fake_vllm.started() == [server.process.pid]
