@@ -20,6 +20,7 @@ from ..graph.schemas import SchemaError, build_model, dynamic_fields, json_schem
 from ..graph.spec import SAMPLING_TYPES, FieldSpec, GraphSpec, NodeBase, Sampling, sampling_problem
 from ..providers.registry import unknown_provider
 from ..store.trace import NodeRecord
+from .abstain import Abstain, AbstainRule, compile_abstain
 from .base import EndpointWant, NodeKind, RunServices, evaluate
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class LLMNode(NodeBase, Sampling):
     api_key_env: str | None = None
     provider: str | None = None  # a built-in provider by name (None: the run's, --provider)
     on_error: Literal["fail", "record"] = "fail"
+    abstain: Abstain | None = None  # too unsure of a field: the example abstains (abstain.py)
 
 
 @dataclass
@@ -55,6 +57,7 @@ class CompiledLLM(CompiledNode):
     sampling: Sampling = field(default_factory=Sampling)
     sampling_exprs: dict[str, Expression] = field(default_factory=dict)
     warned_deterministic: bool = False  # the n > 1 at temperature 0 warning, once a run
+    abstain: AbstainRule | None = None
 
     def messages(self, context: dict[str, Any]) -> list[dict[str, str]]:
         """The chat messages for one call: system (if any), then user."""
@@ -106,6 +109,8 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
                 if expr:
                     cn.sampling_exprs[key] = expr
         _check_samples(cn, scope)
+        if node.abstain is not None:
+            cn.abstain = compile_abstain(node.abstain, node.output, cn.sampling, node.once, scope)
         if node.provider is not None and (gap := unknown_provider(node.provider)):
             scope.problem(gap, "provider")
         urls = [node.base_url] if isinstance(node.base_url, str) else node.base_url or []
@@ -170,7 +175,10 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
         rec.prompt_tokens = result.prompt_tokens
         rec.completion_tokens = result.completion_tokens
         rec.latency = time.perf_counter() - started
+        ends = None if cn.abstain is None else cn.abstain.check(cn.name, ctx, value, rec)
         run.trace.record(rec)
+        if ends is not None:
+            raise ends
         return value
 
 
