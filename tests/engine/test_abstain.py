@@ -5,16 +5,22 @@ own, and a resumed run does not ask again."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import judge_graph, write_graph
+from typer.testing import CliRunner
 
 import orchestrator as orc
+from orchestrator.cli import app
+from orchestrator.cli.app import console
+from orchestrator.cli.run import _print_summary
 from orchestrator.errors import GraphError, NodeAbstained
 from orchestrator.kinds.abstain import Abstain, AbstainRule
 from orchestrator.providers.fake import FakeAnswer, FakeRequest
+from orchestrator.report import build_report
 from orchestrator.store.reader import RunReader, TraceReader
 from orchestrator.store.trace import NodeRecord
 
@@ -150,8 +156,6 @@ def test_a_field_must_be_named_when_the_output_has_several(tmp_path: Path) -> No
 
 
 def test_logprobs_give_the_confidence_of_the_token_where_the_field_starts() -> None:
-    import math
-
     rule = AbstainRule("score", threshold=0.5)
     tokens = [{"token": '{"score": ', "logprob": 0.0}, {"token": "4", "logprob": math.log(0.3)}]
     value = {"score": 4, "_logprobs": [*tokens, {"token": "}", "logprob": 0.0}]}
@@ -161,3 +165,63 @@ def test_logprobs_give_the_confidence_of_the_token_where_the_field_starts() -> N
     assert rec.abstain is not None and rec.abstain["confidence"] == pytest.approx(0.3)
     assert rec.abstain["source"] == "logprobs"
     Abstain(threshold=0.5)  # the field may be left out (filled in from a one-field output)
+
+
+def test_summarize_the_report_and_the_run_table_count_abstained_apart(tmp_path: Path) -> None:
+    result = _run(tmp_path / "run", Judge())
+    done = CliRunner().invoke(app, ["summarize", str(tmp_path / "run")])
+    assert done.exit_code == 0, done.output
+    assert f"abstained: {SPLIT} examples, left out of the means and aggregates" in done.output
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert written["aggregates_include_abstained"] is False and written["mean_score"] == 7.0
+    assert "aggregates_include_abstained" not in result.summary.aggregates
+    page = build_report(tmp_path / "run").read_text(encoding="utf-8")
+    assert "abstained (not in means or aggregates)" in page
+    assert '<option value="abstained">abstained</option>' in page
+    with console.capture() as captured:
+        _print_summary(result.manifest, tmp_path / "run")
+    assert "abstained (not in means or aggregates)" in captured.get()
+
+
+def test_a_graph_that_cannot_abstain_writes_no_note(tmp_path: Path) -> None:
+    graph = judge_graph(temperature=0.7, n=5)
+    graph["outputs"] = {"score": "judge[0].score"}
+    result = orc.run(
+        orc.Graph.from_dict(graph, {"judge.jinja": "Rate <<{{ text }}>>"}),
+        _rows(),
+        out=tmp_path / "run",
+        transport=orc.FakeTransport(Judge()),
+        structured="server",
+        cache=False,
+    )
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert "aggregates_include_abstained" not in written
+    assert written["counts"]["examples_abstained"] == 0 and not result.abstained
+
+
+def test_a_once_node_may_not_abstain(tmp_path: Path) -> None:
+    graph = _graph(field="score")
+    graph["nodes"]["judge"]["once"] = True
+    graph["inputs"] = []
+    graph["nodes"]["judge"]["prompt"] = "judge.jinja"
+    text = _problems(tmp_path, graph)
+    assert "abstain on a once node" in text
+
+
+def test_a_reply_without_confidence_fails_the_example_and_says_what_to_ask_for(
+    tmp_path: Path,
+) -> None:
+    graph = _graph()
+    graph["params"]["samples"] = 5
+    graph["defaults"]["n"] = "params.samples"  # known per call only: checked at run time
+    result = orc.run(
+        orc.Graph.from_dict(graph, {"judge.jinja": "Rate <<{{ text }}>>"}),
+        _rows()[:1],
+        transport=orc.FakeTransport(lambda request: json.dumps({"score": 7})),
+        structured="server",
+        cache=False,
+        params={"samples": 1},
+    )
+    (failed,) = result.failed
+    assert "neither token logprobs nor several samples" in (failed.error or "")
+    assert "`logprobs: 5`" in (failed.error or "")
