@@ -237,8 +237,14 @@ class NodeAbstained(NodeError):
 
 
 def abstain_reason(node: str, confidence: float, threshold: float) -> str:
-    """The plain reason an example's line and its node's trace record give for abstaining."""
-    return f"abstained: confidence {confidence:.2f} below {threshold:.2f} at node {node}"
+    """The plain reason an example's line and its node's trace record give for abstaining
+    (two decimals, more where two would show the confidence equal to the threshold)."""
+    digits = 2
+    while digits < 6 and f"{confidence:.{digits}f}" == f"{threshold:.{digits}f}":
+        digits += 1
+    return (
+        f"abstained: confidence {confidence:.{digits}f} below {threshold:.{digits}f} at node {node}"
+    )
 
 
 # -- run folders -----------------------------------------------------------------------

@@ -17,7 +17,7 @@ import orchestrator as orc
 from orchestrator.cli import app
 from orchestrator.cli.app import console
 from orchestrator.cli.run import _print_summary
-from orchestrator.errors import GraphError, NodeAbstained
+from orchestrator.errors import GraphError, NodeAbstained, abstain_reason
 from orchestrator.kinds.abstain import Abstain, AbstainRule
 from orchestrator.providers.fake import FakeAnswer, FakeRequest
 from orchestrator.report import build_report
@@ -225,3 +225,10 @@ def test_a_reply_without_confidence_fails_the_example_and_says_what_to_ask_for(
     (failed,) = result.failed
     assert "neither token logprobs nor several samples" in (failed.error or "")
     assert "`logprobs: 5`" in (failed.error or "")
+
+
+def test_the_reason_never_shows_a_confidence_equal_to_its_threshold() -> None:
+    assert (
+        abstain_reason("judge", 0.42, 0.6) == "abstained: confidence 0.42 below 0.60 at node judge"
+    )
+    assert "confidence 0.599 below 0.600" in abstain_reason("judge", 0.599, 0.6)
