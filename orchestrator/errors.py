@@ -34,7 +34,9 @@ Catch `OrchestratorError` to catch them all. The whole family, each with when it
     │                           graph is not strongly connected (a player undefeated or
     │                           winless): no finite fit exists; `.players` names one side
     ├── NodeError ............. a node that could not produce a value: its example fails,
-    │                           the run goes on (raise it from a compute function)
+    │   │                       the run goes on (raise it from a compute function)
+    │   └── NodeAbstained ..... a node with `abstain:` less sure than its threshold: its
+    │                           example ends "abstained", the nodes after it do not run
     ├── RunFolderError ........ a run folder that cannot be used: another run's, locked by
     │   │                       a writer, of a newer layout, or one of the below
     │   ├── RunKeyMismatch .... it holds a run of another judge (graph, params, data,
@@ -219,6 +221,30 @@ class NodeError(OrchestratorError):
         self.node = node
         self.message = message
         super().__init__(f"node '{node}': {message}")
+
+
+class NodeAbstained(NodeError):
+    """A node with `abstain:` less sure of its answer than its threshold: the example ends
+    as "abstained" (finished, not failed), and the nodes after it do not run."""
+
+    def __init__(self, node: str, confidence: float, threshold: float) -> None:
+        self.confidence = confidence
+        self.threshold = threshold
+        super().__init__(node, abstain_reason(node, confidence, threshold))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def abstain_reason(node: str, confidence: float, threshold: float) -> str:
+    """The plain reason an example's line and its node's trace record give for abstaining
+    (two decimals, more where two would show the confidence equal to the threshold)."""
+    digits = 2
+    while digits < 6 and f"{confidence:.{digits}f}" == f"{threshold:.{digits}f}":
+        digits += 1
+    return (
+        f"abstained: confidence {confidence:.{digits}f} below {threshold:.{digits}f} at node {node}"
+    )
 
 
 # -- run folders -----------------------------------------------------------------------

@@ -23,10 +23,10 @@ import numpy as np
 from pydantic import BaseModel
 from scipy.special import betainc
 
-from ..compute.expert import score_position
+from ..compute.confidence import ASK_FOR_CONFIDENCE, confidence, wrong_answer
 from ..errors import CalibrationError, LabelError
 from ..store.reader import RunReader, TraceReader
-from .metaeval import annotated, field_value, judge_value, label_truth, read_labels
+from .metaeval import annotated, judge_value, label_truth, read_labels
 from .metaeval_stats import Bootstrap
 
 __all__ = ["Calibration", "binomial_tail", "calibrate_run", "select_threshold"]
@@ -34,8 +34,7 @@ log = logging.getLogger(__name__)
 
 NO_CONFIDENCE = (
     "node '{node}' recorded neither token logprobs nor several samples, so there is no "
-    "confidence to threshold: rerun with `logprobs: 5` (a server that returns them) or "
-    "`n: 5` with a temperature above 0 on the node"
+    "confidence to threshold: rerun with " + ASK_FOR_CONFIDENCE
 )
 UNMET = "no threshold keeps the error among answered examples at most {risk:g} with "
 UNMET += "probability {level:g}: abstain on everything (more labels or a better judge help)"
@@ -107,38 +106,6 @@ def select_threshold(
     return np.where(any_kept, chosen, np.nan)
 
 
-def _wrong(answer: Any, truth: Any, tolerance: float) -> bool:
-    """An error: a different choice, or a score further than `tolerance` from the label."""
-    numeric = (int, float)
-    if isinstance(answer, numeric) and isinstance(truth, numeric):
-        return abs(float(answer) - float(truth)) > tolerance
-    return str(answer).strip().casefold() != str(truth).strip().casefold()
-
-
-def _token_confidence(value: dict[str, Any], field: str) -> float | None:
-    """Probability of the token where the judge started writing `field`'s value."""
-    tokens = value.get("_logprobs")
-    if not tokens:
-        return None
-    try:
-        index, _ = score_position(tokens, field.split(".")[-1])
-    except ValueError:
-        return None
-    return math.exp(float(tokens[index].get("logprob", 0.0)))
-
-
-def _confidence(value: Any, field: str, answer: Any, tolerance: float) -> tuple[float, str] | None:
-    """One example's confidence and where it came from, or None when the node has neither."""
-    if isinstance(value, dict):
-        found = _token_confidence(value, field)
-        return None if found is None else (found, "logprobs")
-    if isinstance(value, list) and len(value) > 1:
-        said = [field_value(s, field) if isinstance(s, dict) else s for s in value]
-        agree = sum(s is not None and not _wrong(s, answer, tolerance) for s in said)
-        return agree / len(value), "samples"
-    return None
-
-
 def calibrate_run(
     run_dir: str | Path,
     labels: str | Path,
@@ -181,12 +148,12 @@ def calibrate_run(
         answer = judge_value(rows.get(label["id"]), field, label)
         if answer is None or label["id"] not in values:
             continue
-        found = _confidence(values[label["id"]], field, answer, tolerance)
+        found = confidence(values[label["id"]], field, answer, tolerance)
         if found is None:
             raise CalibrationError(NO_CONFIDENCE.format(node=node))
         confidences.append(found[0])
         sources.add(found[1])
-        wrong.append(_wrong(answer, label_truth(label), tolerance))
+        wrong.append(wrong_answer(answer, label_truth(label), tolerance))
     if not confidences:
         raise LabelError(f"{labels}: no label matches an ok example with a '{field}' answer")
     conf, bad = np.asarray(confidences), np.asarray(wrong)

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 REPORT = "report.html"  # the file `orchestrator report` writes into a run folder
 _FIELDS = ("id", "status", "error")  # a result line's own fields, not outputs
-SETTLED = ("ok", "failed", "skipped")  # a node's own record; else not run or stopped midway
+SETTLED = ("ok", "failed", "skipped", "abstained")  # a node's own record; else not run/stopped
 
 
 class DiffRun(BaseModel):
@@ -413,7 +413,7 @@ def diff(run_a: str | Path | RunResult, run_b: str | Path | RunResult) -> RunDif
 
 
 def _settled(node: str, once: set[str], example: str, a: _Side, b: _Side) -> bool:
-    """Both runs finished the node (ok, failed or skipped) for the example."""
+    """Both runs finished the node (ok, failed, skipped or abstained) for the example."""
     where = ONCE_EXAMPLE if node in once else example
     sides = (a.values.get(where, {}).get(node), b.values.get(where, {}).get(node))
     return all(v is not None and v.status in SETTLED for v in sides)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ..compute.confidence import field_value
 from ..compute.statistics import LEVELS
 from ..errors import LabelError
 from ..store.reader import RunReader
@@ -81,16 +82,6 @@ def read_labels(path: Path) -> list[dict[str, Any]]:
                 label["annotator"] = str(label["annotator"])
             labels.append(label)
     return labels
-
-
-def field_value(row: dict[str, Any], field: str) -> Any:
-    """A result field, with dots reaching into nested objects (`judge.score`)."""
-    value: Any = row
-    for part in field.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
 
 
 def _label_key(label: dict[str, Any]) -> str | None:

@@ -105,6 +105,11 @@ class RunResult:
         return [line for line in self.results if line.status == "failed"]
 
     @property
+    def abstained(self) -> list[ResultLine]:
+        """The examples a node with `abstain:` was too unsure to answer (not failures)."""
+        return [line for line in self.results if line.status == "abstained"]
+
+    @property
     def ok(self) -> list[ResultLine]:
         return [line for line in self.results if line.status == "ok"]
 

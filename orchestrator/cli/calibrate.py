@@ -53,3 +53,12 @@ def calibrate(
             soft_wrap=True,
         )
     console.print(f"method: {found.method}", soft_wrap=True)
+    if found.threshold is not None:
+        # Its full value: a rounded one could answer an example calibration did not.
+        console.print(f"to abstain below it in later runs, add to node '{node}':", markup=False)
+        console.print(abstain_line(found.threshold, field), markup=False, soft_wrap=True)
+
+
+def abstain_line(threshold: float, field: str) -> str:
+    """The `abstain:` key, as YAML to paste into the node, that applies a threshold."""
+    return f"abstain: {{threshold: {threshold!r}, field: {field}}}"

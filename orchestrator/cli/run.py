@@ -570,6 +570,11 @@ def _print_summary(manifest: Manifest, folder: Path) -> None:
     table.add_column("value", justify="right")
     rows = [
         ("examples ok / failed", f"{counts.examples_ok} / {counts.examples_failed}"),
+        *(
+            [("abstained (not in means or aggregates)", str(counts.examples_abstained))]
+            if counts.examples_abstained
+            else []
+        ),
         ("resumed (already done)", str(counts.examples_resumed)),
         *(
             [("parts (first run + resumes)", str(len(manifest.parts)))]
@@ -619,6 +624,7 @@ def summarize(
 ) -> None:
     """Recompute a run's aggregates (summary.json) from its results, with no LLM request."""
     from ..session.summary import SUMMARY_FIELDS, summarize
+    from ..store.records import ABSTAIN_NOTE
 
     if graph is not None:
         _compile_or_exit(graph, trust=trust)  # every problem listed, as `validate` does
@@ -631,6 +637,11 @@ def summarize(
     names = [name for name in summary if name not in SUMMARY_FIELDS]
     where = f"written to {out}" if out else f"rewritten in {run_dir}"
     console.print(f"summary.json {where}: aggregates {', '.join(names) or 'none'}", markup=False)
+    if summary.get(ABSTAIN_NOTE) is False:
+        abstained = (summary.get("counts") or {}).get("examples_abstained", 0)
+        console.print(
+            f"abstained: {abstained} examples, left out of the means and aggregates", markup=False
+        )
     if by is not None:
         _print_groups(run_dir, by)
     if _print_aggregate_errors(summary):

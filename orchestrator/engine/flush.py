@@ -144,11 +144,12 @@ class ProgressLines:
     def text(self, now: float) -> str:
         """The line as it stands at `now` (monotonic seconds)."""
         stats = self.stats
-        done = stats.examples_ok + stats.examples_failed + stats.examples_resumed
+        done = stats.finished()
         rate = (stats.requests - self.last_requests) / max(now - self.last, 1e-6)
         parts = [
             f"progress: {done} of {self.total if self.total is not None else '?'} examples",
             f"failed {stats.examples_failed}",
+            *([f"abstained {stats.examples_abstained}"] if stats.examples_abstained else []),
         ]
         if self.in_flight is not None:
             parts.append(f"in flight {self.in_flight()}")
@@ -206,13 +207,14 @@ async def drive(
             lines()
         if progress is None or task is None:
             return
-        done = stats.examples_ok + stats.examples_failed + stats.examples_resumed
+        done = stats.finished()
         progress.update(
             task,
             completed=done,
             detail=(
                 f"ok {stats.examples_ok} · failed {stats.examples_failed} · "
-                f"req {stats.requests} · hits {stats.cache_hits} · shared {stats.shared} · "
+                + (f"abstained {n} · " if (n := stats.examples_abstained) else "")
+                + f"req {stats.requests} · hits {stats.cache_hits} · shared {stats.shared} · "
                 f"retries {stats.retries} · "
                 f"{stats.tokens_per_second():.0f} tok/s"
                 + (f" · {limits()}" if limits is not None else "")

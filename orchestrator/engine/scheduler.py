@@ -17,7 +17,7 @@ from ..calls.registry import Endpoint
 from ..calls.replicas import start_example
 from ..calls.runtime import Runtime
 from ..data.dataset import Row
-from ..errors import NodeError
+from ..errors import NodeAbstained, NodeError
 from ..graph.compiled import CompiledGraph, CompiledNode
 from ..graph.once import ONCE_EXAMPLE, once_order, row_order
 from ..kinds.base import RunServices, evaluate
@@ -179,13 +179,18 @@ class Engine:
     # -- one example ------------------------------------------------------------------
 
     async def run_example(self, row: Row) -> ResultLine:
-        """The result line of one example: outputs when ok, the error when failed."""
+        """The result line of one example: outputs when ok, the error when failed, the
+        reason when a node abstained."""
         if row.error is not None:
             self.stats.examples_failed += 1
             return ResultLine.failed(row.id, row.number, row.error)
         base = {**row.data, "params": self.params, "run": self.run_info}
         try:
             outputs = await self._run_nodes(row, base)
+        except NodeAbstained as exc:
+            # Finished, not failed: the judge was too unsure to answer (`abstain:`).
+            self.stats.examples_abstained += 1
+            return ResultLine.abstained(row.id, exc.message)
         except NodeError as exc:
             self.stats.examples_failed += 1
             message = exc.message if exc.node.startswith("outputs.") else str(exc)

@@ -21,6 +21,7 @@ from ..graph.schemas import SchemaError, build_model, dynamic_fields, json_schem
 from ..graph.spec import SAMPLING_TYPES, FieldSpec, GraphSpec, NodeBase, Sampling, sampling_problem
 from ..providers.registry import unknown_provider
 from ..store.trace import NodeRecord
+from .abstain import Abstain, AbstainRule, compile_abstain
 from .base import EndpointWant, NodeKind, RunServices, evaluate
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class LLMNode(NodeBase, Sampling):
     # An expression giving the node's few-shot set (normally `files.shots`): records with
     # `inputs` and `output`, shown as example turns or given to the template as `shots`.
     shots: str | None = None
+    abstain: Abstain | None = None  # too unsure of a field: the example abstains (abstain.py)
 
 
 @dataclass
@@ -62,6 +64,7 @@ class CompiledLLM(CompiledNode):
     shots: Expression | None = None
     # The prompt or system template reads `shots` and lays the examples out itself.
     shots_in_template: bool = False
+    abstain: AbstainRule | None = None
 
     def messages(self, context: dict[str, Any]) -> list[dict[str, str]]:
         """The chat messages for one call: system (if any), the few-shot example turns (if
@@ -158,6 +161,8 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
                 if expr:
                     cn.sampling_exprs[key] = expr
         _check_samples(cn, scope)
+        if node.abstain is not None:
+            cn.abstain = compile_abstain(node.abstain, node.output, cn.sampling, node.once, scope)
         if node.provider is not None and (gap := unknown_provider(node.provider)):
             scope.problem(gap, "provider")
         urls = [node.base_url] if isinstance(node.base_url, str) else node.base_url or []
@@ -222,7 +227,10 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
         rec.prompt_tokens = result.prompt_tokens
         rec.completion_tokens = result.completion_tokens
         rec.latency = time.perf_counter() - started
+        ends = None if cn.abstain is None else cn.abstain.check(cn.name, ctx, value, rec)
         run.trace.record(rec)
+        if ends is not None:
+            raise ends
         return value
 
 

@@ -78,6 +78,8 @@ def _node_status(whole: NodeRun | None, items: list[NodeRun]) -> str:
     statuses = {i.status for i in items}
     if "failed" in statuses:
         return "failed"
+    if "abstained" in statuses:
+        return "abstained"  # an item too unsure (`abstain:`) ended the example there
     return "partial"  # items ran but the node's own record was never written
 
 

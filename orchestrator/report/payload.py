@@ -42,6 +42,7 @@ RUN_KEYS: dict[str, str | None] = {
     "attempts": "a",
     "request": None,  # sampling params: `orchestrator trace` prints them per call
     "schema": None,  # one per node, often kilobytes: repeating it per example would swell
+    "abstain": "ab",  # how sure a node with `abstain:` was, against its threshold
     "id": None,  # storage identity, meaningless on the page
     "run_id": None,  # shown only for earlier executions (see `node_path`)
     "graph_hash": None,  # the run facts show the graph's hash

@@ -368,6 +368,12 @@ def facts(
     count_rows = [
         ("examples", str(count("examples", results_count))),
         ("ok / failed", f"{count('examples_ok')} / {count('examples_failed')}"),
+        # Counted apart from ok and failed; means and aggregates leave them out.
+        *(
+            [("abstained (not in means or aggregates)", str(abstained))]
+            if (abstained := counts.get("examples_abstained"))
+            else []
+        ),
         ("resumed", str(count("examples_resumed"))),
         *(
             [("parts (first run + resumes)", str(len(manifest.parts)))]

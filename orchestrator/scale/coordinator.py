@@ -178,7 +178,9 @@ class Coordinator:
             self._room.set()
         self.reported[link.name] = report.stats
         self.workers[link.name]["examples"] = (
-            report.stats.examples_ok + report.stats.examples_failed
+            report.stats.examples_ok
+            + report.stats.examples_failed
+            + report.stats.examples_abstained
         )
         self._count()
         if report.events:
@@ -196,7 +198,7 @@ class Coordinator:
     def _lose(self, link: WorkerLink, exc: WorkerLost) -> None:
         self.live.discard(link.name)
         lost = self.in_flight[link.name].total()
-        done = self.stats.examples_ok + self.stats.examples_failed
+        done = self.stats.examples_ok + self.stats.examples_failed + self.stats.examples_abstained
         self.events.emit(WorkerLostEvent(worker=link.name, cause=str(exc), in_flight=lost), log)
         self._stop(
             WorkerLost(

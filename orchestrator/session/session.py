@@ -48,7 +48,7 @@ from ..store.records import EventEntry, Manifest, RunPart, Summary, summed_work
 from ..store.runkey import RunKey, json_value, server_components, static_components
 from ..store.trace import TraceStore
 from .params import effective_params
-from .summary import output_means, run_aggregates, status_counts
+from .summary import abstain_note, output_means, run_aggregates, status_counts
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +404,13 @@ def _summarize(run: _Run) -> SessionOutcome:
     if graph.aggregates:
         aggregates = run_aggregates(graph, list(_line_dicts(run.store)), run.plan.params)
     summary = Summary.model_validate(
-        {"graph": graph.name, "counts": manifest.counts, "means": manifest.means, **aggregates}
+        {
+            "graph": graph.name,
+            "counts": manifest.counts,
+            "means": manifest.means,
+            **abstain_note(graph),
+            **aggregates,
+        }
     )
     run.store.write_summary(summary)
     return SessionOutcome(manifest, summary, run.store)

@@ -12,6 +12,7 @@ from typing import Any
 from ..errors import NodeError
 from ..graph.compiled import CompiledAggregate, CompiledGraph
 from ..graph.templates import Expression
+from ..store.records import ABSTAIN_NOTE
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +47,12 @@ def output_means(results: Iterable[dict[str, Any]]) -> dict[str, float]:
 
 
 def status_counts(results: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """How many result lines there are, and how many ok and failed."""
-    counts = {"examples": 0, "examples_ok": 0, "examples_failed": 0}
+    """How many result lines there are, and how many ok, failed and abstained."""
+    counts = {"examples": 0, "examples_ok": 0, "examples_failed": 0, "examples_abstained": 0}
     for row in results:
         counts["examples"] += 1
         status = row.get("status")
-        if status in ("ok", "failed"):
+        if status in ("ok", "failed", "abstained"):
             counts[f"examples_{status}"] += 1
     return counts
 
@@ -97,7 +98,14 @@ def run_aggregates(
     return out
 
 
-SUMMARY_FIELDS = ("graph", "counts", "means", "aggregates_from")
+SUMMARY_FIELDS = ("graph", "counts", "means", "aggregates_from", ABSTAIN_NOTE)
+
+
+def abstain_note(graph: CompiledGraph) -> dict[str, bool]:
+    """`{"aggregates_include_abstained": false}` when a node of the graph has `abstain:`,
+    else nothing: a summary says what its numbers leave out only when something can be."""
+    can = any(getattr(cn.spec, "abstain", None) is not None for cn in graph.nodes.values())
+    return {ABSTAIN_NOTE: False} if can else {}
 
 
 def aggregate_errors(summary: dict[str, Any]) -> dict[str, str]:
@@ -186,6 +194,8 @@ def summarize(
             summary.pop(name, None)  # an aggregate removed from the graph goes too
         params = dict(manifest.parameters.get("params") or {})
         summary.update(run_aggregates(new, results, params))
+        summary.pop(ABSTAIN_NOTE, None)
+        summary.update(abstain_note(new))
         summary["aggregates_from"] = {
             "graph": str(graph or snapshot),
             "hash": new.content_hash,

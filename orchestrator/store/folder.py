@@ -378,7 +378,8 @@ class RunFolder:
         )
 
     def begin(self) -> bool:
-        """Keep finished examples (failed ones are tried again); True when resuming."""
+        """Keep finished examples, ok or abstained (failed ones are tried again); True when
+        resuming."""
         with on_disk(self.manifest_path, writing=False):
             resuming = self.manifest_path.is_file()
         tmp = self.results_path.with_suffix(".jsonl.tmp")
@@ -386,7 +387,9 @@ class RunFolder:
             with tmp.open("wb") as kept:
                 # A read of results.jsonl the disk fails names that file (iter_lines).
                 for row in iter_results(self.path):
-                    if row.get("status") == "ok":
+                    # An abstained example is finished too: asking again would give the
+                    # same unsure answer from the cache (only failed ones are retried).
+                    if row.get("status") in ("ok", "abstained"):
                         self.done.add(str(row["id"]))
                         kept.write(orjson.dumps(row) + b"\n")
             os.replace(tmp, self.results_path)

@@ -28,11 +28,15 @@ from pydantic import (
 )
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+# pydantic validates a TypedDict only from here before Python 3.12 (and depends on it).
+from typing_extensions import TypedDict
+
 from ..events import RunEvent
 from .runkey import RunKey
 
-Status = Literal["ok", "failed"]
-NodeStatus = Literal["ok", "skipped", "failed"]
+# "abstained": a node with `abstain:` was less sure than its threshold (not a failure).
+Status = Literal["ok", "failed", "abstained"]
+NodeStatus = Literal["ok", "skipped", "failed", "abstained"]
 AttemptKind = Literal["ok", "invalid", "truncated", "transport", "cache"]
 ATTEMPT_KINDS: tuple[str, ...] = get_args(AttemptKind)
 WHOLE = -1  # `item` value of a node's own record (foreach items are 0, 1, …)
@@ -58,6 +62,16 @@ class Attempt(BaseModel):
     # The server URL (one replica of the node's servers) the request went to; None for a
     # cached reply and for traces written before replicas were recorded.
     replica: str | None = None
+
+
+class AbstainCheck(TypedDict):
+    """What a node's `abstain:` key judged in one run of it: the field, the threshold and
+    the confidence (the node abstained when the confidence was below the threshold)."""
+
+    field: str
+    threshold: float
+    confidence: float
+    source: str  # "logprobs" or "samples"
 
 
 def _plural(count: int, word: str) -> str:
@@ -169,6 +183,8 @@ with warnings.catch_warnings():
         # What was sent besides messages (params, mode), and the JSON schema of the reply.
         request: SkipValidation[dict[str, Any] | None] = None
         schema: SkipValidation[dict[str, Any] | None] = None  # type: ignore[assignment]
+        # A node with `abstain:`: how sure it was and of what, answered or not.
+        abstain: AbstainCheck | None = None
         # Written by the store, not the node: which row and run this is.
         id: int | None = None
         run_id: str | None = None
@@ -235,9 +251,14 @@ class ResultLine(BaseModel):
         """The line of an example that failed at source row `row`, and why."""
         return cls.model_construct(id=id, status="failed", row=row, error=error)
 
+    @classmethod
+    def abstained(cls, id: str, reason: str) -> ResultLine:
+        """The line of an example a node abstained on (`abstain:`), and why."""
+        return cls.model_construct(id=id, status="abstained", error=reason)
+
     @property
     def outputs(self) -> dict[str, Any]:
-        """The graph's outputs for this example (empty when it failed)."""
+        """The graph's outputs for this example (empty when it failed or abstained)."""
         return dict(self.model_extra or {})
 
     def as_dict(self) -> dict[str, Any]:
@@ -296,6 +317,8 @@ class Counts:
     examples_ok: int = 0
     examples_failed: int = 0
     examples_resumed: int = 0
+    # Examples a node abstained on (`abstain:`): finished, but not answered.
+    examples_abstained: int = 0
     requests: int = 0
     cache_hits: int = 0
     # Samples another identical call still in flight answered (single-flight): no request
@@ -314,6 +337,15 @@ class Counts:
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    def finished(self) -> int:
+        """Examples done so far: ok, failed, abstained, or kept from an earlier part."""
+        return (
+            self.examples_ok
+            + self.examples_failed
+            + self.examples_abstained
+            + self.examples_resumed
+        )
 
     def tokens_per_second(self) -> float:
         """Completion tokens per second since the counters started."""
@@ -506,6 +538,11 @@ class Manifest(BaseModel):
         return {**self.extra, **data}
 
 
+# summary.json's key, in a graph that can abstain, saying means and aggregates are over the
+# answered (ok) examples only: false (the abstained are counted apart).
+ABSTAIN_NOTE = "aggregates_include_abstained"
+
+
 class Summary(BaseModel):
     """summary.json: counts, means of numeric outputs, and each aggregate under its name."""
 
@@ -517,7 +554,7 @@ class Summary(BaseModel):
 
     @property
     def aggregates(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
+        return {k: v for k, v in (self.model_extra or {}).items() if k != ABSTAIN_NOTE}
 
     def as_written(self) -> dict[str, Any]:
         """The JSON object summary.json holds: graph, counts, means, then each aggregate as

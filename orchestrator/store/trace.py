@@ -151,6 +151,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, (("attempts", "sample"),), "which of n samples a reply is for"),
     Migration(5, (("attempts", "replica"),), "which replica served a request"),
     Migration(6, (), "what is in flight now", creates=("in_flight",)),
+    Migration(7, (("node_runs", "abstain"),), "how sure a node with abstain: was"),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -232,6 +232,7 @@ LATER_LAYOUTS = {
     6: "CREATE TABLE in_flight (run_id TEXT, example_id TEXT, node TEXT, item INTEGER,"
     " started REAL, server TEXT, attempt INTEGER, attempt_started REAL, replica TEXT,"
     " failed BLOB);",
+    7: "ALTER TABLE node_runs ADD COLUMN abstain BLOB;",
 }
 
 
