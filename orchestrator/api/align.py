@@ -1,0 +1,427 @@
+"""`orc.align`: tune a judge to a few human labels and score it honestly on held-out ones.
+
+    import orchestrator as orc
+    found = orc.align("graphs/judge.yaml", "rows.jsonl", "labels.jsonl", node="judge",
+                      field="score", out="aligned", base_url="http://gpu:8000/v1")
+    print(found.verdict, found.aligned.test.value, found.graph)
+
+The labelled examples are split once (seeded, stratified) into a search set and a test
+set. The search runs every configuration (shot count × variant, × isotonic when asked) on
+K folds of the search set, shots drawn from the other folds; the best configuration by
+mean fold score is then run once on the test set, as is the graph as given, and the two
+are compared with bootstrap intervals. Every run is an ordinary run into OUT/runs/: it
+goes through the engine, the response cache and the limits, so a search resumes where it
+stopped and a repeated one costs no request. See docs/align.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ..analysis.align import isotonic as iso
+from ..analysis.align.record import (
+    METRICS,
+    Alignment,
+    Configuration,
+    Metric,
+    Shot,
+    Side,
+    Trial,
+    Variant,
+)
+from ..analysis.align.scoring import Kind, compare, mean_score, measure
+from ..analysis.align.shots import draw_shots, shot_record
+from ..analysis.align.split import folds as deal_folds
+from ..analysis.align.split import split, strata
+from ..analysis.align.variants import (
+    check_variant,
+    parse_variant,
+    variant_spec,
+    variant_texts,
+)
+from ..analysis.align.writer import PAGE_FILE, write_graph, write_record
+from ..analysis.groups import cluster_keys, run_inputs
+from ..analysis.metaeval import annotated, field_value, label_truth, read_labels
+from ..analysis.metaeval_stats import Bootstrap, codes
+from ..data.sources import as_source
+from ..errors import ConfigurationError, LabelError
+from ..graph.compiled import CompiledGraph
+from ..report.align_page import write_page
+from ..store.reader import RunReader
+from .run import _blocking, arun, load_graph
+
+__all__ = ["Alignment", "aalign", "align"]
+log = logging.getLogger(__name__)
+
+# What an alignment decides itself: where each run goes, its rows and params.
+_FIXED = ("out", "params", "limit", "overwrite", "resample")
+SUFFIX = "-aligned"
+ISOTONIC_NOTE = (
+    "the isotonic map is fitted and scored here, but the written graph does not apply it: "
+    "map the node's {field} through `isotonic` (knots x → y, linear between) yourself"
+)
+
+
+async def aalign(
+    graph: CompiledGraph | str | Path,
+    data: Any,
+    labels: str | Path,
+    *,
+    node: str,
+    field: str | None = None,
+    out: str | Path,
+    shots: Sequence[int] = (0, 2, 4, 8),
+    variants: Sequence[str | Variant] = (),
+    metric: Metric = "alpha",
+    folds: int = 5,
+    test_share: float = 0.3,
+    isotonic: bool = False,
+    cluster: str | None = None,
+    seed: int = 0,
+    resamples: int = 2000,
+    templates: Mapping[str, str] | None = None,
+    **run_options: Any,
+) -> Alignment:
+    """Align `node` of `graph` to the human `labels` (a JSONL file as `meta-eval` reads
+    it) on the rows of `data`, and write the aligned graph folder to `out`.
+
+    `field` is the node's output field compared with the labels (needed when it has
+    several); `shots` the few-shot counts tried; `variants` the changes tried besides the
+    graph as given (`prompt=NAME`, `system=NAME`, `params.NAME=VALUE`; `templates` adds
+    template texts a variant may name, for a graph built in Python); `metric` the
+    agreement maximised (alpha, kappa, spearman or accuracy); `folds`, `test_share` and
+    `seed` the split; `isotonic` also tries a monotone map of the judge's score onto the
+    labels' scale; `cluster` a row field (e.g. a user id) whose clusters the test
+    bootstrap (`resamples` draws) resamples. `run_options` are `orc.run`'s (base_url,
+    model, transport, cache, concurrency, trust, …); the response cache is on unless
+    `cache=False`."""
+    fixed = sorted(set(run_options) & set(_FIXED))
+    if fixed:
+        raise ConfigurationError(
+            f"align sets {', '.join(fixed)} itself: leave it out (a param is a variant, "
+            "params.NAME=VALUE)"
+        )
+    if metric not in METRICS:
+        raise ConfigurationError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    counts = sorted({int(c) for c in shots})
+    if not counts or counts[0] < 0:
+        raise ConfigurationError(f"shots are counts of 0 or more, got {list(shots)!r}")
+    run_options.setdefault("cache", True)
+    trust = bool(run_options.get("trust"))
+    compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph, trust=trust)
+    spec = yaml.safe_load(compiled.source) or {}
+    field = _node_field(compiled, spec, node, field)
+    texts = _templates(compiled, variants, templates)
+    chosen_variants = [Variant(), *(_as_variant(v, texts) for v in variants)]
+    kind, truth, label_of = _labels(Path(labels), field)
+    if isotonic and kind != "scores":
+        raise ConfigurationError("--isotonic maps scores: these labels are choices")
+    rows = _rows(data)
+    labelled = sorted(set(truth) & set(rows))
+    if len(truth) > len(labelled):
+        log.info("%d labelled examples are not in the data", len(truth) - len(labelled))
+    groups = strata({k: truth[k] for k in labelled})
+    search, test = split(labelled, groups, test_share, seed)
+    fold_ids = deal_folds(search, groups, folds, seed)
+    coder = _Coder(kind, truth)
+    folder = Path(out)
+    job = _Job(compiled, spec, texts, node, field, rows, label_of, truth, folder, run_options)
+
+    # -- the search: every configuration on every fold, search-set examples only ---------
+    answers: dict[tuple[int, int], dict[str, Any]] = {}  # (count, variant) → id → answer
+    for count in counts:
+        for index, variant in enumerate(chosen_variants):
+            found: dict[str, Any] = {}
+            for k, fold in enumerate(fold_ids):
+                pool = [x for j, f in enumerate(fold_ids) if j != k for x in f]
+                picked = draw_shots(pool, groups, count, seed, draw=k)
+                where = f"search/{_slug(count, variant)}/fold-{k + 1}"
+                found.update(await job.answers(variant, picked, fold, where))
+            answers[(count, index)] = found
+    levels = sorted({float(truth[k]) for k in search}) if kind == "scores" else []
+    snap = levels if metric in ("kappa", "accuracy") else []
+    trace: list[Trial] = []
+    for (count, index), found in answers.items():
+        for mapped in (False, True) if isotonic else (False,):
+            scores = []
+            for k, fold in enumerate(fold_ids):
+                judged = coder.answers(found, fold)
+                if mapped:
+                    rest = [x for j, f in enumerate(fold_ids) if j != k for x in f]
+                    fitted = iso.fit(coder.answers(found, rest), coder.labels(rest))
+                    judged = iso.apply(fitted, judged, snap)
+                scores.append(measure(metric, judged, coder.labels(fold), kind))
+            configuration = Configuration(
+                shots=count, variant=chosen_variants[index], isotonic=mapped
+            )
+            trace.append(Trial(configuration=configuration, folds=scores, score=mean_score(scores)))
+    best = min(
+        trace,
+        key=lambda t: (
+            -(t.score if t.score is not None else -np.inf),
+            t.configuration.shots,
+            chosen_variants.index(t.configuration.variant),
+            t.configuration.isotonic,
+        ),
+    )
+    chosen = best.configuration
+
+    # -- the test phase: the graph as given and the chosen one, once each ----------------
+    baseline = Configuration()
+    final = draw_shots(search, groups, chosen.shots, seed, draw=folds)
+    base_answers = await job.answers(Variant(), [], test, "test/baseline")
+    mine_answers = await job.answers(chosen.variant, final, test, "test/aligned")
+    base_judged = coder.answers(base_answers, test)
+    mine_judged = coder.answers(mine_answers, test)
+    fitted_map = None
+    if chosen.isotonic:
+        own = answers[(chosen.shots, chosen_variants.index(chosen.variant))]
+        fitted_map = iso.fit(coder.answers(own, search), coder.labels(search))
+        mine_judged = iso.apply(fitted_map, mine_judged, snap)
+    boot = _bootstrap(folder / "runs/test/baseline", cluster, resamples, seed)
+    base_estimate, mine_estimate, difference = compare(
+        test, base_judged, mine_judged, coder.labels(test), metric, kind, boot
+    )
+
+    # -- the aligned folder ---------------------------------------------------------------
+    name = f"{compiled.name}{SUFFIX}"
+    shot_records = job.shots(final)
+    aligned_spec = variant_spec(spec, node, chosen.variant, shots=True, name=name)
+    aligned_texts = variant_texts(job.texts_for(chosen.variant), shot_records)
+    CompiledGraph.from_dict(aligned_spec, aligned_texts, name=name, trust=trust)  # it runs
+    path = write_graph(folder, aligned_spec, aligned_texts)
+    record = Alignment(
+        graph=str(path),
+        folder=str(folder),
+        name=name,
+        source_graph=compiled.name,
+        node=node,
+        field=field,
+        metric=metric,
+        kind=kind,
+        seed=seed,
+        folds=folds,
+        test_share=test_share,
+        cluster=cluster,
+        search_ids=search,
+        test_ids=test,
+        trace=trace,
+        chosen=chosen,
+        baseline=Side(configuration=baseline, test=base_estimate),
+        aligned=Side(configuration=chosen, test=mine_estimate),
+        difference=difference,
+        verdict=difference.verdict,
+        shots=final,
+        isotonic=fitted_map,
+        isotonic_applied=False,
+        bootstrap=boot.describe(),
+        notes=[ISOTONIC_NOTE.format(field=field)] if chosen.isotonic else [],
+    )
+    write_record(folder, record)
+    write_page(folder / PAGE_FILE, record)
+    return record
+
+
+align = _blocking(aalign)
+align.__doc__ = "`aalign` for code that is not async. " + (aalign.__doc__ or "")
+
+
+class _Job:
+    """What every run of one alignment shares: the graph, its rows and labels, the
+    folder and run options; it builds each configuration's graph and reads its answers."""
+
+    def __init__(
+        self,
+        compiled: CompiledGraph,
+        spec: dict[str, Any],
+        texts: dict[str, str],
+        node: str,
+        field: str,
+        rows: dict[str, dict[str, Any]],
+        label_of: dict[str, dict[str, Any]],
+        truth: dict[str, Any],
+        folder: Path,
+        options: dict[str, Any],
+    ) -> None:
+        self.compiled, self.spec, self.texts = compiled, spec, texts
+        self.node, self.field = node, field
+        self.rows, self.label_of, self.truth = rows, label_of, truth
+        self.folder, self.options = folder, options
+        self.inputs = list(compiled.spec.inputs)
+
+    def shots(self, ids: Sequence[str]) -> list[Shot]:
+        """The shot records of labelled examples."""
+        return [
+            shot_record(k, self.rows[k], self.inputs, self.field, self.label_of[k], self.truth[k])
+            for k in ids
+        ]
+
+    def texts_for(self, variant: Variant) -> dict[str, str]:
+        """The graph's own templates plus the one a template variant names."""
+        own = dict(self.compiled.templates)
+        if variant.key in ("prompt", "system"):
+            own[str(variant.value)] = self.texts[str(variant.value)]
+        return own
+
+    def graph(self, variant: Variant, shots: Sequence[str]) -> CompiledGraph:
+        """The graph as given for the baseline without shots; else its variant graph."""
+        if variant == Variant() and not shots:
+            return self.compiled
+        spec = variant_spec(self.spec, self.node, variant, shots=bool(shots))
+        texts = variant_texts(self.texts_for(variant), self.shots(shots) if shots else None)
+        trust = bool(self.options.get("trust"))
+        return CompiledGraph.from_dict(spec, texts, name=self.compiled.label, trust=trust)
+
+    async def answers(
+        self, variant: Variant, shots: Sequence[str], ids: Sequence[str], where: str
+    ) -> dict[str, Any]:
+        """Run the configuration on the examples `ids` into OUT/runs/WHERE-HASH and read
+        the node's `field` for each example that finished."""
+        graph = self.graph(variant, shots)
+        target = self.folder / "runs" / f"{where}-{graph.content_hash[:8]}"
+        await arun(graph, [self.rows[k] for k in ids], out=target, **self.options)
+        return _answers(target, self.node, self.field)
+
+
+def _slug(count: int, variant: Variant) -> str:
+    """A folder name for a configuration: `shots-2-baseline`, `shots-0-prompt-b.jinja`."""
+    text = f"shots-{count}-{variant.label}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+def _node_field(
+    compiled: CompiledGraph, spec: Mapping[str, Any], node: str, field: str | None
+) -> str:
+    """The node's output field compared with the labels: `field`, or its only one."""
+    llm = [name for name, n in compiled.nodes.items() if n.is_llm]
+    if node not in compiled.nodes or node not in llm:
+        raise ConfigurationError(
+            f"{node!r} is not an LLM node of graph {compiled.name!r} (its LLM nodes: "
+            f"{', '.join(llm) or 'none'})"
+        )
+    output = (spec.get("nodes") or {}).get(node, {}).get("output")
+    fields = list(output) if isinstance(output, dict) else []
+    if field is None:
+        if len(fields) != 1:
+            raise ConfigurationError(
+                f"node {node!r} writes {len(fields)} output fields ({', '.join(fields) or 'none'})"
+                ": say which one the labels are compared with (--field)"
+            )
+        return fields[0]
+    if field.split(".")[0] not in fields:
+        raise ConfigurationError(
+            f"node {node!r} has no output field {field!r} (it has: {', '.join(fields) or 'none'})"
+        )
+    return field
+
+
+def _templates(
+    compiled: CompiledGraph, variants: Sequence[str | Variant], extra: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The graph's templates, `extra`, and, for a graph file, each template a variant
+    names that its prompts folder holds (read from inside that folder only)."""
+    texts = {**compiled.templates, **dict(extra or {})}
+    folder = compiled.prompts_dir
+    if folder is None or not compiled.path.is_file():
+        return texts
+    root = folder.resolve()
+    for given in variants:
+        variant = given if isinstance(given, Variant) else parse_variant(given)
+        name = str(variant.value)
+        if variant.key not in ("prompt", "system") or name in texts:
+            continue
+        path = (root / name).resolve()
+        if path.is_relative_to(root) and path.is_file():
+            texts[name] = path.read_text(encoding="utf-8")
+    return texts
+
+
+def _as_variant(given: str | Variant, texts: Mapping[str, str]) -> Variant:
+    variant = given if isinstance(given, Variant) else parse_variant(given)
+    check_variant(variant, texts)
+    return variant
+
+
+def _labels(path: Path, field: str) -> tuple[Kind, dict[str, Any], dict[str, dict[str, Any]]]:
+    """The labels' kind, one truth per example id (several people merged into their
+    consensus as meta-eval merges them) and each id's label record."""
+    items = read_labels(path)
+    if any(x.get("aspect", x.get("dimension")) is not None or "pair" in x for x in items):
+        raise LabelError(f"{path}: align compares one label per example (no aspects or pairs)")
+    scored = {"score" in x for x in items}
+    if len(scored) != 1:
+        raise LabelError(f"{path}: mixes score and choice labels; align needs one kind")
+    kind: Kind = "scores" if scored == {True} else "choices"
+    level = "interval" if kind == "scores" else "nominal"
+    merged = annotated({}, items, field, level, Bootstrap(resamples=1))[0]
+    truth = {x["id"]: label_truth(x) for x in merged}
+    reasons = {x["id"]: x for x in items}  # a label's reason, from one of its lines
+    return kind, truth, {k: {**reasons.get(k, {}), **x} for x in merged for k in [x["id"]]}
+
+
+def _rows(data: Any) -> dict[str, dict[str, Any]]:
+    """The readable rows of `data` by id, each with its id."""
+    found = {}
+    for row in as_source(data).rows():
+        if row.error is None and row.data is not None:
+            found[row.id] = {**row.data, "id": row.id}
+    return found
+
+
+def _answers(folder: Path, node: str, field: str) -> dict[str, Any]:
+    """Each example's answer in the node's `field`: a sample's value, or over n samples
+    their mean (scores) or most common value (choices)."""
+    found: dict[str, Any] = {}
+    for run in RunReader(folder).node_runs(node=node):
+        if run.status != "ok":
+            continue
+        values = run.value if isinstance(run.value, list) else [run.value]
+        said = [field_value(v, field) for v in values if isinstance(v, dict)]
+        said = [v for v in said if v is not None]
+        if not said:
+            continue
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in said)
+        found[run.example_id] = (
+            float(np.mean(said)) if numeric else max(said, key=lambda v: (said.count(v), str(v)))
+        )
+    return found
+
+
+class _Coder:
+    """Answers and labels as numbers: scores as they are, choices by one shared code table
+    (an answer no label has gets a code of its own), NaN where there is none."""
+
+    def __init__(self, kind: Kind, truth: Mapping[str, Any]) -> None:
+        self.kind, self.truth = kind, truth
+        self.table = codes(list(truth.values())) if kind == "choices" else {}
+
+    def number(self, value: Any) -> float:
+        if value is None:
+            return np.nan
+        if self.kind == "scores":
+            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            return float(value) if numeric else np.nan
+        return self.table.setdefault(str(value).strip().casefold(), float(len(self.table)))
+
+    def answers(self, found: Mapping[str, Any], ids: Sequence[str]) -> np.ndarray:
+        return np.asarray([self.number(found.get(k)) for k in ids], dtype=float)
+
+    def labels(self, ids: Sequence[str]) -> np.ndarray:
+        return np.asarray([self.number(self.truth[k]) for k in ids], dtype=float)
+
+
+def _bootstrap(run: Path, cluster: str | None, resamples: int, seed: int) -> Bootstrap:
+    """The test bootstrap: over examples, or over the clusters of `cluster`."""
+    if cluster is None:
+        return Bootstrap(resamples=resamples, seed=seed)
+    runs = sorted(run.parent.glob(run.name + "-*"))
+    lines = [line for line in RunReader(runs[-1]).latest_results() if line.status == "ok"]
+    keys = cluster_keys(lines, cluster, run_inputs(runs[-1]))
+    return Bootstrap(resamples=resamples, seed=seed, cluster=cluster, clusters=keys)
