@@ -21,6 +21,7 @@ from ..compute.languages import primary
 from ..errors import GraphError, Problem
 from ..shipped import shipped_root
 from .compiled import CompiledGraph, CompiledNode
+from .datafiles import load_files
 from .loaders import SealedLoader, template_sources
 from .spec import (
     SAMPLING_RANGES,
@@ -74,6 +75,9 @@ class Checker:
         self.env.globals["params"] = self.params
         # `run` (base_url, model of the run's server) is filled in by the engine.
         self.env.globals["run"] = {}
+        # Paths of the `files:` read through the loader: data, never parsed as templates.
+        self.data_files: set[str] = set()
+        self.env.globals["files"] = load_files(self)
 
     def problem(self, message: str, node: str | None = None, field: str | None = None) -> None:
         self.problems.append(Problem(self.file, message, node, field))

@@ -55,7 +55,7 @@ from .yamlfile import check_plain_shape
 if TYPE_CHECKING:
     from .spec import Kinds
 
-RESERVED = frozenset({"params", "run", "id", "status", "error", "results"})
+RESERVED = frozenset({"params", "run", "id", "status", "error", "results", "files", "shots"})
 RESULT_RESERVED = frozenset({"id", "status", "error"})
 
 
@@ -272,7 +272,8 @@ def _template_closure(ck: Checker) -> dict[str, str]:
     loader = ck.env.loader
     if not isinstance(loader, SealedLoader):
         return {}
-    if has_dynamic_reference(ck.env, dict(loader.served)):
+    templates = {k: v for k, v in loader.served.items() if k not in ck.data_files}
+    if has_dynamic_reference(ck.env, templates):
         all_sources(ck.env)
     loader.seal()
     return dict(sorted(loader.served.items()))

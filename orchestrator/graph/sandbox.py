@@ -21,7 +21,7 @@ from jinja2 import (
 from jinja2 import sandbox as jinja_sandbox
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import Context, LoopContext, Macro
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 from jinja2.utils import Namespace
 
 from ..errors import RenderLimitError, UnsafeTemplateError
@@ -187,6 +187,11 @@ class Sandbox(SandboxedEnvironment):
         if isinstance(obj, dict) and attribute in obj:
             return obj[attribute]
         return super().getattr(obj, attribute)
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        # Values every row shares (params, `files`, once-nodes' values) must not change under
+        # a render: `files.shots.append(x)` in one row would reach the rows after it.
+        return super().is_safe_attribute(obj, attr, value) and not modifies_known_mutable(obj, attr)
 
     def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         deadline = _DEADLINE.get()

@@ -174,6 +174,10 @@ class GraphSpec(_Strict):
     # refused before any request (e.g. the folder of a trained model).
     required_params: list[str] = Field(default_factory=list)
     prompts: str = "../prompts"
+    # Data files read from the prompts folder like templates (same boundary, sealed, part
+    # of the graph's identity), each readable by every expression and template as
+    # `files.NAME`: a few-shot set, a rubric table.
+    files: dict[str, str] = Field(default_factory=dict)
     defaults: Sampling = Field(default_factory=Sampling)
     # Parsed with the union of the registered kinds' models (see `_parser`).
     nodes: dict[str, NodeBase]
@@ -210,6 +214,16 @@ class GraphSpec(_Strict):
                 "either required or has a default"
             )
         return self
+
+    @field_validator("files")
+    @classmethod
+    def _file_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, path in value.items():
+            if not IDENTIFIER.fullmatch(name):
+                raise ValueError(f"'{name}' is not a plain name to read the file by (files.NAME)")
+            if not path.strip() or any(ord(c) < 32 for c in path):
+                raise ValueError(f"files.{name}: expected a file path in the prompts folder")
+        return value
 
     @field_validator("prompts")
     @classmethod

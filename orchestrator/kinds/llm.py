@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,9 @@ class LLMNode(NodeBase, Sampling):
     api_key_env: str | None = None
     provider: str | None = None  # a built-in provider by name (None: the run's, --provider)
     on_error: Literal["fail", "record"] = "fail"
+    # An expression giving the node's few-shot set (normally `files.shots`): records with
+    # `inputs` and `output`, shown as example turns or given to the template as `shots`.
+    shots: str | None = None
 
 
 @dataclass
@@ -55,15 +59,56 @@ class CompiledLLM(CompiledNode):
     sampling: Sampling = field(default_factory=Sampling)
     sampling_exprs: dict[str, Expression] = field(default_factory=dict)
     warned_deterministic: bool = False  # the n > 1 at temperature 0 warning, once a run
+    shots: Expression | None = None
+    # The prompt or system template reads `shots` and lays the examples out itself.
+    shots_in_template: bool = False
 
     def messages(self, context: dict[str, Any]) -> list[dict[str, str]]:
-        """The chat messages for one call: system (if any), then user."""
+        """The chat messages for one call: system (if any), the few-shot example turns (if
+        the template does not lay them out), then user."""
         assert self.prompt is not None, f"{self.name} did not compile"
+        shots = self._shots(context)
+        if self.shots_in_template:
+            context = {**context, "shots": shots}  # the node's own; [] without `shots:`
         messages = []
         if self.system is not None:
             messages.append({"role": "system", "content": self.system.render(context)})
+        if not self.shots_in_template:
+            # A shot's turn sees the run-wide names and the shot's own inputs, never the
+            # current row's: a name the shot lacks fails the render instead of leaking.
+            shared = {k: context[k] for k in ("params", "run") if k in context}
+            for shot in shots:
+                turn = {**shared, **shot["inputs"]}
+                messages.append({"role": "user", "content": self.prompt.render(turn)})
+                messages.append({"role": "assistant", "content": _shot_answer(shot["output"])})
         messages.append({"role": "user", "content": self.prompt.render(context)})
         return messages
+
+    def _shots(self, context: dict[str, Any]) -> list[dict[str, Any]]:
+        """The node's few-shot set for this call, each record checked for its shape."""
+        if self.shots is None:
+            return []
+        value = self.shots(context)
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"shots `{self.shots.source}` gave {type(value).__name__}, not a list")
+        for index, shot in enumerate(value):
+            ok = isinstance(shot, dict)
+            ok = (
+                ok
+                and isinstance(shot.get("inputs", {}), dict)
+                and isinstance(shot.get("output"), dict)
+            )
+            if not ok:
+                raise ValueError(
+                    f"shots `{self.shots.source}` item {index}: a shot is a mapping with "
+                    "`output` (a mapping of the node's fields) and optionally `inputs`"
+                )
+        return [{**shot, "inputs": shot.get("inputs") or {}} for shot in value]
+
+
+def _shot_answer(output: dict[str, Any]) -> str:
+    # The answer as the model is asked to give it: one JSON object.
+    return json.dumps(output, ensure_ascii=False)
 
 
 def _merge_sampling(defaults: Sampling, node: LLMNode) -> Sampling:
@@ -84,9 +129,16 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
     def compile(self, cn: CompiledLLM, scope: NodeScope) -> None:
         node = cn.spec
         cn.sampling = _merge_sampling(scope.ck.spec.defaults, node)
+        # The node's templates may read its few-shot set as `shots` (none without `shots:`);
+        # nothing else of the node can.
+        scope.known.add("shots")
         cn.prompt = scope.template(node.prompt, "prompt")
         if node.system is not None:
             cn.system = scope.template(node.system, "system")
+        scope.known.discard("shots")
+        if node.shots is not None:
+            cn.shots = scope.expression(node.shots, "shots")
+        cn.shots_in_template = any("shots" in t.names for t in (cn.prompt, cn.system) if t)
         if not node.output:
             scope.problem("the output declares no fields", "output")
         try:
