@@ -1,0 +1,195 @@
+"""`orc.align` end to end against the fake transport: a planted effect is found and
+called better, no effect is called the same, no test example reaches the search (the
+leak test), a repeated alignment costs no request, and the aligned folder runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import judge_graph, write_graph, write_rows
+
+import orchestrator as orc
+from orchestrator.errors import ConfigurationError, LabelError
+from orchestrator.providers.fake import FakeRequest
+
+N = 40
+TRUTH = {f"e{i:02d}": (2 if i % 2 else 9) for i in range(N)}
+MARK = re.compile(r"MARK-(e\d\d)")
+
+
+def _noise(text: str) -> int:
+    return 1 + zlib.crc32(text.encode()) % 10
+
+
+def _said(request: FakeRequest) -> str:
+    return str(request.messages[-1]["content"])
+
+
+def _with_shots(request: FakeRequest) -> str:
+    """A judge that is right only when shown example turns, and noise without them."""
+    found = MARK.search(_said(request))
+    assert found is not None
+    right = len(request.messages) > 1
+    return json.dumps({"score": TRUTH[found.group(1)] if right else _noise(_said(request))})
+
+
+def _same_either_way(request: FakeRequest) -> str:
+    found = MARK.search(_said(request))
+    assert found is not None
+    good = zlib.crc32(found.group(1).encode()) % 3 != 0
+    return json.dumps({"score": TRUTH[found.group(1)] if good else _noise(found.group(1))})
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, Path, Path]:
+    graph = write_graph(tmp_path / "g", judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    rows = [{"id": k, "text": f"text MARK-{k}"} for k in TRUTH]
+    data = write_rows(tmp_path / "rows.jsonl", rows)
+    labels = write_rows(
+        tmp_path / "labels.jsonl", [{"id": k, "score": v} for k, v in TRUTH.items()]
+    )
+    return graph, data, labels
+
+
+def _align(
+    setup: tuple[Path, Path, Path], out: Path, respond: Any, **kw: Any
+) -> tuple[orc.Alignment, orc.FakeTransport]:
+    graph, data, labels = setup
+    transport = orc.FakeTransport(respond)
+    kw.setdefault("shots", (0, 2))
+    kw.setdefault("folds", 3)
+    found = orc.align(
+        graph,
+        data,
+        labels,
+        node="judge",
+        out=out,
+        metric="accuracy",
+        resamples=300,
+        transport=transport,
+        structured="server",
+        cache=out.parent / "cache.sqlite",
+        **kw,
+    )
+    return found, transport
+
+
+def test_a_judge_right_only_with_shots_is_aligned_better_and_nothing_leaks(
+    setup: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    found, transport = _align(setup, tmp_path / "out", _with_shots)
+    assert found.chosen.shots == 2 and found.verdict == "better"
+    assert found.aligned.test.value == 1.0
+    test, search = set(found.test_ids), set(found.search_ids)
+    assert len(test) == 12 and not test & search and test | search == set(TRUTH)
+    assert set(found.shots) <= search and len(found.shots) == 2
+    # The leak test: the test phase is the last 2 × |test| requests; before it, no request
+    # names a test example anywhere, and no shot turn ever does.
+    sent = transport.node_requests
+    marks = [set(MARK.findall(json.dumps(r.messages))) for r in sent]
+    first = next(i for i, m in enumerate(marks) if m & test)
+    assert first == len(sent) - 2 * len(test)
+    assert all(not m & test for m in marks[:first])
+    shown = [set(MARK.findall(json.dumps(r.messages[:-1]))) for r in sent]
+    assert all(not s & test for s in shown)
+    for folder in (tmp_path / "out/runs/search").rglob("inputs.jsonl"):
+        assert not set(MARK.findall(folder.read_text())) & test
+    # Every configuration's fold scores are in the trace.
+    assert {t.configuration.label for t in found.trace} == {"shots=0 baseline", "shots=2 baseline"}
+    assert all(len(t.folds) == 3 for t in found.trace)
+
+
+def test_a_judge_the_same_either_way_is_called_the_same(
+    setup: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    found, _ = _align(setup, tmp_path / "out", _same_either_way)
+    assert found.verdict == "same"
+    assert found.difference.ci is not None and found.difference.ci[0] <= 0 <= found.difference.ci[1]
+
+
+def test_a_repeated_alignment_sends_no_request(
+    setup: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    first, _ = _align(setup, tmp_path / "one", _with_shots)
+    again, transport = _align(setup, tmp_path / "two", _with_shots)
+    assert transport.requests == []
+    assert again.model_dump(exclude={"graph", "folder"}) == first.model_dump(
+        exclude={"graph", "folder"}
+    )
+
+
+def test_the_aligned_folder_is_a_new_protocol_that_runs(
+    setup: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    found, _ = _align(setup, tmp_path / "out", _with_shots)
+    out = tmp_path / "out"
+    record = json.loads((out / "alignment.json").read_text())
+    assert record["metric"] == "accuracy" and record["graph"] == str(out / "graph.yaml")
+    for key in ("baseline", "aligned"):
+        assert set(record[key]["test"]) >= {"value", "ci"}
+    assert record["shots"] == found.shots and record["test_ids"] == found.test_ids
+    assert "orchestrator align" in (out / "alignment.html").read_text()
+    shots = json.loads((out / "prompts/shots.json").read_text())
+    assert [s["id"] for s in shots] == found.shots
+    assert shots[0]["output"] == {"score": TRUTH[shots[0]["id"]]}
+    aligned = orc.load_graph(out / "graph.yaml")
+    original = orc.load_graph(setup[0])
+    assert aligned.name == "judge-aligned" and aligned.content_hash != original.content_hash
+    rows = [{"id": "new", "text": "text MARK-e01"}]
+    ran = orc.run(aligned, rows, transport=orc.FakeTransport(_with_shots), structured="server")
+    assert ran.ok[0].outputs["score"] == TRUTH["e01"]
+    assert (
+        ran.manifest.run_key
+        != orc.run(
+            original, rows, transport=orc.FakeTransport(_with_shots), structured="server"
+        ).manifest.run_key
+    )
+
+
+def test_variants_and_isotonic_enter_the_search(
+    setup: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    graph, _, _ = setup
+    (graph.parent / "prompts/other.jinja").write_text("Judge: {{ text }}")
+    found, _ = _align(
+        setup,
+        tmp_path / "out",
+        _same_either_way,
+        shots=(0,),
+        variants=["prompt=other.jinja"],
+        isotonic=True,
+    )
+    labels = {t.configuration.label for t in found.trace}
+    assert labels == {
+        "shots=0 baseline",
+        "shots=0 baseline isotonic",
+        "shots=0 prompt=other.jinja",
+        "shots=0 prompt=other.jinja isotonic",
+    }
+    if found.chosen.isotonic:
+        assert found.isotonic is not None and not found.isotonic_applied and found.notes
+
+
+def test_bad_settings_are_refused(setup: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    graph, data, labels = setup
+    with pytest.raises(ConfigurationError, match="not an LLM node"):
+        orc.align(graph, data, labels, node="nope", out=tmp_path / "o")
+    with pytest.raises(ConfigurationError, match="no output field"):
+        orc.align(graph, data, labels, node="judge", field="colour", out=tmp_path / "o")
+    with pytest.raises(ConfigurationError, match="metric"):
+        orc.align(graph, data, labels, node="judge", metric="f1", out=tmp_path / "o")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="no template"):
+        orc.align(graph, data, labels, node="judge", variants=["prompt=x.jinja"], out=tmp_path)
+    with pytest.raises(ConfigurationError, match="params"):
+        orc.align(graph, data, labels, node="judge", out=tmp_path / "o", params={"a": 1})
+    choices = write_rows(tmp_path / "c.jsonl", [{"id": "e00", "choice": "a"}])
+    with pytest.raises(ConfigurationError, match="isotonic"):
+        orc.align(graph, data, choices, node="judge", isotonic=True, out=tmp_path / "o")
+    pairs = write_rows(tmp_path / "p.jsonl", [{"id": "e00", "pair": "a|b", "winner": "a"}])
+    with pytest.raises(LabelError, match="one label per example"):
+        orc.align(graph, data, pairs, node="judge", out=tmp_path / "o")
