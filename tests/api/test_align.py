@@ -193,3 +193,19 @@ def test_bad_settings_are_refused(setup: tuple[Path, Path, Path], tmp_path: Path
     pairs = write_rows(tmp_path / "p.jsonl", [{"id": "e00", "pair": "a|b", "winner": "a"}])
     with pytest.raises(LabelError, match="one label per example"):
         orc.align(graph, data, pairs, node="judge", out=tmp_path / "o")
+
+
+def test_the_worked_example_in_the_docs_prints_what_they_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs/align.md").read_text(encoding="utf-8")
+    section = text.split("## align\n", 1)[1].split("## calibrate\n", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    code = code.replace('structured="server",', 'structured="server", cache="cache.sqlite",')
+    exec(compile(code, "docs/align.md", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["better shots=2 baseline ['e17', 'e40']", "-0.181 1.0"]
+    assert "prints `better shots=2 baseline ['e17', 'e40']` and `-0.181 1.0`" in " ".join(
+        section.split()
+    )
