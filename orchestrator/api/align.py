@@ -16,6 +16,7 @@ stopped and a repeated one costs no request. See docs/align.md.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -41,10 +42,13 @@ from ..analysis.align.shots import draw_shots, shot_record
 from ..analysis.align.split import folds as deal_folds
 from ..analysis.align.split import split, strata
 from ..analysis.align.variants import (
+    ISOTONIC_FILE,
     check_variant,
+    integer_range,
     parse_variant,
     variant_spec,
     variant_texts,
+    with_isotonic,
 )
 from ..analysis.align.writer import PAGE_FILE, write_graph, write_record
 from ..analysis.groups import cluster_keys, run_inputs
@@ -64,8 +68,13 @@ log = logging.getLogger(__name__)
 _FIXED = ("out", "params", "limit", "overwrite", "resample")
 SUFFIX = "-aligned"
 ISOTONIC_NOTE = (
-    "the isotonic map is fitted and scored here, but the written graph does not apply it: "
-    "map the node's {field} through `isotonic` (knots x → y, linear between) yourself"
+    "the isotonic map is fitted and scored here, but the written graph does not apply it "
+    "({field} is not an integer with min and max): map it through `isotonic` (knots x → y, "
+    "linear between) yourself"
+)
+APPLIED_NOTE = (
+    "the written graph applies the isotonic map: its output `{output}` is {node}.{field} "
+    "looked up in prompts/isotonic.json; the other outputs are as in the graph as given"
 )
 
 
@@ -195,6 +204,15 @@ async def aalign(
     shot_records = job.shots(final)
     aligned_spec = variant_spec(spec, node, chosen.variant, shots=True, name=name)
     aligned_texts = variant_texts(job.texts_for(chosen.variant), shot_records)
+    notes: list[str] = []
+    bounds = integer_range(spec, node, field)
+    if fitted_map is not None and bounds is not None:
+        aligned_spec, output = with_isotonic(aligned_spec, node, field)
+        lookup = iso.table(fitted_map, *bounds, snap)
+        aligned_texts[ISOTONIC_FILE] = json.dumps(lookup, indent=2) + "\n"
+        notes.append(APPLIED_NOTE.format(output=output, node=node, field=field))
+    elif fitted_map is not None:
+        notes.append(ISOTONIC_NOTE.format(field=field))
     CompiledGraph.from_dict(aligned_spec, aligned_texts, name=name, trust=trust)  # it runs
     path = write_graph(folder, aligned_spec, aligned_texts)
     record = Alignment(
@@ -220,9 +238,9 @@ async def aalign(
         verdict=difference.verdict,
         shots=final,
         isotonic=fitted_map,
-        isotonic_applied=False,
+        isotonic_applied=fitted_map is not None and bounds is not None,
         bootstrap=boot.describe(),
-        notes=[ISOTONIC_NOTE.format(field=field)] if chosen.isotonic else [],
+        notes=notes,
     )
     write_record(folder, record)
     write_page(folder / PAGE_FILE, record)

@@ -14,7 +14,13 @@ from orchestrator.analysis.align import isotonic, scoring
 from orchestrator.analysis.align.record import Shot, Variant
 from orchestrator.analysis.align.shots import draw_shots, shot_record
 from orchestrator.analysis.align.split import folds, split, strata
-from orchestrator.analysis.align.variants import parse_variant, variant_spec, variant_texts
+from orchestrator.analysis.align.variants import (
+    integer_range,
+    parse_variant,
+    variant_spec,
+    variant_texts,
+    with_isotonic,
+)
 from orchestrator.analysis.align.writer import write_graph
 from orchestrator.analysis.metaeval_stats import Bootstrap
 from orchestrator.errors import ConfigurationError
@@ -147,3 +153,24 @@ def test_the_writer_puts_graph_templates_and_shots_in_the_folder(tmp_path: Path)
     assert json.loads((tmp_path / "prompts/shots.json").read_text())[0]["id"] == "e1"
     with pytest.raises(ConfigurationError, match="leave"):
         write_graph(tmp_path, {}, {"../x": ""})
+
+
+def test_the_isotonic_lookup_and_the_graph_output_that_applies_it() -> None:
+    found = isotonic.fit(np.array([3.0, 5.0]), np.array([2.0, 9.0]))
+    assert found is not None
+    assert isotonic.table(found, 1, 6) == {
+        "1": 2.0,
+        "2": 2.0,
+        "3": 2.0,
+        "4": 5.5,
+        "5": 9.0,
+        "6": 9.0,
+    }
+    assert isotonic.table(found, 3, 4, levels=[2, 9])["4"] == 2.0
+    spec = {"nodes": {"j": {"output": {"s": {"type": "integer", "min": 1, "max": 5}}}}}
+    assert integer_range(spec, "j", "s") == (1, 5)
+    assert integer_range({"nodes": {"j": {"output": {"s": {"type": "number"}}}}}, "j", "s") is None
+    spec["outputs"] = {"s_isotonic": "j.s"}
+    out, name = with_isotonic(spec, "j", "s")
+    assert name == "s_isotonic2" and out["outputs"][name] == "files.isotonic[j.s | string]"
+    assert out["files"] == {"isotonic": "isotonic.json"} and "files" not in spec

@@ -151,7 +151,14 @@ def test_the_aligned_folder_is_a_new_protocol_that_runs(
     )
 
 
-def test_variants_and_isotonic_enter_the_search(
+def _shifted(request: FakeRequest) -> str:
+    """In order with the people but on its own scale: 5 where they say 2, 7 where 9."""
+    found = MARK.search(_said(request))
+    assert found is not None
+    return json.dumps({"score": 5 if TRUTH[found.group(1)] == 2 else 7})
+
+
+def test_variants_and_isotonic_enter_the_search_and_the_graph_applies_the_map(
     setup: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
     graph, _, _ = setup
@@ -159,7 +166,7 @@ def test_variants_and_isotonic_enter_the_search(
     found, _ = _align(
         setup,
         tmp_path / "out",
-        _same_either_way,
+        _shifted,
         shots=(0,),
         variants=["prompt=other.jinja"],
         isotonic=True,
@@ -171,8 +178,13 @@ def test_variants_and_isotonic_enter_the_search(
         "shots=0 prompt=other.jinja",
         "shots=0 prompt=other.jinja isotonic",
     }
-    if found.chosen.isotonic:
-        assert found.isotonic is not None and not found.isotonic_applied and found.notes
+    assert found.chosen.label == "shots=0 baseline isotonic" and found.verdict == "better"
+    assert (found.baseline.test.value, found.aligned.test.value) == (0.0, 1.0)
+    assert found.isotonic is not None and found.isotonic_applied
+    aligned = orc.load_graph(tmp_path / "out/graph.yaml")
+    rows = [{"id": "x", "text": "text MARK-e00"}, {"id": "y", "text": "text MARK-e01"}]
+    ran = orc.run(aligned, rows, transport=orc.FakeTransport(_shifted), structured="server")
+    assert [line.outputs["score_isotonic"] for line in ran.ok] == [9.0, 2.0]
 
 
 def test_bad_settings_are_refused(setup: tuple[Path, Path, Path], tmp_path: Path) -> None:

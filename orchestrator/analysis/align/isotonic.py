@@ -46,3 +46,14 @@ def apply(
         nearest = np.abs(out[:, None] - grid[None, :]).argmin(axis=1)
         out = np.where(np.isnan(out), np.nan, grid[nearest])
     return out
+
+
+def table(
+    found: IsotonicMap, low: int, high: int, levels: Sequence[float] = ()
+) -> dict[str, float]:
+    """The map as a lookup for an integer score from `low` to `high` (its text → the mapped
+    value, snapped to `levels` when given): what a written graph applies with an expression."""
+    points = np.arange(low, high + 1, dtype=float)
+    return {
+        str(int(p)): float(v) for p, v in zip(points, apply(found, points, levels), strict=True)
+    }

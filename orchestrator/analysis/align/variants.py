@@ -84,3 +84,30 @@ def variant_texts(templates: Mapping[str, str], shots: Sequence[Shot] | None) ->
 def shots_text(shots: Sequence[Shot]) -> str:
     """The shots as the data file holds them: a JSON list of {id, inputs, output}."""
     return json.dumps([s.model_dump() for s in shots], indent=2, ensure_ascii=False) + "\n"
+
+
+ISOTONIC_FILE = "isotonic.json"
+
+
+def integer_range(spec: Mapping[str, Any], node: str, field: str) -> tuple[int, int] | None:
+    """The bounds of `node`'s output `field` when it is an integer with `min` and `max`."""
+    output = (spec.get("nodes") or {}).get(node, {}).get("output") or {}
+    entry = output.get(field) if isinstance(output, dict) else None
+    if not isinstance(entry, dict) or entry.get("type") != "integer":
+        return None
+    low, high = entry.get("min"), entry.get("max")
+    return (int(low), int(high)) if isinstance(low, int) and isinstance(high, int) else None
+
+
+def with_isotonic(spec: Mapping[str, Any], node: str, field: str) -> tuple[dict[str, Any], str]:
+    """A copy of the graph dict that also outputs `node.field` through the lookup in
+    ISOTONIC_FILE, and the new output's name (`<field>_isotonic`, numbered if taken)."""
+    out = copy.deepcopy(dict(spec))
+    outputs = dict(out.get("outputs") or {})
+    name, number = f"{field}_isotonic", 2
+    while name in outputs:
+        name, number = f"{field}_isotonic{number}", number + 1
+    outputs[name] = f"files.isotonic[{node}.{field} | string]"
+    out["outputs"] = outputs
+    out["files"] = {**dict(out.get("files") or {}), "isotonic": ISOTONIC_FILE}
+    return out, name
