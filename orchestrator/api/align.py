@@ -152,7 +152,7 @@ async def aalign(
                 pool = [x for j, f in enumerate(fold_ids) if j != k for x in f]
                 picked = draw_shots(pool, groups, count, seed, draw=k)
                 where = f"search/{_slug(count, variant)}/fold-{k + 1}"
-                found.update(await job.answers(variant, picked, fold, where))
+                found.update((await job.answers(variant, picked, fold, where))[0])
             answers[(count, index)] = found
     levels = sorted({float(truth[k]) for k in search}) if kind == "scores" else []
     snap = levels if metric in ("kappa", "accuracy") else []
@@ -185,8 +185,8 @@ async def aalign(
     # -- the test phase: the graph as given and the chosen one, once each ----------------
     baseline = Configuration()
     final = draw_shots(search, groups, chosen.shots, seed, draw=folds)
-    base_answers = await job.answers(Variant(), [], test, "test/baseline")
-    mine_answers = await job.answers(chosen.variant, final, test, "test/aligned")
+    base_answers, base_run = await job.answers(Variant(), [], test, "test/baseline")
+    mine_answers, _ = await job.answers(chosen.variant, final, test, "test/aligned")
     base_judged = coder.answers(base_answers, test)
     mine_judged = coder.answers(mine_answers, test)
     fitted_map = None
@@ -194,7 +194,7 @@ async def aalign(
         own = answers[(chosen.shots, chosen_variants.index(chosen.variant))]
         fitted_map = iso.fit(coder.answers(own, search), coder.labels(search))
         mine_judged = iso.apply(fitted_map, mine_judged, snap)
-    boot = _bootstrap(folder / "runs/test/baseline", cluster, resamples, seed)
+    boot = _bootstrap(base_run, cluster, resamples, seed)
     base_estimate, mine_estimate, difference = compare(
         test, base_judged, mine_judged, coder.labels(test), metric, kind, boot
     )
@@ -299,13 +299,14 @@ class _Job:
 
     async def answers(
         self, variant: Variant, shots: Sequence[str], ids: Sequence[str], where: str
-    ) -> dict[str, Any]:
-        """Run the configuration on the examples `ids` into OUT/runs/WHERE-HASH and read
-        the node's `field` for each example that finished."""
+    ) -> tuple[dict[str, Any], Path]:
+        """Run the configuration on the examples `ids` into OUT/runs/WHERE-HASH (named by
+        the graph, so a changed graph never resumes another's folder); the node's `field`
+        for each example that finished, and the run folder."""
         graph = self.graph(variant, shots)
         target = self.folder / "runs" / f"{where}-{graph.content_hash[:8]}"
         await arun(graph, [self.rows[k] for k in ids], out=target, **self.options)
-        return _answers(target, self.node, self.field)
+        return _answers(target, self.node, self.field), target
 
 
 def _slug(count: int, variant: Variant) -> str:
@@ -436,10 +437,10 @@ class _Coder:
 
 
 def _bootstrap(run: Path, cluster: str | None, resamples: int, seed: int) -> Bootstrap:
-    """The test bootstrap: over examples, or over the clusters of `cluster`."""
+    """The test bootstrap: over examples, or over the clusters of `cluster` (a row field
+    of the test run, an output or an input, as `--cluster` finds it elsewhere)."""
     if cluster is None:
         return Bootstrap(resamples=resamples, seed=seed)
-    runs = sorted(run.parent.glob(run.name + "-*"))
-    lines = [line for line in RunReader(runs[-1]).latest_results() if line.status == "ok"]
-    keys = cluster_keys(lines, cluster, run_inputs(runs[-1]))
+    lines = [line for line in RunReader(run).latest_results() if line.status == "ok"]
+    keys = cluster_keys(lines, cluster, run_inputs(run))
     return Bootstrap(resamples=resamples, seed=seed, cluster=cluster, clusters=keys)

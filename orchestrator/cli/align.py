@@ -58,7 +58,10 @@ def align(
     seed: Annotated[int, typer.Option(help="Seed of the split, shots and bootstrap.")] = 0,
     base_url: Annotated[
         list[str] | None,
-        typer.Option(help="OpenAI-compatible server (repeat for replicas); default as `run`."),
+        typer.Option(
+            help="OpenAI-compatible server (repeat for replicas). Default: OPENAI_BASE_URL, "
+            "or the embedded server `orchestrator serve` runs."
+        ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name (default: the server's).")] = None,
     server_id: Annotated[

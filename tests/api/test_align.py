@@ -221,3 +221,15 @@ def test_the_worked_example_in_the_docs_prints_what_they_say(
     assert "prints `better shots=2 baseline ['e17', 'e40']` and `-0.181 1.0`" in " ".join(
         section.split()
     )
+
+
+def test_cluster_resamples_whole_users_in_the_test_bootstrap(tmp_path: Path) -> None:
+    graph = write_graph(tmp_path / "g", judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    rows = [{"id": k, "text": f"text MARK-{k}", "user": f"u{i % 5}"} for i, k in enumerate(TRUTH)]
+    data = write_rows(tmp_path / "rows.jsonl", rows)
+    labels = write_rows(tmp_path / "l.jsonl", [{"id": k, "score": v} for k, v in TRUTH.items()])
+    found, _ = _align((graph, data, labels), tmp_path / "out", _with_shots, cluster="user")
+    assert found.cluster == "user"
+    assert found.bootstrap["unit"] == "cluster" and found.bootstrap["clusters"] == 5
+    with pytest.raises(ConfigurationError, match="no field 'team'"):
+        _align((graph, data, labels), tmp_path / "out", _with_shots, cluster="team")
