@@ -156,31 +156,13 @@ async def aalign(
             answers[(count, index)] = found
     levels = sorted({float(truth[k]) for k in search}) if kind == "scores" else []
     snap = levels if metric in ("kappa", "accuracy") else []
-    trace: list[Trial] = []
-    for (count, index), found in answers.items():
-        for mapped in (False, True) if isotonic else (False,):
-            scores = []
-            for k, fold in enumerate(fold_ids):
-                judged = coder.answers(found, fold)
-                if mapped:
-                    rest = [x for j, f in enumerate(fold_ids) if j != k for x in f]
-                    fitted = iso.fit(coder.answers(found, rest), coder.labels(rest))
-                    judged = iso.apply(fitted, judged, snap)
-                scores.append(measure(metric, judged, coder.labels(fold), kind))
-            configuration = Configuration(
-                shots=count, variant=chosen_variants[index], isotonic=mapped
-            )
-            trace.append(Trial(configuration=configuration, folds=scores, score=mean_score(scores)))
-    best = min(
-        trace,
-        key=lambda t: (
-            -(t.score if t.score is not None else -np.inf),
-            t.configuration.shots,
-            chosen_variants.index(t.configuration.variant),
-            t.configuration.isotonic,
-        ),
-    )
-    chosen = best.configuration
+    trace = [
+        _trial(Configuration(shots=count, variant=chosen_variants[index], isotonic=mapped),
+               found, fold_ids, coder, metric, kind, snap)
+        for (count, index), found in answers.items()
+        for mapped in ((False, True) if isotonic else (False,))
+    ]  # fmt: skip
+    chosen = _choose(trace, chosen_variants)
 
     # -- the test phase: the graph as given and the chosen one, once each ----------------
     baseline = Configuration()
@@ -249,6 +231,43 @@ async def aalign(
 
 align = _blocking(aalign)
 align.__doc__ = "`aalign` for code that is not async. " + (aalign.__doc__ or "")
+
+
+def _trial(
+    configuration: Configuration,
+    found: Mapping[str, Any],
+    fold_ids: Sequence[Sequence[str]],
+    coder: _Coder,
+    metric: Metric,
+    kind: Kind,
+    snap: Sequence[float],
+) -> Trial:
+    """A configuration's score on each fold from its answers there; with isotonic, the
+    answers of fold k go through the map fitted on the other folds' answers only."""
+    scores = []
+    for k, fold in enumerate(fold_ids):
+        judged = coder.answers(found, fold)
+        if configuration.isotonic:
+            rest = [x for j, f in enumerate(fold_ids) if j != k for x in f]
+            fitted = iso.fit(coder.answers(found, rest), coder.labels(rest))
+            judged = iso.apply(fitted, judged, snap)
+        scores.append(measure(metric, judged, coder.labels(fold), kind))
+    return Trial(configuration=configuration, folds=scores, score=mean_score(scores))
+
+
+def _choose(trace: Sequence[Trial], variants: Sequence[Variant]) -> Configuration:
+    """The best search score; ties go to fewer shots, then the variant listed first (the
+    graph as given), then isotonic off. An undefined score ranks last."""
+    best = min(
+        trace,
+        key=lambda t: (
+            -(t.score if t.score is not None else -np.inf),
+            t.configuration.shots,
+            variants.index(t.configuration.variant),
+            t.configuration.isotonic,
+        ),
+    )
+    return best.configuration
 
 
 class _Job:
