@@ -97,8 +97,15 @@ def test_a_judge_right_only_with_shots_is_aligned_better_and_nothing_leaks(
     assert all(not m & test for m in marks[:first])
     shown = [set(MARK.findall(json.dumps(r.messages[:-1]))) for r in sent]
     assert all(not s & test for s in shown)
-    for folder in (tmp_path / "out/runs/search").rglob("inputs.jsonl"):
-        assert not set(MARK.findall(folder.read_text())) & test
+    folds = list((tmp_path / "out/runs/search").rglob("inputs.jsonl"))
+    assert len(folds) == 2 * 3
+    for inputs in folds:
+        scored = set(MARK.findall(inputs.read_text()))
+        assert scored and not scored & test
+        shots_file = inputs.parent / "snapshot/prompts/shots.json"
+        if shots_file.is_file():  # a fold's shots come from the other folds only
+            shown_ids = {s["id"] for s in json.loads(shots_file.read_text())}
+            assert len(shown_ids) == 2 and shown_ids <= search and not shown_ids & scored
     # Every configuration's fold scores are in the trace.
     assert {t.configuration.label for t in found.trace} == {"shots=0 baseline", "shots=2 baseline"}
     assert all(len(t.folds) == 3 for t in found.trace)
