@@ -240,3 +240,20 @@ def test_cluster_resamples_whole_users_in_the_test_bootstrap(tmp_path: Path) -> 
     assert found.bootstrap["unit"] == "cluster" and found.bootstrap["clusters"] == 5
     with pytest.raises(ConfigurationError, match="no field 'team'"):
         _align((graph, data, labels), tmp_path / "out", _with_shots, cluster="team")
+
+
+def test_a_template_that_reads_shots_gets_them_as_a_variable(tmp_path: Path) -> None:
+    prompt = "{% for s in shots %}[{{ s.inputs.text }} => {{ s.output.score }}]{% endfor %}"
+    prompt += "Rate: {{ text }}"
+    graph = write_graph(tmp_path / "g", judge_graph(), {"judge.jinja": prompt})
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": k, "text": f"text MARK-{k}"} for k in TRUTH])
+    labels = write_rows(tmp_path / "l.jsonl", [{"id": k, "score": v} for k, v in TRUTH.items()])
+
+    def respond(request: FakeRequest) -> str:
+        found = MARK.findall(_said(request))
+        assert len(request.messages) == 1  # no example turns: the template laid them out
+        right = " => " in _said(request)
+        return json.dumps({"score": TRUTH[found[-1]] if right else _noise(found[-1])})
+
+    found, _ = _align((graph, data, labels), tmp_path / "out", respond)
+    assert found.chosen.shots == 2 and found.verdict == "better"
