@@ -142,8 +142,9 @@ def _value(value: float | None) -> str:
 def _print(found: Alignment) -> None:
     """The verdict, both judges on the test set, the chosen configuration and the folder."""
     console.print(
-        f"aligned judge is [bold]{found.verdict}[/] on {len(found.test_ids)} held-out "
-        f"examples ({found.metric} of {escape(found.node)}.{escape(found.field)})",
+        f"aligned judge against the graph as given on {len(found.test_ids)} held-out "
+        f"examples: [bold]{found.verdict}[/] ({found.metric} of "
+        f"{escape(found.node)}.{escape(found.field)})",
         soft_wrap=True,
     )
     for name, side in (("baseline", found.baseline), ("aligned", found.aligned)):

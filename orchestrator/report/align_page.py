@@ -48,7 +48,7 @@ def _test_section(record: Alignment) -> str:
     )
     return (
         '<section class="panel" id="test"><h2>Held-out test set</h2>'
-        f"<p>The aligned judge is <strong>{escape(record.verdict)}</strong> than the graph as "
+        f"<p>The aligned judge is <strong>{escape(_phrase(record))}</strong> the graph as "
         f"given on {len(record.test_ids)} test examples the search never saw "
         f"({escape(record.metric)} of node {escape(record.node)}'s "
         f"{escape(record.field)} against the labels).</p>"
@@ -58,6 +58,11 @@ def _test_section(record: Alignment) -> str:
         "interval comes from the same resamples (paired). Better or worse when it excludes 0, "
         "else the same.</p></section>"
     )
+
+
+def _phrase(record: Alignment) -> str:
+    """The verdict in a sentence: better than, worse than, the same as."""
+    return "the same as" if record.verdict == "same" else f"{record.verdict} than"
 
 
 def _bootstrap(record: Alignment) -> str:

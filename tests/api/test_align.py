@@ -140,7 +140,9 @@ def test_the_aligned_folder_is_a_new_protocol_that_runs(
     for key in ("baseline", "aligned"):
         assert set(record[key]["test"]) >= {"value", "ci"}
     assert record["shots"] == found.shots and record["test_ids"] == found.test_ids
-    assert "orchestrator align" in (out / "alignment.html").read_text()
+    page = (out / "alignment.html").read_text()
+    assert "orchestrator align" in page and "<strong>better than</strong>" in page
+    assert page.count("(chosen)") == 1 and "shots=0 baseline" in page
     shots = json.loads((out / "prompts/shots.json").read_text())
     assert [s["id"] for s in shots] == found.shots
     assert shots[0]["output"] == {"score": TRUTH[shots[0]["id"]]}
