@@ -400,8 +400,10 @@ def _labels(path: Path, field: str) -> tuple[Kind, dict[str, Any], dict[str, dic
     level = "interval" if kind == "scores" else "nominal"
     merged = annotated({}, items, field, level, Bootstrap(resamples=1))[0]
     truth = {x["id"]: label_truth(x) for x in merged}
-    reasons = {x["id"]: x for x in items}  # a label's reason, from one of its lines
-    return kind, truth, {k: {**reasons.get(k, {}), **x} for x in merged for k in [x["id"]]}
+    # A shot states the label's reason when any of the example's lines gives one.
+    reasons = {x["id"]: x["reason"] for x in items if x.get("reason") not in (None, "")}
+    label_of = {x["id"]: {**x, "reason": reasons.get(x["id"])} for x in merged}
+    return kind, truth, label_of
 
 
 def _rows(data: Any) -> dict[str, dict[str, Any]]:

@@ -63,13 +63,13 @@ def _align(
     transport = orc.FakeTransport(respond)
     kw.setdefault("shots", (0, 2))
     kw.setdefault("folds", 3)
+    kw.setdefault("metric", "accuracy")
     found = orc.align(
         graph,
         data,
         labels,
         node="judge",
         out=out,
-        metric="accuracy",
         resamples=300,
         transport=transport,
         structured="server",
@@ -259,3 +259,26 @@ def test_a_template_that_reads_shots_gets_them_as_a_variable(tmp_path: Path) -> 
 
     found, _ = _align((graph, data, labels), tmp_path / "out", respond)
     assert found.chosen.shots == 2 and found.verdict == "better"
+
+
+def test_choice_labels_with_reasons_align_by_kappa(tmp_path: Path) -> None:
+    graph_dict = judge_graph()
+    graph_dict["nodes"]["judge"]["output"] = {"label": {"type": "string", "enum": ["good", "bad"]}}
+    graph_dict["outputs"] = {"label": "judge.label"}
+    graph = write_graph(tmp_path / "g", graph_dict, {"judge.jinja": "Rate: {{ text }}"})
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": k, "text": f"text MARK-{k}"} for k in TRUTH])
+    said = {k: "good" if v == 9 else "bad" for k, v in TRUTH.items()}
+    labels = write_rows(
+        tmp_path / "l.jsonl", [{"id": k, "choice": v, "reason": f"r-{k}"} for k, v in said.items()]
+    )
+
+    def respond(request: FakeRequest) -> str:
+        key = MARK.findall(_said(request))[-1]
+        shown = len(request.messages) > 1
+        return json.dumps({"label": said[key] if shown else ("good", "bad")[_noise(key) % 2]})
+
+    found, _ = _align((graph, data, labels), tmp_path / "out", respond, metric="kappa")
+    assert found.kind == "choices" and found.chosen.shots == 2 and found.verdict == "better"
+    assert found.aligned.test.value == 1.0
+    shots = json.loads((tmp_path / "out/prompts/shots.json").read_text())
+    assert shots[0]["output"] == {"label": said[shots[0]["id"]], "reason": f"r-{shots[0]['id']}"}
