@@ -291,7 +291,7 @@ class _Job:
         self.node, self.field = node, field
         self.rows, self.label_of, self.truth = rows, label_of, truth
         self.folder, self.options = folder, options
-        self.inputs = list(compiled.spec.inputs)
+        self.inputs = [*compiled.spec.inputs, *compiled.spec.optional_inputs]
 
     def shots(self, ids: Sequence[str]) -> list[Shot]:
         """The shot records of labelled examples."""

@@ -55,9 +55,9 @@ def shot_record(
     label: Mapping[str, Any],
     truth: Any,
 ) -> Shot:
-    """The shot of one example: its dataset inputs (the graph's `inputs`, all the row's
-    fields but `id` when it declares none), the human answer in `field` and the label's
-    `reason` when it has one."""
+    """The shot of one example: its dataset inputs (the graph's `inputs` and
+    `optional_inputs` the row has; all its fields but `id` when it declares none), the human
+    answer in `field` and the label's `reason` when it has one."""
     names = list(inputs) or [name for name in row if name != "id"]
     output: dict[str, Any] = {field: plain(truth)}
     if label.get("reason") not in (None, ""):
