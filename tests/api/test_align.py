@@ -282,3 +282,26 @@ def test_choice_labels_with_reasons_align_by_kappa(tmp_path: Path) -> None:
     assert found.aligned.test.value == 1.0
     shots = json.loads((tmp_path / "out/prompts/shots.json").read_text())
     assert shots[0]["output"] == {"label": said[shots[0]["id"]], "reason": f"r-{shots[0]['id']}"}
+
+
+def test_a_judge_right_only_under_a_param_variant_gets_that_variant(tmp_path: Path) -> None:
+    graph_dict = {**judge_graph(), "params": {"style": "plain"}}
+    prompt = "Rate ({{ params.style }}): {{ text }}"
+    graph = write_graph(tmp_path / "g", graph_dict, {"judge.jinja": prompt})
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": k, "text": f"text MARK-{k}"} for k in TRUTH])
+    labels = write_rows(tmp_path / "l.jsonl", [{"id": k, "score": v} for k, v in TRUTH.items()])
+
+    def respond(request: FakeRequest) -> str:
+        key = MARK.findall(_said(request))[-1]
+        strict = "(strict)" in _said(request)
+        return json.dumps({"score": TRUTH[key] if strict else _noise(key)})
+
+    found, _ = _align(
+        (graph, data, labels),
+        tmp_path / "out",
+        respond,
+        shots=(0,),
+        variants=["params.style=strict"],
+    )
+    assert found.chosen.label == "shots=0 params.style=strict" and found.verdict == "better"
+    assert orc.load_graph(tmp_path / "out/graph.yaml").spec.params == {"style": "strict"}
