@@ -23,21 +23,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from ..analysis.align import isotonic as iso
-from ..analysis.align.record import (
-    METRICS,
-    Alignment,
-    Configuration,
-    Metric,
-    Shot,
-    Side,
-    Trial,
-    Variant,
-)
-from ..analysis.align.scoring import Kind, compare, mean_score, measure
+from ..analysis.align.answers import node_answers
+from ..analysis.align.labels import Coder, read_truth
+from ..analysis.align.record import METRICS, Alignment, Configuration, Metric, Shot, Side, Variant
+from ..analysis.align.scoring import compare
+from ..analysis.align.search import choose, trial
 from ..analysis.align.shots import draw_shots, shot_record
 from ..analysis.align.split import folds as deal_folds
 from ..analysis.align.split import split, strata
@@ -52,10 +45,9 @@ from ..analysis.align.variants import (
 )
 from ..analysis.align.writer import PAGE_FILE, write_graph, write_record
 from ..analysis.groups import cluster_keys, run_inputs
-from ..analysis.metaeval import annotated, field_value, label_truth, read_labels
-from ..analysis.metaeval_stats import Bootstrap, codes
+from ..analysis.metaeval_stats import Bootstrap
 from ..data.sources import as_source
-from ..errors import ConfigurationError, LabelError
+from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
 from ..report.align_page import write_page
 from ..store.reader import RunReader
@@ -129,7 +121,7 @@ async def aalign(
     field = _node_field(compiled, spec, node, field)
     texts = _templates(compiled, variants, templates)
     chosen_variants = [Variant(), *(_as_variant(v, texts) for v in variants)]
-    kind, truth, label_of = _labels(Path(labels), field)
+    kind, truth, label_of = read_truth(Path(labels), field)
     if isotonic and kind != "scores":
         raise ConfigurationError("--isotonic maps scores: these labels are choices")
     rows = _rows(data)
@@ -139,7 +131,7 @@ async def aalign(
     groups = strata({k: truth[k] for k in labelled})
     search, test = split(labelled, groups, test_share, seed)
     fold_ids = deal_folds(search, groups, folds, seed)
-    coder = _Coder(kind, truth)
+    coder = Coder(kind, truth)
     folder = Path(out)
     job = _Job(compiled, spec, texts, node, field, rows, label_of, truth, folder, run_options)
 
@@ -157,12 +149,12 @@ async def aalign(
     levels = sorted({float(truth[k]) for k in search}) if kind == "scores" else []
     snap = levels if metric in ("kappa", "accuracy") else []
     trace = [
-        _trial(Configuration(shots=count, variant=chosen_variants[index], isotonic=mapped),
+        trial(Configuration(shots=count, variant=chosen_variants[index], isotonic=mapped),
                found, fold_ids, coder, metric, kind, snap)
         for (count, index), found in answers.items()
         for mapped in ((False, True) if isotonic else (False,))
     ]  # fmt: skip
-    chosen = _choose(trace, chosen_variants)
+    chosen = choose(trace, chosen_variants)
 
     # -- the test phase: the graph as given and the chosen one, once each ----------------
     baseline = Configuration()
@@ -233,43 +225,6 @@ align = _blocking(aalign)
 align.__doc__ = "`aalign` for code that is not async. " + (aalign.__doc__ or "")
 
 
-def _trial(
-    configuration: Configuration,
-    found: Mapping[str, Any],
-    fold_ids: Sequence[Sequence[str]],
-    coder: _Coder,
-    metric: Metric,
-    kind: Kind,
-    snap: Sequence[float],
-) -> Trial:
-    """A configuration's score on each fold from its answers there; with isotonic, the
-    answers of fold k go through the map fitted on the other folds' answers only."""
-    scores = []
-    for k, fold in enumerate(fold_ids):
-        judged = coder.answers(found, fold)
-        if configuration.isotonic:
-            rest = [x for j, f in enumerate(fold_ids) if j != k for x in f]
-            fitted = iso.fit(coder.answers(found, rest), coder.labels(rest))
-            judged = iso.apply(fitted, judged, snap)
-        scores.append(measure(metric, judged, coder.labels(fold), kind))
-    return Trial(configuration=configuration, folds=scores, score=mean_score(scores))
-
-
-def _choose(trace: Sequence[Trial], variants: Sequence[Variant]) -> Configuration:
-    """The best search score; ties go to fewer shots, then the variant listed first (the
-    graph as given), then isotonic off. An undefined score ranks last."""
-    best = min(
-        trace,
-        key=lambda t: (
-            -(t.score if t.score is not None else -np.inf),
-            t.configuration.shots,
-            variants.index(t.configuration.variant),
-            t.configuration.isotonic,
-        ),
-    )
-    return best.configuration
-
-
 class _Job:
     """What every run of one alignment shares: the graph, its rows and labels, the
     folder and run options; it builds each configuration's graph and reads its answers."""
@@ -325,7 +280,7 @@ class _Job:
         graph = self.graph(variant, shots)
         target = self.folder / "runs" / f"{where}-{graph.content_hash[:8]}"
         await arun(graph, [self.rows[k] for k in ids], out=target, **self.options)
-        return _answers(target, self.node, self.field), target
+        return node_answers(target, self.node, self.field), target
 
 
 def _slug(count: int, variant: Variant) -> str:
@@ -387,25 +342,6 @@ def _as_variant(given: str | Variant, texts: Mapping[str, str]) -> Variant:
     return variant
 
 
-def _labels(path: Path, field: str) -> tuple[Kind, dict[str, Any], dict[str, dict[str, Any]]]:
-    """The labels' kind, one truth per example id (several people merged into their
-    consensus as meta-eval merges them) and each id's label record."""
-    items = read_labels(path)
-    if any(x.get("aspect", x.get("dimension")) is not None or "pair" in x for x in items):
-        raise LabelError(f"{path}: align compares one label per example (no aspects or pairs)")
-    scored = {"score" in x for x in items}
-    if len(scored) != 1:
-        raise LabelError(f"{path}: mixes score and choice labels; align needs one kind")
-    kind: Kind = "scores" if scored == {True} else "choices"
-    level = "interval" if kind == "scores" else "nominal"
-    merged = annotated({}, items, field, level, Bootstrap(resamples=1))[0]
-    truth = {x["id"]: label_truth(x) for x in merged}
-    # A shot states the label's reason when any of the example's lines gives one.
-    reasons = {x["id"]: x["reason"] for x in items if x.get("reason") not in (None, "")}
-    label_of = {x["id"]: {**x, "reason": reasons.get(x["id"])} for x in merged}
-    return kind, truth, label_of
-
-
 def _rows(data: Any) -> dict[str, dict[str, Any]]:
     """The readable rows of `data` by id, each with its id."""
     found = {}
@@ -413,48 +349,6 @@ def _rows(data: Any) -> dict[str, dict[str, Any]]:
         if row.error is None and row.data is not None:
             found[row.id] = {**row.data, "id": row.id}
     return found
-
-
-def _answers(folder: Path, node: str, field: str) -> dict[str, Any]:
-    """Each example's answer in the node's `field`: a sample's value, or over n samples
-    their mean (scores) or most common value (choices)."""
-    found: dict[str, Any] = {}
-    for run in RunReader(folder).node_runs(node=node):
-        if run.status != "ok":
-            continue
-        values = run.value if isinstance(run.value, list) else [run.value]
-        said = [field_value(v, field) for v in values if isinstance(v, dict)]
-        said = [v for v in said if v is not None]
-        if not said:
-            continue
-        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in said)
-        found[run.example_id] = (
-            float(np.mean(said)) if numeric else max(said, key=lambda v: (said.count(v), str(v)))
-        )
-    return found
-
-
-class _Coder:
-    """Answers and labels as numbers: scores as they are, choices by one shared code table
-    (an answer no label has gets a code of its own), NaN where there is none."""
-
-    def __init__(self, kind: Kind, truth: Mapping[str, Any]) -> None:
-        self.kind, self.truth = kind, truth
-        self.table = codes(list(truth.values())) if kind == "choices" else {}
-
-    def number(self, value: Any) -> float:
-        if value is None:
-            return np.nan
-        if self.kind == "scores":
-            numeric = isinstance(value, int | float) and not isinstance(value, bool)
-            return float(value) if numeric else np.nan
-        return self.table.setdefault(str(value).strip().casefold(), float(len(self.table)))
-
-    def answers(self, found: Mapping[str, Any], ids: Sequence[str]) -> np.ndarray:
-        return np.asarray([self.number(found.get(k)) for k in ids], dtype=float)
-
-    def labels(self, ids: Sequence[str]) -> np.ndarray:
-        return np.asarray([self.number(self.truth[k]) for k in ids], dtype=float)
 
 
 def _bootstrap(run: Path, cluster: str | None, resamples: int, seed: int) -> Bootstrap:

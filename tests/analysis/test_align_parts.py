@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from orchestrator.analysis.align import isotonic, scoring
-from orchestrator.analysis.align.record import Shot, Variant
+from orchestrator.analysis.align.labels import Coder
+from orchestrator.analysis.align.record import Configuration, Shot, Trial, Variant
+from orchestrator.analysis.align.search import choose
 from orchestrator.analysis.align.shots import draw_shots, shot_record
 from orchestrator.analysis.align.split import folds, split, strata
 from orchestrator.analysis.align.variants import (
@@ -174,3 +176,25 @@ def test_the_isotonic_lookup_and_the_graph_output_that_applies_it() -> None:
     out, name = with_isotonic(spec, "j", "s")
     assert name == "s_isotonic2" and out["outputs"][name] == "files.isotonic[j.s | string]"
     assert out["files"] == {"isotonic": "isotonic.json"} and "files" not in spec
+
+
+def test_the_choice_prefers_the_score_then_fewer_shots_then_the_graph_as_given() -> None:
+    base, other = Variant(), Variant(key="prompt", value="b")
+
+    def tried(shots: int, variant: Variant, score: float | None) -> Trial:
+        return Trial(
+            configuration=Configuration(shots=shots, variant=variant), folds=[], score=score
+        )
+
+    variants = [base, other]
+    trace = [tried(4, base, 0.9), tried(2, other, 0.9), tried(2, base, 0.9), tried(0, base, None)]
+    assert choose(trace, variants) == Configuration(shots=2, variant=base)
+    assert choose([tried(0, base, None), tried(8, other, 0.1)], variants).shots == 8
+
+
+def test_the_coder_gives_choices_one_table_and_unknown_answers_their_own_code() -> None:
+    coder = Coder("choices", {"a": "Good", "b": "bad"})
+    assert coder.labels(["a", "b"]).tolist() == [1.0, 0.0]
+    judged = coder.answers({"a": " good", "b": "meh"}, ["a", "b", "c"])
+    assert judged[0] == 1.0 and judged[1] not in (0.0, 1.0) and np.isnan(judged[2])
+    assert np.isnan(Coder("scores", {"a": 3}).answers({"a": True}, ["a"])[0])
