@@ -16,6 +16,7 @@ stopped and a repeated one costs no request. See docs/align.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -274,11 +275,13 @@ class _Job:
     async def answers(
         self, variant: Variant, shots: Sequence[str], ids: Sequence[str], where: str
     ) -> tuple[dict[str, Any], Path]:
-        """Run the configuration on the examples `ids` into OUT/runs/WHERE-HASH (named by
-        the graph, so a changed graph never resumes another's folder); the node's `field`
-        for each example that finished, and the run folder."""
+        """Run the configuration on the examples `ids` into OUT/runs/WHERE-HASH, HASH of
+        the graph and the examples, so another split or graph never meets this run's
+        folder (a repeat resumes it); the node's `field` for each example that finished,
+        and the run folder."""
         graph = self.graph(variant, shots)
-        target = self.folder / "runs" / f"{where}-{graph.content_hash[:8]}"
+        rows = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:6]
+        target = self.folder / "runs" / f"{where}-{graph.content_hash[:8]}-{rows}"
         await arun(graph, [self.rows[k] for k in ids], out=target, **self.options)
         return node_answers(target, self.node, self.field), target
 

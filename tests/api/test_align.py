@@ -130,6 +130,14 @@ def test_a_repeated_alignment_sends_no_request(
     )
 
 
+def test_another_split_into_the_same_folder_runs_beside_the_first(
+    setup: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    first, _ = _align(setup, tmp_path / "out", _with_shots, shots=(0,))
+    again, _ = _align(setup, tmp_path / "out", _with_shots, shots=(0,), seed=1)
+    assert again.test_ids != first.test_ids
+
+
 def test_the_aligned_folder_is_a_new_protocol_that_runs(
     setup: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
