@@ -313,3 +313,15 @@ def test_a_judge_right_only_under_a_param_variant_gets_that_variant(tmp_path: Pa
     )
     assert found.chosen.label == "shots=0 params.style=strict" and found.verdict == "better"
     assert orc.load_graph(tmp_path / "out/graph.yaml").spec.params == {"style": "strict"}
+
+
+def test_a_node_with_n_samples_answers_with_their_mean(tmp_path: Path) -> None:
+    from orchestrator.analysis.align.answers import node_answers
+
+    graph_dict = judge_graph(n=3, temperature=0.7)
+    graph_dict["outputs"] = {"score": "judge[0].score"}
+    graph = orc.Graph.from_dict(graph_dict, {"judge.jinja": "Rate: {{ text }}"})
+    scores = [json.dumps({"score": s}) for s in (9, 9, 3)]
+    transport = orc.FakeTransport(lambda request: orc.FakeAnswer(scores))
+    orc.run(graph, [{"id": "a", "text": "x"}], out=tmp_path / "run", transport=transport)
+    assert node_answers(tmp_path / "run", "judge", "score") == {"a": 7.0}
