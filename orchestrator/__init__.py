@@ -32,6 +32,8 @@ _EXPORTS = {
     "PowerEstimate": ".api.power",
     "calibrate": ".api.calibrate",
     "Calibration": ".api.calibrate",
+    "align": ".api.align",
+    "Alignment": ".api.align",
     "export": ".analysis.export",
     "node_runs_frame": ".analysis.export",
     "ratings_across_runs": ".analysis.ratings",
@@ -81,6 +83,7 @@ if TYPE_CHECKING:
     from .analysis.export import export, node_runs_frame
     from .analysis.groups import summarize
     from .analysis.ratings import ratings_across_runs
+    from .api.align import Alignment, align
     from .api.calibrate import Calibration, calibrate
     from .api.card import JudgeCard, judge_card
     from .api.diff import diff
@@ -124,6 +127,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Alignment",
     "Attempt",
     "Calibration",
     "CompiledGraph",
@@ -163,6 +167,7 @@ __all__ = [
     "WorkerFailed",
     "WorkerLost",
     "__version__",
+    "align",
     "aretest",
     "arun",
     "calibrate",

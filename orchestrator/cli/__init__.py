@@ -38,4 +38,7 @@ from . import card  # noqa: F401 - judge-card
 # isort: split
 from . import calibrate  # noqa: F401 - calibrate
 
+# isort: split
+from . import align  # noqa: F401 - align
+
 __all__ = ["app", "main"]

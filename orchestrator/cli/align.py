@@ -1,0 +1,160 @@
+"""The align verb: tune a judge to a few human labels, scored on a held-out test set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from ..errors import OrchestratorError
+from .app import app, console, fail
+from .run import GRAPH_HELP, Trust
+
+if TYPE_CHECKING:
+    from ..analysis.align.record import Alignment
+
+
+def _counts(text: str) -> list[int]:
+    """`--shots 0,2,4,8` as counts."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        fail(f"--shots takes counts like 0,2,4,8, got {text!r}")
+    if not counts:
+        fail("--shots needs at least one count")
+    return counts
+
+
+@app.command()
+def align(
+    graph: Annotated[Path, typer.Argument(help=GRAPH_HELP)],
+    data: Annotated[Path, typer.Option("--data", "-d", help="Dataset with the labelled rows.")],
+    labels: Annotated[
+        Path, typer.Option(help="Human labels (JSONL keyed by example id), as meta-eval.")
+    ],
+    node: Annotated[str, typer.Option(help="The judging LLM node to align.")],
+    out: Annotated[Path, typer.Option(help="Folder for the aligned graph and its record.")],
+    field: Annotated[
+        str | None,
+        typer.Option(help="The node's output field compared with the labels (if several)."),
+    ] = None,
+    shots: Annotated[str, typer.Option(help="Few-shot counts tried, e.g. 0,2,4,8.")] = "0,2,4,8",
+    variant: Annotated[
+        list[str] | None,
+        typer.Option(help="A variant tried: prompt=NAME, system=NAME or params.NAME=VALUE."),
+    ] = None,
+    metric: Annotated[str, typer.Option(help="alpha | kappa | spearman | accuracy")] = "alpha",
+    folds: Annotated[int, typer.Option(help="Folds of the search set.")] = 5,
+    test_share: Annotated[float, typer.Option(help="Share of labelled examples held out.")] = 0.3,
+    isotonic: Annotated[
+        bool, typer.Option("--isotonic", help="Also try a monotone map onto the labels' scale.")
+    ] = False,
+    cluster: Annotated[
+        str | None,
+        typer.Option(help="Row field examples are nested in (e.g. user): resample its clusters."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the split, shots and bootstrap.")] = 0,
+    base_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="OpenAI-compatible server (repeat for replicas). Default: OPENAI_BASE_URL, "
+            "or the embedded server `orchestrator serve` runs."
+        ),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model name (default: the server's).")] = None,
+    server_id: Annotated[
+        str | None, typer.Option(help="Name the weights the server serves (as `run`).")
+    ] = None,
+    api_key: Annotated[
+        str, typer.Option(envvar="OPENAI_API_KEY", show_default=False, help="API key.")
+    ] = "EMPTY",
+    concurrency: Annotated[
+        str | None, typer.Option(help="In-flight requests per server: N or auto.")
+    ] = None,
+    cache: Annotated[Path | None, typer.Option(help="Response cache file.")] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Do not read or write the cache.")
+    ] = False,
+    structured: Annotated[
+        str, typer.Option(help="auto (canary decides) | server | prompt.")
+    ] = "auto",
+    timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
+    trust: Trust = False,
+    format: Annotated[str, typer.Option(help="table | json")] = "table",
+) -> None:
+    """Search few-shot sets and variants on folds of the labelled examples, then score the
+    graph as given and the best configuration once on a held-out test set."""
+    from ..api.align import align as run_align
+    from ..calls.tuner import parse_concurrency
+
+    if format not in ("table", "json"):
+        fail(f"--format must be table or json, got {format!r}")
+    if structured not in ("auto", "server", "prompt"):
+        fail("--structured must be auto, server or prompt")
+    options: dict[str, Any] = {
+        "model": model,
+        "server_id": server_id,
+        "api_key": api_key,
+        "structured": structured,
+        "timeout": timeout,
+        "trust": trust,
+        "cache": False if no_cache else (cache if cache is not None else True),
+    }
+    if base_url:
+        options["base_url"] = base_url[0] if len(base_url) == 1 else base_url
+    try:
+        options["concurrency"] = parse_concurrency(concurrency)
+        found = run_align(
+            graph,
+            data,
+            labels,
+            node=node,
+            field=field,
+            out=out,
+            shots=_counts(shots),
+            variants=list(variant or []),
+            metric=metric,  # type: ignore[arg-type]  # checked by align
+            folds=folds,
+            test_share=test_share,
+            isotonic=isotonic,
+            cluster=cluster,
+            seed=seed,
+            **options,
+        )
+    except (OrchestratorError, ValueError) as exc:
+        fail(str(exc))
+    if format == "json":
+        typer.echo(found.model_dump_json(indent=2))
+        return
+    _print(found)
+
+
+def _interval(ci: list[float] | None) -> str:
+    return "no interval" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _value(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.3f}"
+
+
+def _print(found: Alignment) -> None:
+    """The verdict, both judges on the test set, the chosen configuration and the folder."""
+    console.print(
+        f"aligned judge against the graph as given on {len(found.test_ids)} held-out "
+        f"examples: [bold]{found.verdict}[/] ({found.metric} of "
+        f"{escape(found.node)}.{escape(found.field)})",
+        soft_wrap=True,
+    )
+    for name, side in (("baseline", found.baseline), ("aligned", found.aligned)):
+        console.print(
+            f"  {name:<9} {_value(side.test.value)} {_interval(side.test.ci)}  "
+            f"{escape(side.configuration.label)}",
+            soft_wrap=True,
+        )
+    gap = found.difference
+    console.print(f"  difference {_value(gap.value)} {_interval(gap.ci)}", soft_wrap=True)
+    console.print(f"graph: {escape(found.graph)} (protocol {escape(found.name)})", soft_wrap=True)
+    for note in found.notes:
+        console.print(f"note: {escape(note)}", soft_wrap=True)
