@@ -56,9 +56,12 @@ def calibrate(
     if found.threshold is not None:
         # Its full value: a rounded one could answer an example calibration did not.
         console.print(f"to abstain below it in later runs, add to node '{node}':", markup=False)
-        console.print(abstain_line(found.threshold, field), markup=False, soft_wrap=True)
+        line = abstain_line(found.threshold, field, found.tolerance)
+        console.print(line, markup=False, soft_wrap=True)
 
 
-def abstain_line(threshold: float, field: str) -> str:
-    """The `abstain:` key, as YAML to paste into the node, that applies a threshold."""
-    return f"abstain: {{threshold: {threshold!r}, field: {field}}}"
+def abstain_line(threshold: float, field: str, tolerance: float = 0.0) -> str:
+    """The `abstain:` key, as YAML to paste into the node, that applies a threshold (with
+    calibrate's tolerance, so samples agree at run time as they did in calibration)."""
+    extra = f", tolerance: {tolerance!r}" if tolerance else ""
+    return f"abstain: {{threshold: {threshold!r}, field: {field}{extra}}}"

@@ -109,15 +109,16 @@ class Judged:
     source: Source
 
 
-def judged(value: Any, field: str) -> Judged | None:
-    """The answer a node value gives for `field` and its confidence, as `calibrate` would
-    measure it with no tolerance: the value's own field (with logprobs) or the samples'
-    majority (with n > 1). None when the value has no confidence to give."""
+def judged(value: Any, field: str, tolerance: float = 0.0) -> Judged | None:
+    """The answer a node value gives for `field` and its confidence, as `calibrate` measures
+    it with the same `tolerance`: the value's own field (with logprobs) or the samples'
+    majority (with n > 1), samples within `tolerance` of it agreeing. None when the value
+    has no confidence to give."""
     if isinstance(value, dict):
         answer = field_value(value, field)
     elif isinstance(value, list) and len(value) > 1:
         answer = majority(value, field)
     else:
         return None
-    found = confidence(value, field, answer, 0.0)
+    found = confidence(value, field, answer, tolerance)
     return None if found is None else Judged(answer, found[0], found[1])

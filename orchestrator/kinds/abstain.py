@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..compute.confidence import ASK_FOR_CONFIDENCE, judged
 from ..errors import NodeAbstained, NodeError
@@ -34,6 +34,8 @@ class Abstain(BaseModel):
 
     threshold: float | str
     field: str | None = None  # may be left out when the output has one field
+    # Samples within this of their majority agree with it: calibrate's `--tolerance`.
+    tolerance: float = Field(default=0.0, ge=0.0)
 
     @field_validator("threshold", mode="before")
     @classmethod
@@ -60,6 +62,7 @@ class AbstainRule:
     field: str
     threshold: float | None = None
     expression: Expression | None = None
+    tolerance: float = 0.0
 
     def check(
         self, node: str, ctx: dict[str, Any], value: Any, rec: NodeRecord
@@ -75,7 +78,7 @@ class AbstainRule:
                 return _failed(rec, NodeError(node, f"abstain.threshold: {problem}"))
             threshold = float(raw)
         assert threshold is not None
-        found = judged(value, self.field)
+        found = judged(value, self.field, self.tolerance)
         if found is None:
             message = (
                 f"abstain: the reply has neither token logprobs nor several samples to judge "
@@ -126,7 +129,7 @@ def compile_abstain(
     elif not _field_known(output, field):
         scope.problem(f"'{field}' is not a field of the output ({fields})", "abstain.field")
         field = None
-    rule = AbstainRule(field or "")
+    rule = AbstainRule(field or "", tolerance=spec.tolerance)
     if isinstance(spec.threshold, str):
         rule.expression = scope.expression(spec.threshold, "abstain.threshold")
     elif (problem := _threshold_problem(spec.threshold)) is not None:

@@ -232,3 +232,28 @@ def test_the_reason_never_shows_a_confidence_equal_to_its_threshold() -> None:
         abstain_reason("judge", 0.42, 0.6) == "abstained: confidence 0.42 below 0.60 at node judge"
     )
     assert "confidence 0.599 below 0.600" in abstain_reason("judge", 0.599, 0.6)
+
+
+def test_a_tolerance_counts_near_samples_as_agreeing_as_calibrate_does(tmp_path: Path) -> None:
+    from orchestrator.cli.calibrate import abstain_line
+    from orchestrator.compute import confidence as shared
+
+    samples = [{"score": s} for s in (7, 8, 2, 7, 9)]
+    near = shared.judged(samples, "score", 1.0)
+    assert near is not None and (near.answer, near.confidence) == (7, 0.6)  # 7, 8, 7
+    assert shared.confidence(samples, "score", 7, 1.0) == (0.6, "samples")
+    exact = shared.judged(samples, "score")
+    assert exact is not None and exact.confidence == 0.4
+    # The split examples' samples are 7, 7, 2, 9, 3: within 2 of 7, three of five agree.
+    graph = orc.Graph.from_dict(_graph(0.6, tolerance=2), {"judge.jinja": "Rate <<{{ text }}>>"})
+    result = orc.run(
+        graph, _rows(), out=tmp_path / "run", transport=orc.FakeTransport(Judge()),
+        structured="server", cache=False,
+    )  # fmt: skip
+    assert len(result.abstained) == 0 and len(result.ok) == SURE + SPLIT
+    assert (
+        abstain_line(0.6, "score", 2.0) == "abstain: {threshold: 0.6, field: score, tolerance: 2.0}"
+    )
+    assert abstain_line(0.6, "score") == "abstain: {threshold: 0.6, field: score}"
+    with pytest.raises(GraphError, match=r"abstain\.tolerance"):
+        orc.Graph.from_dict(_graph(0.6, tolerance=-1), {"judge.jinja": "Rate <<{{ text }}>>"})
