@@ -96,8 +96,9 @@ async def aalign(
 
     `field` is the node's output field compared with the labels (needed when it has
     several); `shots` the few-shot counts tried; `variants` the changes tried besides the
-    graph as given (`prompt=NAME`, `system=NAME`, `params.NAME=VALUE`; `templates` adds
-    template texts a variant may name, for a graph built in Python); `metric` the
+    graph as given, after the graph's own `variants:` (`prompt=NAME`, `system=NAME`,
+    `params.NAME=VALUE`; `templates` adds template texts a variant may name, for a graph
+    built in Python); `metric` the
     agreement maximised (alpha, kappa, spearman or accuracy); `folds`, `test_share` and
     `seed` the split; `isotonic` also tries a monotone map of the judge's score onto the
     labels' scale; `cluster` a row field (e.g. a user id) whose clusters the test
@@ -120,8 +121,14 @@ async def aalign(
     compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph, trust=trust)
     spec = yaml.safe_load(compiled.source) or {}
     field = _node_field(compiled, spec, node, field)
+    # The graph's own `variants:` first, then those given here; each tried once.
+    variants = [*compiled.spec.variants, *variants]
     texts = _templates(compiled, variants, templates)
-    chosen_variants = [Variant(), *(_as_variant(v, texts) for v in variants)]
+    chosen_variants = [Variant()]
+    for given in variants:
+        parsed = _as_variant(given, texts)
+        if parsed not in chosen_variants:
+            chosen_variants.append(parsed)
     kind, truth, label_of = read_truth(Path(labels), field)
     if isotonic and kind != "scores":
         raise ConfigurationError("--isotonic maps scores: these labels are choices")

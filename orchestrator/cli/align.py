@@ -43,7 +43,12 @@ def align(
     shots: Annotated[str, typer.Option(help="Few-shot counts tried, e.g. 0,2,4,8.")] = "0,2,4,8",
     variant: Annotated[
         list[str] | None,
-        typer.Option(help="A variant tried: prompt=NAME, system=NAME or params.NAME=VALUE."),
+        typer.Option(
+            "--variant",
+            "--variants",
+            help="A variant tried (repeat for more; after the graph's own `variants:`): "
+            "prompt=NAME, system=NAME or params.NAME=VALUE.",
+        ),
     ] = None,
     metric: Annotated[str, typer.Option(help="alpha | kappa | spearman | accuracy")] = "alpha",
     folds: Annotated[int, typer.Option(help="Folds of the search set.")] = 5,

@@ -35,6 +35,7 @@ from .checks import (
     resolve_function,
 )
 from .compiled import CompiledAggregate, CompiledGraph, CompiledNode, GraphOrigin
+from .datafiles import check_variants
 from .loaders import SealedLoader, all_sources, has_dynamic_reference
 from .once import check_once
 from .spec import (
@@ -200,6 +201,7 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
 
     check_cycles(ck, graph)
     check_once(ck, spec, inputs)
+    check_variants(ck)
     for name, cn in compiled.items():
         if cn.foreach is not None:
             check_foreach(ck, name, cn.foreach)

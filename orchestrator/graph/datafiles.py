@@ -1,6 +1,7 @@
-"""A graph's `files:`: data read through the prompts loader, so a file obeys the prompts
-folder's boundary, is sealed with the templates and joins the graph's hash, its snapshot
-and what a worker is sent, exactly as a template does."""
+"""What a graph reads that no node renders: its `files:` (data) and the templates its
+`variants:` name. Both are read through the prompts loader, so they obey the prompts
+folder's boundary, are sealed with the templates and join the graph's hash, its snapshot
+and what a worker is sent, exactly as a rendered template does."""
 
 from __future__ import annotations
 
@@ -63,3 +64,25 @@ def load_files(ck: Checker) -> dict[str, Any]:
 def _where(ck: Checker) -> str:
     where = getattr(ck.env.loader, "where", None)
     return where() if callable(where) else "?"
+
+
+def check_variants(ck: Checker) -> None:
+    """Each of `variants:` names a declared param or a template the prompts folder holds
+    (read now, so it travels with the graph as its other templates do)."""
+    for index, text in enumerate(ck.spec.variants):
+        key, _, value = (part.strip() for part in text.partition("="))
+        where = f"variants[{index}]"
+        if key.startswith("params."):
+            name = key.removeprefix("params.")
+            if name not in ck.params:
+                ck.problem(f"'{text}': the graph declares no param '{name}'", field=where)
+            continue
+        if ck.env.loader is None:
+            ck.problem(f"'{text}': the graph has no prompts folder", field=where)
+            continue
+        try:
+            ck.env.loader.get_source(ck.env, value)
+        except TemplateNotFound:
+            ck.problem(f"'{text}': no template '{value}' under {_where(ck)}", field=where)
+        except TemplateError as exc:
+            ck.problem(f"'{text}': {exc}", field=where)

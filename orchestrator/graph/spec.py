@@ -188,6 +188,9 @@ class GraphSpec(_Strict):
     judged: str | None = None
     # ... and the LLM nodes that score the same thing as a jury (pairwise α, effective size).
     jury: list[str] = Field(default_factory=list)
+    # For `orchestrator align` only, never read by a run: the changes its search tries
+    # besides the graph as given (`prompt=NAME`, `system=NAME`, `params.NAME=VALUE`).
+    variants: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _card_keys_name_what_exists(self) -> GraphSpec:
@@ -214,6 +217,21 @@ class GraphSpec(_Strict):
                 "either required or has a default"
             )
         return self
+
+    @field_validator("variants")
+    @classmethod
+    def _variant_shape(cls, value: list[str]) -> list[str]:
+        for text in value:
+            key, sep, rest = text.partition("=")
+            key = key.strip()
+            known = key in ("prompt", "system") or (
+                key.startswith("params.") and IDENTIFIER.fullmatch(key.removeprefix("params."))
+            )
+            if not sep or not rest.strip() or not known:
+                raise ValueError(
+                    f"variant {text!r}: write prompt=TEMPLATE, system=TEMPLATE or params.NAME=VALUE"
+                )
+        return value
 
     @field_validator("files")
     @classmethod

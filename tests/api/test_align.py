@@ -14,7 +14,7 @@ import pytest
 from helpers import judge_graph, write_graph, write_rows
 
 import orchestrator as orc
-from orchestrator.errors import ConfigurationError, LabelError
+from orchestrator.errors import ConfigurationError, GraphError, LabelError
 from orchestrator.providers.fake import FakeRequest
 
 N = 40
@@ -325,3 +325,31 @@ def test_a_node_with_n_samples_answers_with_their_mean(tmp_path: Path) -> None:
     transport = orc.FakeTransport(lambda request: orc.FakeAnswer(scores))
     orc.run(graph, [{"id": "a", "text": "x"}], out=tmp_path / "run", transport=transport)
     assert node_answers(tmp_path / "run", "judge", "score") == {"a": 7.0}
+
+
+def test_the_variants_a_graph_lists_are_searched_and_checked(tmp_path: Path) -> None:
+    graph_dict = {**judge_graph(), "variants": ["prompt=strict.jinja"]}
+    prompts = {"judge.jinja": "Rate: {{ text }}", "strict.jinja": "Rate (strict): {{ text }}"}
+    graph = write_graph(tmp_path / "g", graph_dict, prompts)
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": k, "text": f"text MARK-{k}"} for k in TRUTH])
+    labels = write_rows(tmp_path / "l.jsonl", [{"id": k, "score": v} for k, v in TRUTH.items()])
+
+    def respond(request: FakeRequest) -> str:
+        key = MARK.findall(_said(request))[-1]
+        strict = "(strict)" in _said(request)
+        return json.dumps({"score": TRUTH[key] if strict else _noise(key)})
+
+    # No variant given here: the graph's own list is what the search tries.
+    found, _ = _align((graph, data, labels), tmp_path / "out", respond, shots=(0,))
+    assert found.chosen.label == "shots=0 prompt=strict.jinja" and found.verdict == "better"
+    # The template travels with the graph: it is part of its identity.
+    assert "strict.jinja" in orc.load_graph(graph).templates
+    for variants, expected in (
+        (["prompt=missing.jinja"], "no template 'missing.jinja'"),
+        (["params.nope=1"], "declares no param 'nope'"),
+        (["temperature=1"], "write prompt=TEMPLATE"),
+    ):
+        bad = write_graph(tmp_path / "bad", {**judge_graph(), "variants": variants}, prompts)
+        with pytest.raises(GraphError, match="variants") as caught:
+            orc.load_graph(bad)
+        assert expected in str(caught.value)
