@@ -22,6 +22,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", required=True)
+    parser.add_argument("--root", help="the weights' path its model list reports, as vLLM does")
     parser.add_argument("--never-listen", action="store_true")
     parser.add_argument("--pids", type=Path)
     parser.add_argument("--exit-after", type=float, default=3600.0 * 24)
@@ -31,7 +32,7 @@ def main() -> None:
             handle.write(f"{os.getpid()}\n")
     print(f"fake vLLM {os.getpid()} starting on port {args.port}", flush=True)
     if not args.never_listen:
-        FakeServer(model=args.model).start(port=args.port)
+        FakeServer(model=args.model, root=args.root or "/models/fake").start(port=args.port)
         print(f"fake vLLM {os.getpid()} listening", flush=True)
     time.sleep(args.exit_after)
 

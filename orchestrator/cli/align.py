@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -9,8 +10,8 @@ import typer
 from rich.markup import escape
 
 from ..errors import OrchestratorError
-from .app import app, console, fail
-from .run import GRAPH_HELP, Trust
+from .app import EMBEDDED_TIMEOUT, app, console, fail
+from .run import GRAPH_HELP, Trust, own_server, start_on_first_use, stop_server
 
 if TYPE_CHECKING:
     from ..analysis.align.record import Alignment
@@ -65,7 +66,8 @@ def align(
         list[str] | None,
         typer.Option(
             help="OpenAI-compatible server (repeat for replicas). Default: OPENAI_BASE_URL, "
-            "or the embedded server `orchestrator serve` runs."
+            "else the embedded vLLM CPU server (started on the first request not in the "
+            "cache when none is running, as `run` does)."
         ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name (default: the server's).")] = None,
@@ -85,7 +87,10 @@ def align(
     structured: Annotated[
         str, typer.Option(help="auto (canary decides) | server | prompt.")
     ] = "auto",
-    timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds per request (default 120; 600 on the embedded CPU server)."),
+    ] = None,
     trust: Trust = False,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
 ) -> None:
@@ -103,12 +108,18 @@ def align(
         "server_id": server_id,
         "api_key": api_key,
         "structured": structured,
-        "timeout": timeout,
+        "timeout": timeout or 120.0,
         "trust": trust,
         "cache": False if no_cache else (cache if cache is not None else True),
     }
+    server = None
     if base_url:
         options["base_url"] = base_url[0] if len(base_url) == 1 else base_url
+    elif not os.environ.get("OPENAI_BASE_URL"):
+        # As `run` does: the embedded server, this command's own if none is running.
+        options["base_url"], server = own_server(None, on_first_use=True)
+        options["transport"] = start_on_first_use(None, server)
+        options["timeout"] = timeout or EMBEDDED_TIMEOUT
     try:
         options["concurrency"] = parse_concurrency(concurrency)
         found = run_align(
@@ -130,6 +141,8 @@ def align(
         )
     except (OrchestratorError, ValueError) as exc:
         fail(str(exc))
+    finally:
+        stop_server(server)
     if format == "json":
         typer.echo(found.model_dump_json(indent=2))
         return

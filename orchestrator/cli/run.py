@@ -252,8 +252,8 @@ def run(
         from ..engine.plan import ScalePlan
 
         # Workers reach the server from their own processes: it must be up before them.
-        urls, server = _own_server(port, on_first_use=not ScalePlan(**scale).sharded)
-    transport = _start_on_first_use(provider, server)
+        urls, server = own_server(port, on_first_use=not ScalePlan(**scale).sharded)
+    transport = start_on_first_use(provider, server)
     try:
         outcome = _execute(
             graph=compiled,
@@ -280,7 +280,7 @@ def run(
             **scale,
         )
     finally:
-        _stop(server)
+        stop_server(server)
     raise typer.Exit(_exit_code(outcome))
 
 
@@ -328,7 +328,8 @@ def _compile_or_exit(
 
 class OwnServer:
     """The embedded server this command starts for its own use and stops when done: at
-    once, or (`deferred`) on the first request not answered from the cache."""
+    once, or (`deferred`) on the first request not answered from the cache. Its messages go
+    to stderr, so a command's `--format json` keeps stdout for the JSON."""
 
     def __init__(self, port: int, *, on_first_use: bool) -> None:
         from ..calls.deferred import DeferredServer
@@ -347,18 +348,18 @@ class OwnServer:
         """Start the server (minutes on a CPU: its phases are printed as they pass)."""
         from ..local import server as embedded
 
-        console.print(f"Starting the embedded vLLM CPU server on port {self.port}.")
+        err.print(f"Starting the embedded vLLM CPU server on port {self.port}.")
         cancel = self.deferred.abandoned if self.deferred is not None else None
-        self.server = embedded.start_server(port=self.port, log=console.print, cancel=cancel)
+        self.server = embedded.start_server(port=self.port, log=err.print, cancel=cancel)
 
     def stop(self) -> None:
         if self.server is not None:
-            console.print("Stopping the embedded server.")
+            err.print("Stopping the embedded server.")
             self.server.stop()
             self.server = None
 
 
-def _own_server(port: int | None, *, on_first_use: bool) -> tuple[str, OwnServer | None]:
+def own_server(port: int | None, *, on_first_use: bool) -> tuple[str, OwnServer | None]:
     """The running embedded server's URL, or one this command starts for itself: on the
     first request that is not in the cache (`on_first_use`), else now."""
     from ..local import server as embedded
@@ -366,7 +367,7 @@ def _own_server(port: int | None, *, on_first_use: bool) -> tuple[str, OwnServer
     embedded_port = port or embedded.DEFAULT_PORT
     base_url = embedded.find_running(embedded_port)
     if base_url:
-        console.print(f"Using the embedded vLLM server already running at {base_url}.")
+        err.print(f"Using the embedded vLLM server already running at {base_url}.")
         return base_url, None
     # A kill (SIGTERM) must still stop the server we start, like Ctrl-C does.
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -378,10 +379,10 @@ def _own_server(port: int | None, *, on_first_use: bool) -> tuple[str, OwnServer
                 raise
             # The default port is someone else's; this command's own server can be anywhere.
             embedded_port = embedded.free_port()
-            console.print(f"{exc}\nUsing port {embedded_port} instead.")
+            err.print(f"{exc}\nUsing port {embedded_port} instead.")
         own = OwnServer(embedded_port, on_first_use=on_first_use)
         when = "on the first request not in the cache" if on_first_use else "now"
-        console.print(
+        err.print(
             "No --base-url given and no embedded server running: this command starts the "
             f"embedded vLLM CPU server on port {embedded_port} {when} (stopped afterwards)."
         )
@@ -393,7 +394,7 @@ def _own_server(port: int | None, *, on_first_use: bool) -> tuple[str, OwnServer
     return own.base_url, own
 
 
-def _start_on_first_use(provider: str | None, server: OwnServer | None) -> Provider | None:
+def start_on_first_use(provider: str | None, server: OwnServer | None) -> Provider | None:
     """The run's provider (`--provider`, default openai) that starts this command's own
     server on the first request it has to send there; None when there is no such server."""
     if server is None or server.deferred is None:
@@ -408,7 +409,7 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _stop(server: OwnServer | None) -> None:
+def stop_server(server: OwnServer | None) -> None:
     if server is not None:
         server.stop()
 
@@ -535,8 +536,8 @@ def demo(
             "orchestrator, or run from a source checkout"
         )
     compiled = {name: _compile_or_exit(graph_path) for name, (graph_path, _) in shipped.items()}
-    base_url, server = _own_server(port, on_first_use=True)
-    transport = _start_on_first_use(None, server)  # one server for both graphs, if any asks
+    base_url, server = own_server(port, on_first_use=True)
+    transport = start_on_first_use(None, server)  # one server for both graphs, if any asks
     failed = 0
     try:
         for name, (_, data_path) in shipped.items():
@@ -556,7 +557,7 @@ def demo(
 
             console.print(f"report:  {build_report(out / name)}")
     finally:
-        _stop(server)
+        stop_server(server)
     if failed:
         raise typer.Exit(2)
 

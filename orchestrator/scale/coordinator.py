@@ -157,7 +157,7 @@ class Coordinator:
             if report.failure is not None:
                 failure = report.failure
                 kind = ServerGone if failure.kind == "server gone" else WorkerFailed
-                self._stop(kind(failure.message), cancel=True)
+                self.stop_server(kind(failure.message), cancel=True)
             if report.final:
                 self.live.discard(link.name)
                 self._room.set()
@@ -200,7 +200,7 @@ class Coordinator:
         lost = self.in_flight[link.name].total()
         done = self.stats.examples_ok + self.stats.examples_failed + self.stats.examples_abstained
         self.events.emit(WorkerLostEvent(worker=link.name, cause=str(exc), in_flight=lost), log)
-        self._stop(
+        self.stop_server(
             WorkerLost(
                 f"{exc}; its {lost} examples in flight are lost, the {done} finished by this "
                 f"run are saved in {self.store.describe()}: re-run the same command to "
@@ -209,7 +209,7 @@ class Coordinator:
             cancel=False,  # the others finish what they hold: less to redo
         )
 
-    def _stop(self, error: Exception, cancel: bool) -> None:
+    def stop_server(self, error: Exception, cancel: bool) -> None:
         if self.error is None:
             self.error = error
         self._room.set()

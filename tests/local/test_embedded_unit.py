@@ -201,8 +201,10 @@ class FakeVLLM:
 def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeVLLM:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(embedded, "require_modules", lambda names, purpose: None)
-    folder = tmp_path / "model"
-    folder.mkdir()
+    # The default folder (under this test's cache), so the stand-in reports the identity a
+    # real vLLM started by the CLI would: the --model path, known before the start.
+    folder = embedded.default_model_dir()
+    folder.mkdir(parents=True)
     # Never the real model, even for a caller that names no folder (the CLI's).
     monkeypatch.setattr(embedded, "prepare_model", lambda model_dir, log: folder)
     fake = FakeVLLM(tmp_path / "pids", folder)
@@ -211,6 +213,7 @@ def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeVLLM:
         return [
             sys.executable, str(FAKE_VLLM), "--port", str(port),
             "--model", embedded.DEFAULT_MODEL_NAME, "--pids", str(fake.pids),
+            "--root", str(model_dir),
         ]  # fmt: skip
 
     monkeypatch.setattr(embedded, "server_command", command)
@@ -373,19 +376,19 @@ def test_run_starts_its_own_server_elsewhere_when_the_default_port_is_taken(
 
     import typer
 
-    from orchestrator.cli.run import _own_server
+    from orchestrator.cli.run import own_server
 
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
         with FakeServer(model=embedded.DEFAULT_MODEL_NAME) as foreign:
             monkeypatch.setattr(embedded, "DEFAULT_PORT", foreign.port)
-            url, own = _own_server(None, on_first_use=False)
+            url, own = own_server(None, on_first_use=False)
             server = own.server if own is not None else None
             assert server is not None
             server.stop(timeout=4)
             assert url == server.base_url and server.port != foreign.port
             with pytest.raises(typer.Exit):
-                _own_server(foreign.port, on_first_use=False)
+                own_server(foreign.port, on_first_use=False)
     finally:
         signal.signal(signal.SIGTERM, sigterm)
     assert fake_vllm.started() == [server.process.pid]

@@ -261,3 +261,29 @@ def test_start_server_gives_up_and_stops_vllm_when_cancelled(
     assert time.monotonic() - began < 20  # not the 60 s timeout
     (pid,) = fake_vllm.started()
     assert not embedded_tests._alive(pid)  # the half-started server was stopped
+
+
+def test_align_starts_the_embedded_server_as_run_does(
+    fake_vllm: embedded_tests.FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --base-url and no OPENAI_BASE_URL: `align` starts the embedded server on its first
+    miss and stops it after; a repeat is all cache and starts nothing."""
+    monkeypatch.setattr(embedded, "DEFAULT_PORT", embedded.free_port())
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    rows = [{"id": f"e{i}", "text": f"text {i}"} for i in range(12)]
+    data = write_rows(tmp_path / "rows.jsonl", rows)
+    labels = write_rows(tmp_path / "l.jsonl", [{"id": r["id"], "score": 5} for r in rows])
+    command = [
+        "align", str(graph), "--data", str(data), "--labels", str(labels), "--node", "judge",
+        "--out", str(tmp_path / "aligned"), "--shots", "0,1", "--folds", "2",
+        "--cache", str(tmp_path / "cache.sqlite"), "--format", "json",
+    ]  # fmt: skip
+    runner = CliRunner()
+    first = runner.invoke(app, command)
+    assert first.exit_code == 0, first.output
+    assert len(fake_vllm.started()) == 1 and "Stopping the embedded server" in first.output
+    assert json.loads(first.stdout)["graph"].endswith("graph.yaml")
+    again = runner.invoke(app, command)
+    assert again.exit_code == 0, again.output
+    assert len(fake_vllm.started()) == 1  # every reply from the cache: nothing started
