@@ -292,22 +292,30 @@ def test_choice_labels_with_reasons_align_by_kappa(tmp_path: Path) -> None:
     assert shots[0]["output"] == {"label": said[shots[0]["id"]], "reason": f"r-{shots[0]['id']}"}
 
 
-def test_a_judge_right_only_under_a_param_variant_gets_that_variant(tmp_path: Path) -> None:
-    graph_dict = {**judge_graph(), "params": {"style": "plain"}}
-    prompt = "Rate ({{ params.style }}): {{ text }}"
-    graph = write_graph(tmp_path / "g", graph_dict, {"judge.jinja": prompt})
+def _strict_case(
+    tmp_path: Path, graph_dict: dict[str, Any], prompts: dict[str, str]
+) -> tuple[Path, Path, Path]:
+    """A graph folder, its rows and labels, for a judge right only when its prompt says
+    "(strict)" (`_right_when_strict`)."""
+    graph = write_graph(tmp_path / "g", graph_dict, prompts)
     data = write_rows(tmp_path / "rows.jsonl", [{"id": k, "text": f"text MARK-{k}"} for k in TRUTH])
     labels = write_rows(tmp_path / "l.jsonl", [{"id": k, "score": v} for k, v in TRUTH.items()])
+    return graph, data, labels
 
-    def respond(request: FakeRequest) -> str:
-        key = MARK.findall(_said(request))[-1]
-        strict = "(strict)" in _said(request)
-        return json.dumps({"score": TRUTH[key] if strict else _noise(key)})
 
+def _right_when_strict(request: FakeRequest) -> str:
+    key = MARK.findall(_said(request))[-1]
+    strict = "(strict)" in _said(request)
+    return json.dumps({"score": TRUTH[key] if strict else _noise(key)})
+
+
+def test_a_judge_right_only_under_a_param_variant_gets_that_variant(tmp_path: Path) -> None:
+    graph_dict = {**judge_graph(), "params": {"style": "plain"}}
+    prompts = {"judge.jinja": "Rate ({{ params.style }}): {{ text }}"}
     found, _ = _align(
-        (graph, data, labels),
+        _strict_case(tmp_path, graph_dict, prompts),
         tmp_path / "out",
-        respond,
+        _right_when_strict,
         shots=(0,),
         variants=["params.style=strict"],
     )
@@ -330,20 +338,12 @@ def test_a_node_with_n_samples_answers_with_their_mean(tmp_path: Path) -> None:
 def test_the_variants_a_graph_lists_are_searched_and_checked(tmp_path: Path) -> None:
     graph_dict = {**judge_graph(), "variants": ["prompt=strict.jinja"]}
     prompts = {"judge.jinja": "Rate: {{ text }}", "strict.jinja": "Rate (strict): {{ text }}"}
-    graph = write_graph(tmp_path / "g", graph_dict, prompts)
-    data = write_rows(tmp_path / "rows.jsonl", [{"id": k, "text": f"text MARK-{k}"} for k in TRUTH])
-    labels = write_rows(tmp_path / "l.jsonl", [{"id": k, "score": v} for k, v in TRUTH.items()])
-
-    def respond(request: FakeRequest) -> str:
-        key = MARK.findall(_said(request))[-1]
-        strict = "(strict)" in _said(request)
-        return json.dumps({"score": TRUTH[key] if strict else _noise(key)})
-
+    case = _strict_case(tmp_path, graph_dict, prompts)
     # No variant given here: the graph's own list is what the search tries.
-    found, _ = _align((graph, data, labels), tmp_path / "out", respond, shots=(0,))
+    found, _ = _align(case, tmp_path / "out", _right_when_strict, shots=(0,))
     assert found.chosen.label == "shots=0 prompt=strict.jinja" and found.verdict == "better"
     # The template travels with the graph: it is part of its identity.
-    assert "strict.jinja" in orc.load_graph(graph).templates
+    assert "strict.jinja" in orc.load_graph(case[0]).templates
     for variants, expected in (
         (["prompt=missing.jinja"], "no template 'missing.jinja'"),
         (["params.nope=1"], "declares no param 'nope'"),
