@@ -52,7 +52,11 @@ def _test_section(record: Alignment) -> str:
         f"given on {len(record.test_ids)} test examples the search never saw "
         f"({escape(record.metric)} of node {escape(record.node)}'s "
         f"{escape(record.field)} against the labels).</p>"
-        + html_table(["judge", "configuration", record.metric, "interval", "answered"], rows)
+        + html_table(
+            ["judge", "configuration", record.metric, "interval", "answered"],
+            rows,
+            numeric=(2, 3, 4),
+        )
         + plot
         + f'<p class="muted small">Bootstrap: {escape(_bootstrap(record))}; the difference\'s '
         "interval comes from the same resamples (paired). Better or worse when it excludes 0, "
@@ -89,7 +93,7 @@ def _trace_section(record: Alignment) -> str:
         '<section class="panel" id="search"><h2>Search trace</h2>'
         f"<p>{len(record.search_ids)} search examples in {record.folds} folds; each "
         "configuration ran on every fold with shots drawn from the other folds only.</p>"
-        + html_table(columns, [row(t) for t in ordered])
+        + html_table(columns, [row(t) for t in ordered], numeric=range(1, len(columns)))
         + "</section>"
     )
 

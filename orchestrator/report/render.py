@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
@@ -100,9 +100,21 @@ def _ci_bar(point: float, low: float, high: float, lo: float, hi: float) -> str:
     )
 
 
-def html_table(columns: list[str], rows: list[list[str]], css: str = "data") -> str:
-    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+def html_table(
+    columns: list[str], rows: list[list[str]], css: str = "data", numeric: Iterable[int] = ()
+) -> str:
+    """A table of already-escaped cells; the `numeric` columns (by position) right-aligned,
+    so their digits line up."""
+    right = set(numeric)
+
+    def cell(tag: str, position: int, text: str) -> str:
+        css_class = ' class="num"' if position in right else ""
+        return f"<{tag}{css_class}>{text}</{tag}>"
+
+    head = "".join(cell("th", i, escape(c)) for i, c in enumerate(columns))
+    body = "".join(
+        "<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>" for row in rows
+    )
     return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
