@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakeserver import FakeServer
@@ -40,7 +41,7 @@ from test_kill_resume import (
 )
 
 from orchestrator.errors import StorageError
-from orchestrator.session import session
+from orchestrator.store import cache as cache_module
 from orchestrator.store.cache import ResponseCache
 from orchestrator.store.trace import NodeRecord, TraceStore
 
@@ -277,12 +278,16 @@ def test_a_cache_locked_past_the_timeout_does_not_end_the_run(
     case costs a second, not half a minute; the holder keeps the lock for the whole run.
     """
 
-    class ImpatientCache(ResponseCache):
-        def __init__(self, path: Path) -> None:
-            super().__init__(path)
-            self._db.execute("PRAGMA busy_timeout=200")
+    made: list[Path] = []
 
-    monkeypatch.setattr(session, "ResponseCache", ImpatientCache)
+    class ImpatientCache(ResponseCache):
+        def __init__(self, path: Path, **kwargs: Any) -> None:
+            super().__init__(path, **kwargs)
+            self._db.execute("PRAGMA busy_timeout=200")
+            made.append(path)
+
+    # Where a run opens its cache (engine/runtime.py calls store.cache.open_cache).
+    monkeypatch.setattr(cache_module, "ResponseCache", ImpatientCache)
     cache = tmp_path / "cache.sqlite"
     ResponseCache(cache).close()
     holder = sqlite3.connect(cache, isolation_level=None)
@@ -297,6 +302,7 @@ def test_a_cache_locked_past_the_timeout_does_not_end_the_run(
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+    assert made == [cache]  # the run's own connection was the impatient one
     assert outcome.manifest["status"] == "complete"
     assert "database is locked" in outcome.manifest["cache_error"]  # and the user is told
     assert sorted(result_ids(out)) == sorted(work.ids)
