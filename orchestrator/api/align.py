@@ -185,6 +185,13 @@ async def aalign(
     name = f"{compiled.name}{SUFFIX}"
     shot_records = job.shots(final)
     aligned_spec = variant_spec(spec, node, chosen.variant, shots=True, name=name)
+    # Where it came from, in the file itself: a reader of the graph alone can trace it back.
+    aligned_spec["description"] = (
+        f"{compiled.name} (graph hash {compiled.content_hash}) aligned by `orchestrator align` "
+        f"on node {node}.{field}: {chosen.label}, {metric} on {len(test)} held-out examples "
+        f"{_said(mine_estimate.value)} against {_said(base_estimate.value)} as given "
+        f"({difference.verdict}); the record is alignment.json beside this file."
+    )
     aligned_texts = variant_texts(job.texts_for(chosen.variant), shot_records)
     notes: list[str] = []
     bounds = integer_range(spec, node, field)
@@ -291,6 +298,10 @@ class _Job:
         target = self.folder / "runs" / f"{where}-{graph.content_hash[:8]}-{rows}"
         await arun(graph, [self.rows[k] for k in ids], out=target, **self.options)
         return node_answers(target, self.node, self.field), target
+
+
+def _said(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.3f}"
 
 
 def _slug(count: int, variant: Variant) -> str:

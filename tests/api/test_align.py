@@ -157,6 +157,8 @@ def test_the_aligned_folder_is_a_new_protocol_that_runs(
     aligned = orc.load_graph(out / "graph.yaml")
     original = orc.load_graph(setup[0])
     assert aligned.name == "judge-aligned" and aligned.content_hash != original.content_hash
+    said = aligned.spec.description or ""
+    assert original.content_hash in said and "better" in said and "alignment.json" in said
     rows = [{"id": "new", "text": "text MARK-e01"}]
     ran = orc.run(aligned, rows, transport=orc.FakeTransport(_with_shots), structured="server")
     assert ran.ok[0].outputs["score"] == TRUTH["e01"]
@@ -238,6 +240,9 @@ def test_the_worked_example_in_the_docs_prints_what_they_say(
     assert "prints `better shots=2 baseline ['e17', 'e40']` and `-0.181 1.0`" in " ".join(
         section.split()
     )
+    # ... and the `validate` line it shows is the written graph's own.
+    written = orc.load_graph(tmp_path / "aligned" / "graph.yaml")
+    assert f"order: judge; hash {written.content_hash}" in section
 
 
 def test_cluster_resamples_whole_users_in_the_test_bootstrap(tmp_path: Path) -> None:
