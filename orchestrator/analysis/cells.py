@@ -11,6 +11,25 @@ CORRELATION_COLUMNS = ["output", "a → b", "n", "pearson", "spearman", "kendall
 LABEL_COLUMNS = ["output", "a → b", "n", "same", "κ", "κ quadratic", "flips"]
 
 
+def run_rows(result: Comparison, shown: int) -> tuple[list[str], list[list[str]]]:
+    """The runs table after each run's label and model: the columns and a row per run
+    (examples, ok, failed, abstained when any run has such, missing with the first
+    `shown` ids)."""
+    abstaining = any(run.abstained for run in result.runs)
+    columns = ["run", "model", "examples", "ok", "failed"]
+    columns += ["abstained", "missing"] if abstaining else ["missing"]
+    rows = []
+    for run in result.runs:
+        missing = str(len(run.missing))
+        if run.missing:
+            listed = ", ".join(run.missing[:shown]) + (", …" if len(run.missing) > shown else "")
+            missing += f" ({listed})"
+        row = [str(run.examples), str(run.ok), str(len(run.failed))]
+        row += [str(len(run.abstained)), missing] if abstaining else [missing]
+        rows.append(row)
+    return columns, rows
+
+
 def pair_label(run_a: str, run_b: str) -> str:
     return f"{run_a} → {run_b}"
 

@@ -101,6 +101,7 @@ def load_run(run: str | Path | RunResult, position: int) -> _Run:
         examples=len(lines),
         ok=sum(line.status == "ok" for line in lines),
         failed=[line.id for line in lines if line.status == "failed"],
+        abstained=[line.id for line in lines if line.status == "abstained"],
     )
     return _Run(info, {line.id: line for line in lines}, _inputs(folder))
 

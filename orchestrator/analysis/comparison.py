@@ -64,6 +64,7 @@ class RunInfo(BaseModel):
     examples: int = 0  # result lines (one per example)
     ok: int = 0
     failed: list[str] = Field(default_factory=list)  # ids whose line failed
+    abstained: list[str] = Field(default_factory=list)  # ids whose judge abstained (`abstain:`)
     missing: list[str] = Field(default_factory=list)  # ids another run has and this lacks
 
 

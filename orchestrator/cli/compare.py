@@ -17,6 +17,7 @@ from ..analysis.cells import (
     difference_cells,
     label_rows,
     pair_label,
+    run_rows,
 )
 from ..analysis.comparison import DIFFERENCE_COLUMNS
 from ..errors import OrchestratorError
@@ -74,20 +75,10 @@ def _agreement(title: str, columns: list[str], rows: list[list[str]]) -> Table |
 
 
 def _runs(result: Comparison) -> Table:
-    table = _table("runs", "run", "model", "examples", "ok", "failed", "missing", left=2)
-    for run in result.runs:
-        missing = str(len(run.missing))
-        if run.missing:
-            shown = ", ".join(run.missing[:3]) + (", …" if len(run.missing) > 3 else "")
-            missing += f" ({shown})"
-        table.add_row(
-            escape(run.label),
-            escape(run.model or "?"),
-            str(run.examples),
-            str(run.ok),
-            str(len(run.failed)),
-            escape(missing),
-        )
+    columns, rows = run_rows(result, shown=3)
+    table = _table("runs", *columns, left=2)
+    for run, row in zip(result.runs, rows, strict=True):
+        table.add_row(escape(run.label), escape(run.model or "?"), *map(escape, row))
     return table
 
 

@@ -14,6 +14,7 @@ from ..analysis.cells import (
     difference_cells,
     label_rows,
     pair_label,
+    run_rows,
 )
 from ..analysis.comparison import DIFFERENCE_COLUMNS, Comparison
 from ..analysis.diff import FirstDifference, RunDiff, path_anchor
@@ -22,28 +23,21 @@ from .render import html_table
 
 def runs_table(result: Comparison, reports: dict[str, str]) -> str:
     """One row per run, its label linked to its report where there is one."""
+    columns, cells = run_rows(result, shown=5)
     rows = []
-    for run in result.runs:
+    for run, row in zip(result.runs, cells, strict=True):
         href = reports.get(run.label)
         label = escape(run.label)
         name = f'<a href="{escape(href)}">{label}</a>' if href else label
-        missing = str(len(run.missing))
-        if run.missing:
-            shown = ", ".join(run.missing[:5]) + (", …" if len(run.missing) > 5 else "")
-            missing += f" ({escape(shown)})"
         rows.append(
             [
                 f"<b>{name}</b>",
                 escape(run.model or "?"),
-                str(run.examples),
-                str(run.ok),
-                str(len(run.failed)),
-                missing,
+                *map(escape, row),
                 escape(run.path or "(in memory)"),
             ]
         )
-    columns = ["run", "model", "examples", "ok", "failed", "missing", "folder"]
-    return html_table(columns, rows, "data runs")
+    return html_table([*columns, "folder"], rows, "data runs")
 
 
 def differences_table(result: Comparison, anchors: dict[str, str]) -> str:

@@ -257,3 +257,19 @@ def test_a_tolerance_counts_near_samples_as_agreeing_as_calibrate_does(tmp_path:
     assert abstain_line(0.6, "score") == "abstain: {threshold: 0.6, field: score}"
     with pytest.raises(GraphError, match=r"abstain\.tolerance"):
         orc.Graph.from_dict(_graph(0.6, tolerance=-1), {"judge.jinja": "Rate <<{{ text }}>>"})
+
+
+def test_compare_counts_abstained_examples_in_its_runs_table(tmp_path: Path) -> None:
+    from orchestrator.report.compare_tables import runs_table
+
+    _run(tmp_path / "strict", Judge())
+    _run(tmp_path / "lenient", Judge(), params={"abstain_at": 0.0})
+    found = orc.compare(tmp_path / "strict", tmp_path / "lenient")
+    assert [len(run.abstained) for run in found.runs] == [SPLIT, 0]
+    assert "<th>abstained</th>" in runs_table(found, {})
+    shown = CliRunner().invoke(
+        app, ["compare", str(tmp_path / "strict"), str(tmp_path / "lenient")]
+    )
+    assert shown.exit_code == 0, shown.output
+    header = next(line for line in shown.output.splitlines() if "failed" in line)
+    assert "abstained" in header and "missing" in header
