@@ -23,6 +23,7 @@ from ..errors import (
 )
 
 if TYPE_CHECKING:
+    from ..analysis.groups import Grouping
     from ..api.run import RunResult
     from ..graph.compiled import CompiledGraph
     from ..local.server import EmbeddedServer
@@ -622,11 +623,16 @@ def summarize(
             "input, e.g. language): n, mean and CI per group.",
         ),
     ] = None,
+    format: Annotated[
+        str, typer.Option(help="table | json (the summary, and the groups of --by)")
+    ] = "table",
 ) -> None:
     """Recompute a run's aggregates (summary.json) from its results, with no LLM request."""
     from ..session.summary import SUMMARY_FIELDS, summarize
     from ..store.records import ABSTAIN_NOTE
 
+    if format not in ("table", "json"):
+        fail(f"--format must be table or json, got {format!r}")
     if graph is not None:
         _compile_or_exit(graph, trust=trust)  # every problem listed, as `validate` does
     try:
@@ -635,6 +641,12 @@ def summarize(
         fail(str(exc))
     except OSError as exc:
         fail(f"could not write the summary: {exc}")
+    if format == "json":
+        groups = None if by is None else _groups(run_dir, by).model_dump(mode="json")
+        typer.echo(json.dumps({"summary": summary, "by": groups}, indent=2, default=str))
+        if _print_aggregate_errors(summary):
+            raise typer.Exit(EXIT_AGGREGATES_FAILED)
+        return
     names = [name for name in summary if name not in SUMMARY_FIELDS]
     where = f"written to {out}" if out else f"rewritten in {run_dir}"
     console.print(f"summary.json {where}: aggregates {', '.join(names) or 'none'}", markup=False)
@@ -649,14 +661,21 @@ def summarize(
         raise typer.Exit(EXIT_AGGREGATES_FAILED)
 
 
-def _print_groups(run_dir: Path, by: str) -> None:
-    """The run's numeric outputs per value of `by`: one row per group and output."""
-    from ..analysis.groups import estimate_cells, summarize_groups
+def _groups(run_dir: Path, by: str) -> Grouping:
+    """The run's numeric outputs per value of `by`, or a usage error naming the problem."""
+    from ..analysis.groups import summarize_groups
 
     try:
-        grouping = summarize_groups(run_dir, by)
+        return summarize_groups(run_dir, by)
     except OrchestratorError as exc:
         fail(str(exc))
+
+
+def _print_groups(run_dir: Path, by: str) -> None:
+    """The run's numeric outputs per value of `by`: one row per group and output."""
+    from ..analysis.groups import estimate_cells
+
+    grouping = _groups(run_dir, by)
     level = f"{grouping.level:.0%} CI"
     table = Table(title=f"results by {escape(by)} ({grouping.source})", title_justify="left")
     for position, column in enumerate((escape(by), "output", "n", "mean", level)):

@@ -255,3 +255,14 @@ def test_the_commands_print_the_groups(
     assert "score" in ru and "12" in ru
     missing = runner.invoke(app, ["summarize", str(judged[1]), "--out", str(out), "--by", "x"])
     assert missing.exit_code != 0 and "no row has a value of 'x'" in missing.output
+    as_json = runner.invoke(
+        app,
+        ["summarize", str(judged[1]), "--out", str(out), "--by", "language", "--format", "json"],
+    )
+    assert as_json.exit_code == 0, as_json.output
+    printed = json.loads(as_json.stdout)
+    assert printed["summary"] == json.loads(out.read_text())
+    groups = {group["key"]: group for group in printed["by"]["groups"]}
+    assert list(groups) == list(LANGUAGES) and printed["by"]["source"] == "input"
+    (ru_score,) = [e for e in groups["ru"]["estimates"] if e["output"] == "score"]
+    assert ru_score["n"] == 12
