@@ -48,7 +48,7 @@ def load_files(ck: Checker) -> dict[str, Any]:
         try:
             text, _, _ = loader.get_source(ck.env, path)
         except TemplateNotFound:
-            ck.problem(f"'{path}' not found in the prompts folder {_where(ck)}", field=where)
+            ck.problem(f"'{path}' not found under {_where(ck)}", field=where)
             continue
         except TemplateError as exc:  # outside the folder, too large, not UTF-8
             ck.problem(str(exc).replace("template '", "file '", 1), field=where)

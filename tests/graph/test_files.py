@@ -130,7 +130,7 @@ def test_the_run_folder_snapshot_keeps_the_file(tmp_path: Path) -> None:
     [
         ("../outside.json", "leaves the prompts folder"),
         ("/etc/passwd", "absolute path"),
-        ("missing.json", "not found in the prompts folder"),
+        ("missing.json", "not found under"),
         ("broken.json", "not JSON"),
         ("broken.jsonl", "line 2 is not JSON"),
     ],
