@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from ..analysis.align import isotonic as iso
-from ..analysis.align.answers import node_answers
+from ..analysis.align.answers import node_answers, node_values
 from ..analysis.align.labels import Coder, read_truth
 from ..analysis.align.record import METRICS, Alignment, Configuration, Metric, Shot, Side, Variant
 from ..analysis.align.scoring import compare
@@ -144,12 +144,14 @@ async def aalign(
     job = _Job(compiled, spec, texts, node, field, rows, label_of, truth, folder, run_options)
 
     # -- the search: every configuration on every fold, search-set examples only ---------
+    if any(counts):
+        await job.read_upstream(search)
     answers: dict[tuple[int, int], dict[str, Any]] = {}  # (count, variant) → id → answer
     for count in counts:
         for index, variant in enumerate(chosen_variants):
             found: dict[str, Any] = {}
             for k, fold in enumerate(fold_ids):
-                pool = [x for j, f in enumerate(fold_ids) if j != k for x in f]
+                pool = job.showable([x for j, f in enumerate(fold_ids) if j != k for x in f])
                 picked = draw_shots(pool, groups, count, seed, draw=k)
                 where = f"search/{_slug(count, variant)}/fold-{k + 1}"
                 found.update((await job.answers(variant, picked, fold, where))[0])
@@ -166,7 +168,7 @@ async def aalign(
 
     # -- the test phase: the graph as given and the chosen one, once each ----------------
     baseline = Configuration()
-    final = draw_shots(search, groups, chosen.shots, seed, draw=folds)
+    final = draw_shots(job.showable(search), groups, chosen.shots, seed, draw=folds)
     base_answers, base_run = await job.answers(Variant(), [], test, "test/baseline")
     mine_answers, _ = await job.answers(chosen.variant, final, test, "test/aligned")
     base_judged = coder.answers(base_answers, test)
@@ -262,13 +264,41 @@ class _Job:
         self.rows, self.label_of, self.truth = rows, label_of, truth
         self.folder, self.options = folder, options
         self.inputs = [*compiled.spec.inputs, *compiled.spec.optional_inputs]
+        # The nodes the judging node reads: a shot shows their values for its example (taken
+        # from a run of the graph as given over the search set), so an example turn renders
+        # as the real one does.
+        self.upstream = sorted(compiled.nodes[node].deps)
+        self.upstream_values: dict[str, dict[str, Any]] = {}
+
+    def showable(self, ids: Sequence[str]) -> list[str]:
+        """The ids a shot may be drawn from: all, or those whose upstream values the
+        graph as given produced (an example whose upstream node failed cannot be shown)."""
+        if not self.upstream:
+            return list(ids)
+        values = self.upstream_values
+        return [k for k in ids if k in values and None not in values[k].values()]
 
     def shots(self, ids: Sequence[str]) -> list[Shot]:
-        """The shot records of labelled examples."""
-        return [
-            shot_record(k, self.rows[k], self.inputs, self.field, self.label_of[k], self.truth[k])
-            for k in ids
-        ]
+        """The shot records of labelled examples, with the values of the nodes the judging
+        node reads (`read_upstream` must have run over them)."""
+        found = []
+        for k in ids:
+            shot = shot_record(
+                k, self.rows[k], self.inputs, self.field, self.label_of[k], self.truth[k]
+            )
+            if self.upstream:
+                shot.inputs.update(self.upstream_values.get(k) or dict.fromkeys(self.upstream))
+            found.append(shot)
+        return found
+
+    async def read_upstream(self, ids: Sequence[str]) -> None:
+        """Run the graph as given over `ids` (search-set examples only) and keep the values
+        of the nodes the judging node reads. Its requests are those the search's baseline
+        runs send, which then find them in the cache."""
+        if not self.upstream:
+            return
+        _, folder = await self.answers(Variant(), [], ids, "search/upstream")
+        self.upstream_values = node_values(folder, self.upstream)
 
     def texts_for(self, variant: Variant) -> dict[str, str]:
         """The graph's own templates plus the one a template variant names."""

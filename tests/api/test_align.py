@@ -358,3 +358,30 @@ def test_the_variants_a_graph_lists_are_searched_and_checked(tmp_path: Path) -> 
         with pytest.raises(GraphError, match="variants") as caught:
             orc.load_graph(bad)
         assert expected in str(caught.value)
+
+
+def test_shots_carry_the_values_of_the_nodes_the_judge_reads(tmp_path: Path) -> None:
+    # As PERSE's judge reads the profile a compute node picked: each example turn must
+    # render with its own example's value of that node, never the row being judged.
+    graph_dict = judge_graph()
+    graph_dict["nodes"] = {
+        "shown": {"kind": "compute", "function": "identity", "args": {"value": "text"}},
+        "judge": {**graph_dict["nodes"]["judge"], "after": ["shown"]},
+    }
+    prompt = "Rate: {{ shown }}"
+    graph = write_graph(tmp_path / "g", graph_dict, {"judge.jinja": prompt})
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": k, "text": f"text MARK-{k}"} for k in TRUTH])
+    labels = write_rows(tmp_path / "l.jsonl", [{"id": k, "score": v} for k, v in TRUTH.items()])
+    found, transport = _align((graph, data, labels), tmp_path / "out", _with_shots)
+    assert found.verdict == "better" and found.chosen.shots == 2
+    shots = json.loads((tmp_path / "out/prompts/shots.json").read_text())
+    assert [s["inputs"]["shown"] for s in shots] == [f"text MARK-{s['id']}" for s in shots]
+    for request in transport.node_requests:
+        turns = [m["content"] for m in request.messages if m["role"] == "user"]
+        # Every turn shows a different example: no example turn repeats the judged row.
+        assert len(set(turns)) == len(turns)
+    # Shots come from the search set only, and so does the run that gave their values.
+    assert not set(found.shots) & set(found.test_ids)
+    upstream = next((tmp_path / "out/runs/search").glob("upstream-*"))
+    ran = {line.id for line in orc.RunReader(upstream).latest_results()}
+    assert ran == set(found.search_ids)

@@ -1,13 +1,16 @@
-"""The judging node's answers in a finished run folder, read from its trace."""
+"""The judging node's answers in a finished run folder, and the values of the nodes it
+reads (for its shots), read from the run's trace."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...store.reader import RunReader
+from ...store.records import WHOLE
 from ..metaeval import field_value
 
 
@@ -27,4 +30,24 @@ def node_answers(folder: Path, node: str, field: str) -> dict[str, Any]:
         found[run.example_id] = (
             float(np.mean(said)) if numeric else max(said, key=lambda v: (said.count(v), str(v)))
         )
+    return found
+
+
+def node_values(folder: Path, nodes: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each example's values of `nodes` as the run left them: a node's value, a `foreach`
+    node's list of item values, None for a node that was skipped or failed."""
+    latest: dict[tuple[str, str, int], Any] = {}
+    for run in RunReader(folder).node_runs():  # oldest first: a later run wins
+        if run.node in nodes:
+            value = run.value if run.status == "ok" else None
+            latest[(run.example_id, run.node, run.item)] = value
+    found: dict[str, dict[str, Any]] = {}
+    items: dict[tuple[str, str], list[Any]] = {}
+    for (example, node, item), value in sorted(latest.items(), key=lambda kv: kv[0]):
+        if item == WHOLE:
+            found.setdefault(example, {})[node] = value
+        else:
+            items.setdefault((example, node), []).append(value)
+    for (example, node), values in items.items():
+        found.setdefault(example, {})[node] = values
     return found
