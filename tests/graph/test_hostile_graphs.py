@@ -544,6 +544,32 @@ CASES: list[Case] = [
         setup=lambda root: (root / "prompts" / "linked.jinja").symlink_to(root / "secret.txt"),
         cli=True,
     ),
+    Case(
+        "data file ../secret.txt",
+        graph_text(files={"secret": "../secret.txt"}),
+        field="files.secret",
+        says="leaves the prompts folder",
+    ),
+    Case(
+        "data file /etc/passwd",
+        graph_text(files={"secret": "/etc/passwd"}),
+        field="files.secret",
+        says="absolute path",
+    ),
+    Case(
+        "symlinked data file pointing outside",
+        graph_text(files={"secret": "linked.json"}),
+        field="files.secret",
+        says="outside the prompts folder",
+        setup=lambda root: (root / "prompts" / "linked.json").symlink_to(root / "secret.txt"),
+        cli=True,
+    ),
+    Case(
+        "variant template outside",
+        graph_text(variants=["prompt=../secret.txt"]),
+        field="variants[0]",
+        says="leaves the prompts folder",
+    ),
     # --- output schemas --------------------------------------------------------------------
     Case(
         "bad schema type",
