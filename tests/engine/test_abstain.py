@@ -273,3 +273,14 @@ def test_compare_counts_abstained_examples_in_its_runs_table(tmp_path: Path) -> 
     assert shown.exit_code == 0, shown.output
     header = next(line for line in shown.output.splitlines() if "failed" in line)
     assert "abstained" in header and "missing" in header
+
+
+def test_the_judge_card_counts_abstentions_per_node(tmp_path: Path) -> None:
+    from orchestrator.analysis.card.cells import sections
+
+    _run(tmp_path / "run", Judge())
+    card = orc.judge_card(tmp_path / "run")
+    (judge,) = [r for r in card.reliability if r.node == "judge"]
+    assert (judge.calls, judge.abstentions, judge.failures) == (SURE + SPLIT, SPLIT, 0)
+    table = sections(card)[0]
+    assert table.columns[-1] == "abstained" and table.rows[0][-1] == str(SPLIT)

@@ -41,10 +41,13 @@ def _model(model: str | None) -> str:
 def sections(card: JudgeCard) -> list[Section]:
     """Every non-empty part of the card as a table, in the order the docs describe them."""
     found: list[Section] = []
+    # An `abstained` column only for a card whose judges abstained: most never can.
+    abstaining = any(r.abstentions for r in card.reliability)
     found.append(
         Section(
             "Reliability of the calls",
-            ["node", "model", "calls", "first-try invalid", "re-asks", "truncated", "failed"],
+            ["node", "model", "calls", "first-try invalid", "re-asks", "truncated", "failed"]
+            + (["abstained"] if abstaining else []),
             [
                 [
                     r.node,
@@ -55,6 +58,7 @@ def sections(card: JudgeCard) -> list[Section]:
                     str(r.truncations),
                     str(r.failures),
                 ]
+                + ([str(r.abstentions)] if abstaining else [])
                 for r in card.reliability
             ],
         )

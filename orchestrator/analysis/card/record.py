@@ -28,6 +28,7 @@ class Reliability(BaseModel):
     truncations: int  # replies cut off at max_tokens
     failures: int  # calls that ended failed
     transport_failures: int  # requests that never got a reply
+    abstentions: int = 0  # calls whose judge was less sure than its `abstain:` threshold
 
 
 class Distribution(BaseModel):

@@ -35,6 +35,7 @@ def reliability(runs: Iterable[NodeRun]) -> list[Reliability]:
                 truncations=sum(a.kind == "truncated" for r in group for a in r.attempts),
                 failures=sum(r.status == "failed" for r in group),
                 transport_failures=sum(a.kind == "transport" for r in group for a in r.attempts),
+                abstentions=sum(r.status == "abstained" for r in group),
             )
         )
     return out
