@@ -30,8 +30,8 @@ _EXPORTS = {
     "diff": ".api.diff",
     "power": ".api.power",
     "PowerEstimate": ".api.power",
-    "calibrate": ".api.calibrate",
-    "Calibration": ".api.calibrate",
+    "calibrate": ".analysis.calibrate",
+    "Calibration": ".analysis.calibrate",
     "align": ".api.align",
     "Alignment": ".api.align",
     "export": ".analysis.export",
@@ -78,13 +78,13 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from .analysis.calibrate import Calibration, calibrate
     from .analysis.card.stability import Retest, Stability
     from .analysis.compare import compare
     from .analysis.export import export, node_runs_frame
     from .analysis.groups import summarize
     from .analysis.ratings import ratings_across_runs
     from .api.align import Alignment, align
-    from .api.calibrate import Calibration, calibrate
     from .api.card import JudgeCard, judge_card
     from .api.diff import diff
     from .api.power import PowerEstimate, power

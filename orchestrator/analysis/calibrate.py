@@ -29,7 +29,7 @@ from ..store.reader import RunReader, TraceReader
 from .metaeval import annotated, judge_value, label_truth, read_labels
 from .metaeval_stats import Bootstrap
 
-__all__ = ["Calibration", "binomial_tail", "calibrate_run", "select_threshold"]
+__all__ = ["Calibration", "binomial_tail", "calibrate", "select_threshold"]
 log = logging.getLogger(__name__)
 
 NO_CONFIDENCE = (
@@ -106,7 +106,7 @@ def select_threshold(
     return np.where(any_kept, chosen, np.nan)
 
 
-def calibrate_run(
+def calibrate(
     run_dir: str | Path,
     labels: str | Path,
     *,
@@ -116,11 +116,16 @@ def calibrate_run(
     delta: float = 0.1,
     tolerance: float = 0.0,
 ) -> Calibration:
-    """Pick the lowest confidence threshold at which the error among answered examples is
-    at most `risk` with probability at least 1 − `delta` (Learn then Test, see the module).
+    """The threshold at which `node`'s answers in `field` err on at most `risk` of the
+    examples it answers, with probability at least 1 − `delta`, from a labelled run.
 
-    Answers are the run's `field` (as `meta-eval` reads it) for labelled ok examples; the
-    confidence comes from `node`'s trace records.
+    `labels` is a JSONL file as `meta-eval` reads it; an answer further than `tolerance`
+    from a score label (or any other choice) is an error. Answers are the run's `field` for
+    labelled ok examples; confidence is the probability of the answer's token (the node
+    asked for `logprobs:`) or the share of its `n:` samples that agree with the answer, read
+    from `node`'s trace records; a run with neither raises CalibrationError. When no
+    threshold meets `risk`, `threshold` is None and `coverage` 0. Learn then Test with
+    fixed-sequence testing and exact binomial p-values: see the module.
     """
     if not 0.0 < risk < 1.0 or not 0.0 < delta < 1.0:
         raise ValueError(f"risk and delta must be between 0 and 1, got {risk!r}, {delta!r}")

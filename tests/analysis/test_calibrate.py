@@ -11,7 +11,7 @@ import orjson
 import pytest
 from scipy.stats import binom
 
-from orchestrator.analysis.calibrate import binomial_tail, calibrate_run, select_threshold
+from orchestrator.analysis.calibrate import binomial_tail, calibrate, select_threshold
 from orchestrator.errors import CalibrationError
 from orchestrator.store.records import NodeRun
 from orchestrator.store.trace import TraceStore
@@ -104,7 +104,7 @@ def test_a_run_with_logprobs_is_calibrated(tmp_path: Path) -> None:
     truth = {k: 4 if i < 100 else 1 for i, k in enumerate(ids)}
     run = _run(tmp_path / "run", values, answers)
     labels = _labels(tmp_path / "l.jsonl", truth)
-    found = calibrate_run(run, labels, node="judge", field="score", risk=0.1, delta=0.1)
+    found = calibrate(run, labels, node="judge", field="score", risk=0.1, delta=0.1)
     assert found.source == "logprobs"
     assert found.threshold == pytest.approx(0.95)
     assert found.coverage == pytest.approx(100 / 120)
@@ -119,9 +119,9 @@ def test_samples_agreement_and_tolerance(tmp_path: Path) -> None:
     truth = {k: 5 if i < 100 else 1 for i, k in enumerate(ids)}  # off by one on the first 100
     run = _run(tmp_path / "run", values, {k: 4 for k in ids})
     labels = _labels(tmp_path / "l.jsonl", truth)
-    strict = calibrate_run(run, labels, node="judge", field="score", risk=0.1)
+    strict = calibrate(run, labels, node="judge", field="score", risk=0.1)
     assert strict.threshold is None and strict.coverage == 0.0 and strict.message
-    lenient = calibrate_run(run, labels, node="judge", field="score", risk=0.1, tolerance=1)
+    lenient = calibrate(run, labels, node="judge", field="score", risk=0.1, tolerance=1)
     assert lenient.source == "samples" and lenient.threshold == 1.0
 
 
@@ -129,7 +129,7 @@ def test_a_run_without_logprobs_or_samples_is_refused(tmp_path: Path) -> None:
     run = _run(tmp_path / "run", {"e1": {"score": 4}}, {"e1": 4})
     with pytest.raises(CalibrationError, match=r"logprobs: .*n: "):
         labels = _labels(tmp_path / "l.jsonl", {"e1": 4})
-        calibrate_run(run, labels, node="judge", field="score", risk=0.1)
+        calibrate(run, labels, node="judge", field="score", risk=0.1)
 
 
 def test_several_annotators_count_once_by_their_consensus(tmp_path: Path) -> None:
@@ -140,5 +140,5 @@ def test_several_annotators_count_once_by_their_consensus(tmp_path: Path) -> Non
     # Three people per example: one consensus label each, not three labels.
     lines = [{"id": k, "labels": [{"score": 4}, {"score": 4}, {"score": 4}]} for k in ids]
     labels.write_bytes(b"\n".join(orjson.dumps(x) for x in lines))
-    found = calibrate_run(run, labels, node="judge", field="score", risk=0.1)
+    found = calibrate(run, labels, node="judge", field="score", risk=0.1)
     assert found.n == 60 and found.errors == 0
