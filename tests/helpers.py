@@ -167,3 +167,20 @@ def trace_records(
 
     with TraceReader.open(trace) as reader:
         return [run.model_dump() for run in reader.node_runs(example, node)]
+
+
+def scripted_run(
+    out: Path, spec: dict[str, Any], template: str, rows: list[dict[str, Any]], scores: Any
+) -> Path:
+    """`spec` (a one-judge graph writing `score`) run over `rows` into `out` by a fake judge
+    that gives row i the score `scores[i]`; the prompt `template` must render `#i#` (a row
+    field holding it), which is how the judge knows the row."""
+    graph = orc.Graph.from_dict(spec, prompts={"judge.jinja": template})
+
+    def respond(request: Any) -> str:
+        i = int(request.messages[-1]["content"].split("#")[1])
+        return json.dumps({"score": float(scores[i])})
+
+    fake = orc.FakeTransport(respond, models=["judge"])
+    orc.run(graph, rows, out=out, transport=fake, model="judge", overwrite=True)
+    return out

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import scripted_run
 from typer.testing import CliRunner
 
 import orchestrator as orc
@@ -18,7 +19,6 @@ from orchestrator.analysis import paired
 from orchestrator.analysis.power import SIGN_FLIP_MINIMUM, one_way_icc, required_n
 from orchestrator.cli import app
 from orchestrator.errors import ConfigurationError
-from orchestrator.providers.fake import FakeRequest
 
 PILOT = 240  # examples: 48 users of 5
 USERS, PER_USER = 48, 5
@@ -36,19 +36,11 @@ SPEC: dict[str, Any] = {
 
 
 def _run(out: Path, system: str, scores: np.ndarray, users: np.ndarray) -> Path:
-    graph = orc.Graph.from_dict(SPEC, prompts={"judge.jinja": "Rate {{ text }}"})
     rows = [
         {"id": f"e{i:03d}", "text": f"{system} #{i}#", "user": f"u{users[i]:02d}"}
         for i in range(len(scores))
     ]
-
-    def respond(request: FakeRequest) -> str:
-        i = int(request.messages[-1]["content"].split("#")[1])
-        return json.dumps({"score": float(scores[i])})
-
-    fake = orc.FakeTransport(respond, models=["judge"])
-    orc.run(graph, rows, out=out, transport=fake, model="judge", overwrite=True)
-    return out
+    return scripted_run(out, SPEC, "Rate {{ text }}", rows, scores)
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import scripted_run
 from typer.testing import CliRunner
 
 import orchestrator as orc
 from orchestrator.cli import app
-from orchestrator.providers.fake import FakeRequest
 
 USERS, PER_USER = 12, 4
 SPEC: dict[str, Any] = {
@@ -27,19 +27,11 @@ SPEC: dict[str, Any] = {
 
 
 def _run(out: Path, system: str, scores: np.ndarray) -> Path:
-    graph = orc.Graph.from_dict(SPEC, prompts={"judge.jinja": "Rate {{ output }}"})
     rows = [
         {"id": f"e{i:02d}", "output": f"{system} #{i}#" + "x" * i, "user": f"u{i // PER_USER}"}
         for i in range(len(scores))
     ]
-
-    def respond(request: FakeRequest) -> str:
-        i = int(request.messages[-1]["content"].split("#")[1])
-        return json.dumps({"score": float(scores[i])})
-
-    fake = orc.FakeTransport(respond, models=["judge"])
-    orc.run(graph, rows, out=out, transport=fake, model="judge", overwrite=True)
-    return out
+    return scripted_run(out, SPEC, "Rate {{ output }}", rows, scores)
 
 
 @pytest.fixture(scope="module")
