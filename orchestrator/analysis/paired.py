@@ -34,6 +34,12 @@ class SignFlip:
     count: int  # sign vectors enumerated (exact) or drawn (Monte Carlo)
 
 
+def _check_permutations(permutations: object) -> None:
+    """The Monte-Carlo tests' draw count: a positive integer (True is not one)."""
+    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
+        raise ValueError(f"permutations must be a positive integer, got {permutations!r}")
+
+
 def _array(values: ArrayLike) -> Any:
     import numpy as np
 
@@ -73,8 +79,7 @@ def sign_flip_test(
                 sums += np.where((masks >> bit) & 1, -value, value)
             hits += int(np.count_nonzero(np.abs(sums) >= threshold))
         return SignFlip(hits / total, "exact", total)
-    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-        raise ValueError(f"permutations must be a positive integer, got {permutations!r}")
+    _check_permutations(permutations)
     rng = np.random.default_rng(seed)
     hits = 0
     rows = max(1, 4_000_000 // k)
@@ -210,8 +215,7 @@ def sign_flip_interval(
         method: Literal["exact", "monte-carlo"] = "exact"
         count = int(masks.size)
     else:
-        if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-            raise ValueError(f"permutations must be a positive integer, got {permutations!r}")
+        _check_permutations(permutations)
         # The non-zero differences' signs are drawn exactly as sign_flip_test draws them.
         rng = np.random.default_rng(seed)
         chunk = max(1, 4_000_000 // k)
@@ -304,8 +308,7 @@ def cluster_sign_flip(
         test = SignFlip(hits / total, "exact", total)
         denominator, method, count = float(total), "exact", total
     else:
-        if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-            raise ValueError(f"permutations must be a positive integer, got {permutations!r}")
+        _check_permutations(permutations)
         rng = np.random.default_rng(seed)
         chunk = max(1, 4_000_000 // count_clusters)
         signed_sums, signed_sizes = [], []
