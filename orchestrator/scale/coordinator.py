@@ -157,7 +157,7 @@ class Coordinator:
             if report.failure is not None:
                 failure = report.failure
                 kind = ServerGone if failure.kind == "server gone" else WorkerFailed
-                self.stop_server(kind(failure.message), cancel=True)
+                self._stop(kind(failure.message), cancel=True)
             if report.final:
                 self.live.discard(link.name)
                 self._room.set()
@@ -177,11 +177,7 @@ class Coordinator:
             self.in_flight[link.name] += Counter()  # drop ids at zero
             self._room.set()
         self.reported[link.name] = report.stats
-        self.workers[link.name]["examples"] = (
-            report.stats.examples_ok
-            + report.stats.examples_failed
-            + report.stats.examples_abstained
-        )
+        self.workers[link.name]["examples"] = report.stats.ended()
         self._count()
         if report.events:
             self.events.adopt(report.events, link.name)
@@ -198,9 +194,9 @@ class Coordinator:
     def _lose(self, link: WorkerLink, exc: WorkerLost) -> None:
         self.live.discard(link.name)
         lost = self.in_flight[link.name].total()
-        done = self.stats.examples_ok + self.stats.examples_failed + self.stats.examples_abstained
+        done = self.stats.ended()
         self.events.emit(WorkerLostEvent(worker=link.name, cause=str(exc), in_flight=lost), log)
-        self.stop_server(
+        self._stop(
             WorkerLost(
                 f"{exc}; its {lost} examples in flight are lost, the {done} finished by this "
                 f"run are saved in {self.store.describe()}: re-run the same command to "
@@ -209,7 +205,7 @@ class Coordinator:
             cancel=False,  # the others finish what they hold: less to redo
         )
 
-    def stop_server(self, error: Exception, cancel: bool) -> None:
+    def _stop(self, error: Exception, cancel: bool) -> None:
         if self.error is None:
             self.error = error
         self._room.set()

@@ -338,14 +338,13 @@ class Counts:
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    def ended(self) -> int:
+        """Examples this part of the run ended: ok, failed or abstained."""
+        return self.examples_ok + self.examples_failed + self.examples_abstained
+
     def finished(self) -> int:
-        """Examples done so far: ok, failed, abstained, or kept from an earlier part."""
-        return (
-            self.examples_ok
-            + self.examples_failed
-            + self.examples_abstained
-            + self.examples_resumed
-        )
+        """Examples done so far: those this part ended, and those kept from an earlier one."""
+        return self.ended() + self.examples_resumed
 
     def tokens_per_second(self) -> float:
         """Completion tokens per second since the counters started."""
