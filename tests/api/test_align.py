@@ -349,6 +349,9 @@ def test_the_variants_a_graph_lists_are_searched_and_checked(tmp_path: Path) -> 
     assert found.chosen.label == "shots=0 prompt=strict.jinja" and found.verdict == "better"
     # The template travels with the graph: it is part of its identity.
     assert "strict.jinja" in orc.load_graph(case[0]).templates
+    before = orc.load_graph(case[0]).content_hash
+    (case[0].parent / "prompts" / "strict.jinja").write_text("Rate (stricter): {{ text }}")
+    assert orc.load_graph(case[0]).content_hash != before  # a new graph, a new run key
     for variants, expected in (
         (["prompt=missing.jinja"], "no template 'missing.jinja'"),
         (["params.nope=1"], "declares no param 'nope'"),
