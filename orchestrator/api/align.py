@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from jinja2 import TemplateError
 
 from ..analysis.align import isotonic as iso
 from ..analysis.align.answers import node_answers, node_values
@@ -50,6 +51,7 @@ from ..analysis.metaeval_stats import Bootstrap
 from ..data.sources import as_source
 from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
+from ..graph.loaders import PromptLoader
 from ..report.align_page import write_page
 from ..store.reader import RunReader
 from .run import _blocking, arun, load_graph
@@ -370,20 +372,23 @@ def _templates(
     compiled: CompiledGraph, variants: Sequence[str | Variant], extra: Mapping[str, str] | None
 ) -> dict[str, str]:
     """The graph's templates, `extra`, and, for a graph file, each template a variant
-    names that its prompts folder holds (read from inside that folder only)."""
+    names that its prompts folder holds, read by the loader templates are read with (the
+    folder's boundary, the size limit, UTF-8); one it cannot read is left for
+    `check_variant` to name."""
     texts = {**compiled.templates, **dict(extra or {})}
     folder = compiled.prompts_dir
     if folder is None or not compiled.path.is_file():
         return texts
-    root = folder.resolve()
+    loader = PromptLoader(str(folder))
     for given in variants:
         variant = given if isinstance(given, Variant) else parse_variant(given)
         name = str(variant.value)
         if variant.key not in ("prompt", "system") or name in texts:
             continue
-        path = (root / name).resolve()
-        if path.is_relative_to(root) and path.is_file():
-            texts[name] = path.read_text(encoding="utf-8")
+        try:
+            texts[name] = loader.get_source(None, name)[0]
+        except TemplateError:
+            continue
     return texts
 
 

@@ -388,3 +388,14 @@ def test_shots_carry_the_values_of_the_nodes_the_judge_reads(tmp_path: Path) -> 
     upstream = next((tmp_path / "out/runs/search").glob("upstream-*"))
     ran = {line.id for line in orc.RunReader(upstream).latest_results()}
     assert ran == set(found.search_ids)
+
+
+def test_a_variant_template_is_read_only_from_inside_the_prompts_folder(
+    setup: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    graph = setup[0]
+    (graph.parent / "secret.txt").write_text("API_KEY=do-not-read")
+    (graph.parent / "prompts" / "linked.jinja").symlink_to(graph.parent / "secret.txt")
+    for name in ("../secret.txt", "linked.jinja", "/etc/passwd"):
+        with pytest.raises(ConfigurationError, match="no template"):
+            _align(setup, tmp_path / "out", _with_shots, variants=[f"prompt={name}"])
