@@ -8,6 +8,9 @@ such a server carries its `DeferredServer`; the sender awaits `ready()` before a
 takes a slot or starts its deadline, so the start's minutes are not a request's time, and
 many requests racing the first miss start it once. Once it is up, each hook registered
 with `on_start` runs (the in-flight limit is tuned from the server's load from then on).
+A hook belongs to the run that registered it: that run withdraws it when it ends, so a later
+run on the same server (the demo's second graph) never runs a finished run's hook on its
+closed connections.
 """
 
 from __future__ import annotations
@@ -59,9 +62,16 @@ class DeferredServer:
         self.abandoned = threading.Event()
         self._waiting = 0  # requests awaiting the start; only the event loop's threads count
 
-    def on_start(self, hook: StartHook) -> None:
-        """Run `hook` in the event loop once the server is up."""
+    def on_start(self, hook: StartHook) -> Callable[[], None]:
+        """Run `hook` in the event loop once the server is up; the function returned
+        withdraws it (the registering run calls it when it ends)."""
         self._hooks.append(hook)
+
+        def withdraw() -> None:
+            if hook in self._hooks:
+                self._hooks.remove(hook)
+
+        return withdraw
 
     async def ready(self) -> None:
         """Return once the server is up, starting it if no one has; ServerGone (the run

@@ -97,6 +97,9 @@ class ServerRegistry:
         self._endpoints: dict[tuple[tuple[str, ...], str, str, int], Endpoint] = {}
         # Replicas whose server starts on first use, until it has.
         self._not_started: dict[Replica, DeferredServer] = {}
+        # Their tuning hooks, withdrawn at close: a server this run never started may be
+        # started by the next run in this process, which must not tune this run's replicas.
+        self._withdraw: list[Callable[[], None]] = []
         # One pool per (URL, key, provider): id(None) for the registry's own provider.
         self._pools: dict[tuple[str, str, int], Connection] = {}
         # API keys in use: a server may quote one back in an error, and nothing a server
@@ -195,7 +198,7 @@ class ServerRegistry:
                 if url in starts:
                     # Its load can be read only once it runs: its limit is settled then.
                     self._not_started[replica] = starts[url]
-                    starts[url].on_start(self._tuning_hook(replica))
+                    self._withdraw.append(starts[url].on_start(self._tuning_hook(replica)))
         if urls not in self._sets:
             self._sets[urls] = ReplicaSet(
                 [self._replicas[u] for u in urls],
@@ -292,6 +295,9 @@ class ServerRegistry:
             ) from exc
 
     async def close(self) -> None:
+        for withdraw in self._withdraw:
+            withdraw()
+        self._withdraw.clear()
         await self.tuner.stop()
         for replicas in self._sets.values():
             await replicas.close()

@@ -201,6 +201,27 @@ def test_the_cli_starts_the_embedded_server_only_for_a_miss(
     assert "Stopping the embedded server" not in again.output
 
 
+@pytest.mark.reliability
+def test_the_demo_runs_twice_on_one_machine(
+    fake_vllm: embedded_tests.FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two graphs in one process against one server started on first use (issue 34 item 1).
+    The first demo starts it for pointwise (cold cache). The second, into a new folder,
+    answers pointwise from the cache, so the server is first needed by ExPerT: the
+    pointwise run's tuning hook, registered on the server it never started, must not run
+    on that finished run's closed connections ("the client has been closed")."""
+    monkeypatch.setattr(embedded, "DEFAULT_PORT", embedded.free_port())
+    runner = CliRunner()
+    for folder in ("first", "second"):
+        done = runner.invoke(app, ["demo", "--out", str(tmp_path / folder), "--limit", "2"])
+        assert done.exit_code == 0, done.output
+        assert "client has been closed" not in done.output
+        for name in ("pointwise", "expert"):
+            lines = (tmp_path / folder / name / "results.jsonl").read_text().splitlines()
+            assert [json.loads(line)["status"] for line in lines] == ["ok", "ok"], name
+    assert len(fake_vllm.started()) == 2  # one server per demo, started on its first miss
+
+
 class WatchingStarter:
     """A start that waits for `server.abandoned` (as the embedded server's wait does)."""
 
