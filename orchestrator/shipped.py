@@ -5,6 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# The name on the package index. `orchestrator` there is an unrelated project, so the
+# distribution has its own name; the import name and the command stay `orchestrator`.
+DISTRIBUTION = "orchestrator-judge"
+
+
+def pip_install(extra: str | None = None) -> str:
+    """The pip command that installs this package (with `extra`), for hints the tool prints."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'" if extra else f"pip install {DISTRIBUTION}"
+
+
 _PACKAGE = Path(__file__).resolve().parent
 # In a wheel the three folders are copied under the package (see pyproject.toml).
 _CANDIDATES = (_PACKAGE / "_shipped", _PACKAGE.parent)

@@ -47,7 +47,7 @@ def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         text=True,
     )
-    (wheel,) = work.glob("orchestrator-*.whl")
+    (wheel,) = work.glob("orchestrator_judge-*.whl")
     return wheel
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import orjson
 
 from ..errors import ConfigurationError, RunFolderError
+from ..shipped import pip_install
 from ..store.folder import RESULTS, TRACES, damaged_line, read_only
 from ..store.reader import RunReader, open_read_only
 from ..store.records import WHOLE, NodeRun, ResultLine
@@ -255,7 +256,7 @@ def node_runs_frame(folder: Path | str) -> Any:
         import pandas as pd
     except ImportError:
         raise ConfigurationError(
-            "node_runs_frame needs pandas: pip install pandas (or 'orchestrator[data]')"
+            f"node_runs_frame needs pandas: pip install pandas (or {pip_install('data')})"
         ) from None
     table = node_runs_table(folder)
     return pd.DataFrame(list(table.rows()), columns=table.columns)
@@ -281,7 +282,7 @@ def _pyarrow() -> tuple[Any, Any]:
         import pyarrow.parquet as pq
     except ImportError:
         raise ConfigurationError(
-            "Parquet export needs pyarrow: pip install 'orchestrator[data]' (the 'data' extra) "
+            f"Parquet export needs pyarrow: {pip_install('data')} (the 'data' extra) "
             "or pip install pyarrow; CSV and JSONL need nothing more (--format csv|jsonl)"
         ) from None
     return pa, pq

@@ -40,6 +40,7 @@ from ..providers.registry import make_provider
 from ..scale import Executor, Workers, parse_workers
 from ..session.plan import Resample, make_plan
 from ..session.session import run_session
+from ..shipped import pip_install
 from ..store.folder import RunFolder
 from ..store.protocol import MemoryStore, RunStore
 from ..store.reader import RunReader
@@ -120,7 +121,7 @@ class RunResult:
             import pandas as pd
         except ImportError:
             raise ConfigurationError(
-                "to_pandas needs pandas: pip install pandas (or 'orchestrator[data]')"
+                f"to_pandas needs pandas: pip install pandas (or {pip_install('data')})"
             ) from None
         return pd.DataFrame([line.flat() for line in self.results])
 

@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..shipped import pip_install
 from .app import app, console, fail
 
 
@@ -36,7 +37,7 @@ def functions(
         required = [a.name for a in doc.arguments if a.default is None]
         console.print(f"\nrequired arguments: {', '.join(required) or 'none'}")
         if doc.extra:
-            console.print(f"needs: pip install 'orchestrator[{doc.extra}]'")
+            console.print(f"needs: {pip_install(doc.extra)}")
         return
     table = Table(show_header=True, header_style="bold")
     table.add_column("function")

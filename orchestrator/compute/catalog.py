@@ -10,6 +10,7 @@ import difflib
 import inspect
 from dataclasses import dataclass
 
+from ..shipped import pip_install
 from .registry import ComputeFunction, names, resolve
 
 HIDDEN_PARAMETERS = {"runtime"}  # given by the engine, never written in a graph file
@@ -136,5 +137,5 @@ def catalog_markdown() -> str:
         if d.details:
             parts += ["", d.details]
         if d.extra:
-            parts += ["", f"Needs the `{d.extra}` extra: `pip install 'orchestrator[{d.extra}]'`."]
+            parts += ["", f"Needs the `{d.extra}` extra: `{pip_install(d.extra)}`."]
     return "\n".join(parts) + "\n"

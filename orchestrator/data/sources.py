@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import orjson
 
 from ..errors import DatasetError
+from ..shipped import pip_install
 from .dataset import Row, file_hash, read_rows, row_id, unique_ids
 
 CHUNK = 1000  # DataFrame rows converted to dicts at a time
@@ -262,8 +263,7 @@ def _import(module: str, package: str, what: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise DatasetError(
-            f"reading {what} needs {package}: pip install {package} "
-            "(or pip install 'orchestrator[data]')"
+            f"reading {what} needs {package}: pip install {package} (or {pip_install('data')})"
         ) from None
 
 

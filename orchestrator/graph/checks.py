@@ -19,7 +19,7 @@ from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError, nodes
 from ..compute import ComputeFunction, resolve
 from ..compute.languages import primary
 from ..errors import GraphError, Problem
-from ..shipped import shipped_root
+from ..shipped import pip_install, shipped_root
 from .compiled import CompiledGraph, CompiledNode
 from .datafiles import load_files
 from .loaders import SealedLoader, template_sources
@@ -694,8 +694,7 @@ def resolve_function(
     missing = function.missing()
     if missing:
         hint = (
-            f"pip install 'orchestrator[{function.extra}]' (in a checkout:"
-            f" pip install -e '.[{function.extra}]')"
+            f"{pip_install(function.extra)} (in a checkout: pip install -e '.[{function.extra}]')"
             if function.extra
             else "pip install " + " ".join(missing)
         )

@@ -23,6 +23,7 @@ from orchestrator.errors import PortTaken as PortTaken
 from orchestrator.errors import StartCancelled as StartCancelled
 from orchestrator.paths import cache_root, sha256_file
 
+from ..shipped import pip_install
 from .guard import guarded_command
 
 Log = Callable[[str], None]
@@ -61,7 +62,7 @@ READY_MARKER = ".orchestrator-ready"
 
 # Names the command for the installed package first; the checkout's target second.
 LOCAL_EXTRA_HINT = (
-    "install the local extra: pip install 'orchestrator[local]' (in a source checkout: make venv)"
+    f"install the local extra: {pip_install('local')} (in a source checkout: make venv)"
 )
 
 

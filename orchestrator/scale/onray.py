@@ -17,6 +17,7 @@ from typing import Any
 
 from ..engine.flush import FLUSH_SECONDS
 from ..errors import ConfigurationError
+from ..shipped import pip_install
 from .messages import RowChunk, WorkerFailed, WorkerJob, WorkerLost, WorkerReport
 from .worker import ShardWorker
 
@@ -32,8 +33,7 @@ def import_ray() -> Any:
         import ray
     except ImportError:
         raise ConfigurationError(
-            "executor='ray' (--ray) needs Ray, which is not installed here: "
-            "pip install 'orchestrator[scale]'"
+            f"executor='ray' (--ray) needs Ray, which is not installed here: {pip_install('scale')}"
         ) from None
     return ray
 

@@ -200,5 +200,5 @@ def test_validation_names_the_pip_command_when_the_extra_is_missing(
     with pytest.raises(GraphError) as caught:
         compile_graph(graph)
     text = str(caught.value)
-    assert "sacrebleu" in text and "pip install 'orchestrator[metrics]'" in text
+    assert "sacrebleu" in text and "pip install 'orchestrator-judge[metrics]'" in text
     assert "pip install -e '.[metrics]'" in text  # the checkout's form too

@@ -147,7 +147,7 @@ def test_function_with_missing_extra_names_pip_command(tmp_path: Path) -> None:
         "nodes": {"judge": JUDGE, "f": {"kind": "compute", "function": "needs_missing_lib"}},
     }
     p = one(tmp_path, graph)
-    assert "pip install 'orchestrator[metrics]'" in p.message
+    assert "pip install 'orchestrator-judge[metrics]'" in p.message
     assert "pip install -e '.[metrics]'" in p.message
 
 

@@ -2,7 +2,7 @@
 
 One local Ray instance for the module (`ray.init(num_cpus=2)`; starting Ray costs
 seconds), against the fake server; the workload is the kill-and-resume diamond. Skipped
-only when ray cannot be imported (`pip install 'orchestrator[scale]'`).
+only when ray cannot be imported (`pip install 'orchestrator-judge[scale]'`).
 """
 
 from __future__ import annotations

@@ -276,7 +276,7 @@ def test_ray_flag_without_ray_says_how_to_install(tmp_path: Path) -> None:
         )
     said = " ".join((cli.stdout + cli.stderr).split())
     assert cli.returncode == 1, said
-    assert "pip install 'orchestrator[scale]'" in said
+    assert "pip install 'orchestrator-judge[scale]'" in said
     assert not (tmp_path / "run").exists()
 
 
