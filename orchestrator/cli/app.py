@@ -4,11 +4,13 @@ on the console."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, NoReturn
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.align import AlignMethod
 from rich.console import Console, ConsoleDimensions
+from rich.file_proxy import FileProxy
 from rich.markup import escape
 from rich.rule import Rule
 from rich.style import Style
@@ -31,7 +33,26 @@ class WideConsole(Console):
     """A console that never hard-wraps off a terminal: rich wraps at 80 columns when its
     output is a file, a pipe or CI's log, which splits tables and the suggested
     `orchestrator trace …` command so it cannot be pasted. On a terminal (or with COLUMNS
-    set) it keeps the width it is given."""
+    set) it keeps the width it is given.
+
+    While a progress bar is live on another console (the run's), a plain console writes
+    past it and the two collide on one line (`0:00:00A request is not in the cache…`):
+    what this console prints then goes through the live display, which puts it above."""
+
+    _through_live = False  # set while printing through the live display: no second detour
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        stream = sys.stderr if self.stderr else sys.stdout
+        if self._file is not None or not isinstance(stream, FileProxy) or self._through_live:
+            super().print(*objects, **kwargs)
+            return
+        self._through_live = True
+        try:
+            with self.capture() as captured:
+                super().print(*objects, **kwargs)
+        finally:
+            self._through_live = False
+        stream.write(captured.get())
 
     def _off_terminal(self) -> bool:
         return (
