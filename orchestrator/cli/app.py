@@ -3,9 +3,11 @@ on the console."""
 
 from __future__ import annotations
 
+import inspect
 import logging
+import re
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.align import AlignMethod
@@ -19,12 +21,70 @@ from rich.text import Text
 if TYPE_CHECKING:
     pass
 
+# A line break inside a paragraph of a docstring (not before an indented or listed line).
+_SOFT_BREAK = re.compile(r"(?<=\S)\n(?=[^\s\-*|])")
+
+
+# Typer 0.29 carries a click of its own (typer._click) and 0.13 uses click itself: the
+# commands and contexts below are either, so they are typed loosely and read by attribute.
+def _tidy(command: Any, ctx: Any) -> Any:
+    """`--help` as a reader wants it: no `<bool>` after a flag (it takes no value), and a
+    docstring's paragraphs as flowing text, so the commands list and a command's help wrap
+    at the terminal's width rather than at the docstring's line breaks."""
+    for param in command.get_params(ctx):
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for attribute in ("help", "short_help"):
+        text = getattr(command, attribute, None)
+        if text:
+            setattr(command, attribute, _SOFT_BREAK.sub(" ", inspect.cleandoc(text)))
+    return command
+
+
+class _Group(typer.core.TyperGroup):
+    """The app's group: every command's help tidied (`_tidy`) when it is looked up."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        return _tidy(command, ctx) if command is not None else None
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _tidy(self, ctx)
+        for name in self.list_commands(ctx):
+            self.get_command(ctx, name)
+        super().format_help(ctx, formatter)
+
+
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     pretty_exceptions_show_locals=False,  # locals of a crash could hold an API key
     no_args_is_help=True,
     help="Run LLM-judge evaluation protocols (graph files) against a vLLM server.",
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+        from ..shipped import DISTRIBUTION
+
+        typer.echo(f"orchestrator {__version__} (the {DISTRIBUTION} package)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Run LLM-judge evaluation protocols (graph files) against a vLLM server."""
+
+
 OFF_TERMINAL_WIDTH = 10_000  # "no wrapping": wider than any table or command we print
 RULE_WIDTH = 80  # a rule is decoration: off a terminal it keeps a reading width
 
