@@ -73,6 +73,7 @@ def trace(
         fail(str(exc))
         raise
     served: list[NodeServer] = []
+    chosen = ""  # why this example, when the user named none
     try:
         if format == "text":
             served = store.node_servers()
@@ -81,6 +82,11 @@ def trace(
             if results:
                 failed = [r for r in results if r.status == "failed"]
                 example = (failed or results)[0].id
+                which = f"the first of {len(failed)} failed" if failed else "the first"
+                chosen = (
+                    f"showing {which} of {len(results)} examples; pass --example ID for "
+                    "another"
+                )
             else:
                 example = store.first_example()
                 if example is None:
@@ -89,6 +95,12 @@ def trace(
                         "try again once the run has made progress."
                     )
         records = list(store.node_runs(example, node))
+        if example is not None and not records and all(r.id != example for r in results):
+            known = len(results)
+            fail(
+                f"no example {example!r} in {folder}"
+                + (f" (it has {known}, e.g. {results[0].id!r})" if known else "")
+            )
     except RunFolderError as exc:
         fail(str(exc))
         raise
@@ -105,6 +117,8 @@ def trace(
     # Ids, errors and node labels come from data and servers: shown as text, never markup.
     _print_served(served, manifest)
     literal.rule(f"example {escape(example)}")
+    if chosen:
+        literal.print(escape(chosen))
     if result:
         literal.print(
             f"status: [bold]{escape(result.status)}[/]"

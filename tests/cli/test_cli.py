@@ -46,6 +46,14 @@ def test_run_pointwise_then_trace(tmp_path: Path) -> None:
         "schema enforced by the server, fields in order: content_reason, content, "
         "style_reason, style" in trace.output
     )
+    # An id the run does not have is named as such, not "no node executions recorded".
+    missing = runner.invoke(app, ["trace", str(out), "--example", "nope"])
+    assert missing.exit_code == 1
+    assert "no example 'nope' in" in missing.output and "(it has 6, e.g." in missing.output
+    # Without --example it says which one it shows, and that there are others.
+    first = runner.invoke(app, ["trace", str(out)])
+    assert first.exit_code == 0, first.output
+    assert "showing the first of 6 examples; pass --example ID for another" in first.output
     jsonl = runner.invoke(app, ["trace", str(out), "--format", "jsonl", "--node", "judge"])
     records = [json.loads(line) for line in jsonl.output.splitlines()]
     assert len(records) == 6 and all(r["node"] == "judge" for r in records)
