@@ -54,7 +54,10 @@ Catch `OrchestratorError` to catch them all. The whole family, each with when it
     │   │                       serve the model…); nothing ran
     │   └── ServerError ....... the same, raised by the client while it prepares the servers
     ├── ServerGone ............ a server stayed unreachable mid-run for longer than the run's
-    │                           patience (`server_wait`); the run stops, finished work is kept
+    │   │                       patience (`server_wait`); the run stops, finished work is kept
+    │   └── ServerExited ...... the server this command started (the embedded one) exited:
+    │                           it cannot come back, so the run stops at once; the message
+    │                           has its exit code and the last lines of its log
     ├── LLMCallError .......... one LLM call out of tries; `.attempts` holds every try. Fails
     │                           its node (or is its value, with `on_error: record`)
     ├── RequestFailed ......... one try of one request failed; the retry policy decides what
@@ -303,6 +306,11 @@ class ServerError(ServerUnavailable):
 class ServerGone(OrchestratorError):
     """The server stayed unreachable for longer than the run's patience; the run stops and
     keeps what finished."""
+
+
+class ServerExited(ServerGone):
+    """The server process this command started exited mid-run: waiting for it is pointless,
+    so the run stops at once and keeps what finished; a re-run starts a new one."""
 
 
 class LLMCallError(OrchestratorError):

@@ -128,6 +128,22 @@ class ServerGaveUp(OutageEnded):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ServerProcessExited(OutageEnded):
+    """The server process this command started exited: it cannot come back, so nothing
+    waits for it; the run stops with ServerExited, whose message (the same words) the user
+    sees, so the log line is only DEBUG."""
+
+    kind: ClassVar[str] = "server exited"
+    level: ClassVar[int] = logging.DEBUG
+    recovered: bool = False
+    seconds: float = 0.0
+    why: str
+
+    def describe(self) -> str:
+        return self.why
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReplicaLeft(OutageStarted):
     """A replica does not answer and leaves the rotation; `left` of `of` replicas remain."""
 

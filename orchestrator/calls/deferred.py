@@ -37,7 +37,8 @@ StartHook = Callable[[], Awaitable[None]]
 class DeferredServer:
     """One server at `url` that `start` (blocking; it returns once the server answers)
     brings up when first needed. `served` is the model list it will report and
-    `structured` what it does with a JSON schema, both known before it starts."""
+    `structured` what it does with a JSON schema, both known before it starts; `exited`
+    says why its process ended, if it has."""
 
     def __init__(
         self,
@@ -46,8 +47,12 @@ class DeferredServer:
         start: Callable[[], object],
         *,
         structured: StructuredMode = "server",
+        exited: Callable[[], str | None] | None = None,
     ) -> None:
         self.url = url
+        # Once started, why its process exited (None while it runs): a run stops at once on
+        # a server that cannot come back instead of waiting --server-wait for it.
+        self.exited = exited
         self.served = list(served)
         self.structured: StructuredMode = structured
         self._start = start

@@ -3,7 +3,9 @@
 A request that gets no HTTP answer (refused, reset, timed out) asks the server's watch
 whether the server is down. One probe tells a lost request (the server answers: the call
 spends one of its retries) from an outage (it does not: every call waits here, without
-spending retries, until the server is back or the run's patience runs out).
+spending retries, until the server is back or the run's patience runs out). A server whose
+process this command started and that has exited is not waited for: it cannot come back,
+so the run stops at once with what its log says.
 """
 
 from __future__ import annotations
@@ -14,10 +16,21 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..errors import ServerGone
-from ..events import ReplicaJoined, ReplicaLeft, RunEvents, ServerBack, ServerDown, ServerGaveUp
+from ..errors import ServerExited, ServerGone
+from ..events import (
+    ReplicaJoined,
+    ReplicaLeft,
+    RunEvents,
+    ServerBack,
+    ServerDown,
+    ServerGaveUp,
+    ServerProcessExited,
+)
 
 Probe = Callable[[], Awaitable[bool]]
+# Why the server's process can never answer again (it exited), or None while it runs; known
+# only for a server this command started itself.
+ExitCheck = Callable[[], str | None]
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVER_WAIT = 600.0  # seconds: long enough for a GPU server to restart and load
@@ -48,6 +61,7 @@ class ServerWatch:
     outages: list[Outage] = field(default_factory=list)
     # The run's sink: each outage opens and closes with an event there (log, manifest, bar).
     events: RunEvents = field(default_factory=RunEvents)
+    exited: ExitCheck | None = None
     _last_ok: float = float("-inf")
     _gone: ServerGone | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -62,6 +76,7 @@ class ServerWatch:
         async with self._lock:
             if self._gone is not None:
                 raise self._gone
+            self._raise_if_exited()
             if self._last_ok >= failed_at:
                 # Someone probed since our failure and the server answered; if an outage
                 # ended in between, ours was part of it.
@@ -84,6 +99,18 @@ class ServerWatch:
                 self._last_ok = time.monotonic()
                 return True
             return False
+
+    def _raise_if_exited(self) -> None:
+        why = self.exited() if self.exited is not None else None
+        if why is not None:
+            waited = 0.0
+            if self.outages and self.outages[-1].ended is None:  # the wait it ends
+                outage = self.outages[-1]
+                outage.ended = time.monotonic()
+                waited = outage.seconds
+            self.events.emit(ServerProcessExited(url=self.url, why=why, seconds=waited), log)
+            self._gone = ServerExited(why)
+            raise self._gone
 
     def went_down(self, left: int, of: int) -> Outage:
         """Open an outage record for a replica that others stand in for (`left` of `of`
@@ -126,6 +153,7 @@ class ServerWatch:
                 raise self._gone
             await asyncio.sleep(min(delay, left))
             delay = min(delay * 2, MAX_WAIT)
+            self._raise_if_exited()
             if await self._probe_within(self.patience - outage.seconds):
                 break
         outage.ended = self._last_ok = time.monotonic()

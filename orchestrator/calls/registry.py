@@ -192,7 +192,13 @@ class ServerRegistry:
                 replica = self._replicas[url] = Replica(
                     url,
                     Limiter(self.tuner.initial_limit()),
-                    ServerWatch(url, pool.probe, self.server_wait, events=self.events),
+                    ServerWatch(
+                        url,
+                        pool.probe,
+                        self.server_wait,
+                        events=self.events,
+                        exited=starts[url].exited if url in starts else None,
+                    ),
                     pool.metrics if isinstance(pool, LoadGauge) else no_metrics,
                 )
                 if url in starts:

@@ -19,6 +19,7 @@ from ..errors import (
     OrchestratorError,
     RunFolderError,
     RunKeyMismatch,
+    ServerExited,
     StorageError,
 )
 
@@ -340,7 +341,7 @@ class OwnServer:
         self.base_url = embedded.server_url(port)
         self.server: EmbeddedServer | None = None
         self.deferred = (
-            DeferredServer(self.base_url, embedded.served_models(), self.start)
+            DeferredServer(self.base_url, embedded.served_models(), self.start, exited=self.exited)
             if on_first_use
             else None
         )
@@ -352,6 +353,10 @@ class OwnServer:
         err.print(f"Starting the embedded vLLM CPU server on port {self.port}.")
         cancel = self.deferred.abandoned if self.deferred is not None else None
         self.server = embedded.start_server(port=self.port, log=err.print, cancel=cancel)
+
+    def exited(self) -> str | None:
+        """Why the server is gone, once its process has exited (a run stops on it at once)."""
+        return self.server.exit_report() if self.server is not None else None
 
     def stop(self) -> None:
         if self.server is not None:
@@ -458,6 +463,13 @@ def _execute(
                 f"{out} holds an earlier demo run ({'; '.join(exc.changes)}); starting it afresh."
             )
             result = attempt(overwrite=True)
+    except ServerExited as exc:
+        fail(
+            f"stopped: {exc}\nFinished examples are saved in {out}; re-run the same command "
+            "to resume (it starts a new server).",
+            code=3,
+        )
+        raise
     except ServerGone as exc:
         fail(
             f"stopped: {exc}. Finished examples are saved in {out}; re-run the same "

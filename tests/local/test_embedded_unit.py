@@ -434,4 +434,6 @@ def test_a_missing_local_extra_names_the_pip_command_of_the_installed_package() 
     assert "pip install 'orchestrator-judge[local]'" in message
     assert "pip install -e" not in message  # a checkout command, meaningless to a pip user
     # The checkout's own target comes second, marked as such.
-    assert message.index("orchestrator-judge[local]") < message.index("in a source checkout: make venv")
+    assert message.index("orchestrator-judge[local]") < message.index(
+        "in a source checkout: make venv"
+    )

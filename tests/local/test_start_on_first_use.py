@@ -222,6 +222,57 @@ def test_the_demo_runs_twice_on_one_machine(
     assert len(fake_vllm.started()) == 2  # one server per demo, started on its first miss
 
 
+@pytest.mark.reliability
+def test_an_embedded_server_that_exits_mid_run_is_reported_at_once(
+    fake_vllm: embedded_tests.FakeVLLM,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    figure: Any,
+) -> None:
+    """The server this command started dies mid-run (issue 34 item 3): the run does not
+    wait --server-wait (600 s) for a process that cannot come back. It stops within
+    seconds, exit 3, naming the exit code, the cause in its log and the log's path, and the
+    examples that finished are kept for a re-run, which starts a new server."""
+    monkeypatch.setattr(embedded, "DEFAULT_PORT", embedded.free_port())
+    error = "RuntimeError: CPU Generator does not use offset"
+
+    def command(model_dir: Path, port: int) -> list[str]:
+        return [
+            sys.executable, str(embedded_tests.FAKE_VLLM), "--port", str(port),
+            "--model", embedded.DEFAULT_MODEL_NAME, "--pids", str(fake_vllm.pids),
+            "--root", str(model_dir), "--latency", "0.3", "--exit-after", "4",
+            "--exit-code", "1", "--error", f"(Worker pid=1) ERROR {error}",
+        ]  # fmt: skip
+
+    monkeypatch.setattr(embedded, "server_command", command)
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    rows = [{"id": f"r{i}", "text": f"text {i}"} for i in range(40)]
+    data = write_rows(tmp_path / "rows.jsonl", rows)
+    out = tmp_path / "run"
+    command_line = ["run", str(graph), "--data", str(data), "--out", str(out), "--concurrency", "2"]
+    started = time.monotonic()
+    done = CliRunner().invoke(app, command_line)
+    seconds = time.monotonic() - started
+    assert done.exit_code == 3, done.output
+    assert seconds < 60  # not --server-wait's 600 s
+    said = " ".join(done.output.split())
+    assert "exited with code 1" in said and error in said, said
+    assert "vllm-" in said and ".log" in said  # the log's path
+    assert "waiting up to" not in said  # no wait for a server that cannot come back
+    assert "re-run the same command to resume (it starts a new server)" in said
+    finished = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert finished and all(line["status"] == "ok" for line in finished)
+    assert len(finished) < len(rows)
+    figure(
+        "the embedded server exits mid-run",
+        "stand-in vLLM exits with code 1 after ~4 s, 40 rows in flight at 2",
+        runs=1,
+        lost=0,
+        recover_s=seconds - 4,
+        note="stops at once, exit 3, the log's cause named; no --server-wait",
+    )
+
+
 class WatchingStarter:
     """A start that waits for `server.abandoned` (as the embedded server's wait does)."""
 
