@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from ..errors import ServerGone
@@ -62,6 +63,9 @@ class DeferredServer:
         self._failure: ServerGone | None = None
         self._hooks: list[StartHook] = []
         self.started = False
+        # When the start ran (time.perf_counter()): a node that waited for it does not count
+        # the minutes of a server's start as its own latency.
+        self.start_window: tuple[float, float] | None = None
         # Set when the run stops while the start is under way: a start that watches it gives
         # up within a second instead of keeping Ctrl-C waiting for minutes.
         self.abandoned = threading.Event()
@@ -104,13 +108,25 @@ class DeferredServer:
             if self.started:
                 return
             log.info("A request is not in the cache: starting the server at %s", self.url)
+            began = time.perf_counter()
             try:
                 self._start()
             except Exception as exc:
                 # Every request waiting for it, and every later one, gets the same answer.
                 self._failure = ServerGone(f"the server at {self.url} could not be started: {exc}")
                 raise self._failure from exc
+            self.start_window = (began, time.perf_counter())
             self.started = True
+
+
+def start_seconds_within(servers: Sequence[DeferredServer], since: float, until: float) -> float:
+    """How much of [since, until] (time.perf_counter()) went on starting `servers`."""
+    overlap = 0.0
+    for server in servers:
+        if server.start_window is not None:
+            began, ended = server.start_window
+            overlap += max(0.0, min(until, ended) - max(since, began))
+    return overlap
 
 
 class StartOnFirstUse:

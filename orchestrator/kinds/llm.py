@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from jinja2 import TemplateError
 from pydantic import BaseModel
 
+from ..calls.deferred import start_seconds_within
 from ..calls.endpoints import PARAM_PREFIX
 from ..calls.request import request_params
 from ..errors import LLMCallError, NodeError, Problem
@@ -25,6 +26,7 @@ from .abstain import Abstain, AbstainRule, compile_abstain
 from .base import EndpointWant, NodeKind, RunServices, evaluate
 
 if TYPE_CHECKING:
+    from ..calls.registry import Endpoint
     from ..graph.checks import NodeScope
     from ..graph.templates import Expression, Prompt
 
@@ -210,7 +212,7 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
             rec.attempts = exc.attempts
             rec.error = str(exc)
             rec.status = "failed"
-            rec.latency = time.perf_counter() - started
+            rec.latency = _latency(ep, started)
             if cn.spec.on_error == "record":
                 # The protocol counts this call as a known failure (e.g. ExPerT: unmatched);
                 # the value says so, and the trace keeps every attempt.
@@ -226,7 +228,7 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
         rec.cached = result.cached
         rec.prompt_tokens = result.prompt_tokens
         rec.completion_tokens = result.completion_tokens
-        rec.latency = time.perf_counter() - started
+        rec.latency = _latency(ep, started)
         ends = None if cn.abstain is None else cn.abstain.check(cn.name, ctx, value, rec)
         run.trace.record(rec)
         if ends is not None:
@@ -330,3 +332,10 @@ def _messages(cn: CompiledLLM, ctx: dict[str, Any]) -> list[dict[str, str]]:
         return cn.messages(ctx)
     except (TemplateError, TypeError, ValueError) as exc:
         raise NodeError(cn.name, f"rendering the prompt failed: {exc}") from exc
+
+
+def _latency(ep: Endpoint, started: float) -> float:
+    """The node's seconds since `started`, less any part spent starting its server (a
+    server started on first use takes minutes, which are no call's latency)."""
+    now = time.perf_counter()
+    return now - started - start_seconds_within(ep.starts, started, now)
