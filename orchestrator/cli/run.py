@@ -22,6 +22,7 @@ from ..errors import (
     ServerExited,
     StorageError,
 )
+from ..store.records import plural
 
 if TYPE_CHECKING:
     from ..analysis.groups import Grouping
@@ -110,12 +111,14 @@ def validate(
     except GraphError as exc:
         for problem in exc.problems:
             err.print(f"[red]✗[/] {escape(str(problem))}", soft_wrap=True)
-        err.print(f"{len(exc.problems)} problem(s) in {escape(str(graph))}", soft_wrap=True)
+        said = plural(len(exc.problems), "problem")
+        err.print(f"{said} in {escape(str(graph))}", soft_wrap=True)
         raise typer.Exit(1) from None
     llm = sum(n.is_llm for n in compiled.nodes.values())
     console.print(
-        f"[green]✓[/] {graph}: graph '{compiled.name}' is valid — {len(compiled.nodes)} nodes "
-        f"({llm} LLM), order: {' → '.join(compiled.order)}; hash {compiled.content_hash}"
+        f"[green]✓[/] {graph}: graph '{compiled.name}' is valid — "
+        f"{plural(len(compiled.nodes), 'node')} ({llm} LLM), order: "
+        f"{' → '.join(compiled.order)}; hash {compiled.content_hash}"
     )
 
 

@@ -74,7 +74,8 @@ class AbstainCheck(TypedDict):
     source: str  # "logprobs" or "samples"
 
 
-def _plural(count: int, word: str) -> str:
+def plural(count: int, word: str) -> str:
+    """`1 node`, `3 nodes`: a count and its noun, as a reader expects it."""
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
@@ -127,19 +128,19 @@ class Tally:
 
     def __str__(self) -> str:
         if self.unsorted:
-            return _plural(self.unsorted, "attempt")  # an old trace: shown as it always was
+            return plural(self.unsorted, "attempt")  # an old trace: shown as it always was
         if not self.samples:
-            return _plural(self.failed_requests, "failed request")
+            return plural(self.failed_requests, "failed request")
         notes = [f"{self.failed_samples} failed"] if self.failed_samples else []
         if self.cached_samples:
             notes.append(f"{self.cached_samples} from cache")
-        text = _plural(self.samples, "sample") + (f" ({', '.join(notes)})" if notes else "")
+        text = plural(self.samples, "sample") + (f" ({', '.join(notes)})" if notes else "")
         if not self.requests:
             return text + ", no request"
-        notes = [_plural(self.reasks, "re-ask")] if self.reasks else []
+        notes = [plural(self.reasks, "re-ask")] if self.reasks else []
         if self.failed_requests:
             notes.append(f"{self.failed_requests} failed")
-        return f"{text}, {_plural(self.requests, 'request')}" + (
+        return f"{text}, {plural(self.requests, 'request')}" + (
             f" ({', '.join(notes)})" if notes else ""
         )
 

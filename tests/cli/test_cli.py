@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from fakeserver import FakeServer, Reply, schema_responder
@@ -163,3 +164,14 @@ def test_trace_shows_data_and_prompts_as_sent(tmp_path: Path) -> None:
     jsonl = runner.invoke(app, ["trace", str(out), "--format", "jsonl"])
     (record,) = [json.loads(line) for line in jsonl.output.splitlines()]
     assert record["messages"][-1]["content"] == f"Rate [i]this[/i] :smile: {text}"
+
+
+def test_validate_counts_nodes_in_words(tmp_path: Path) -> None:
+    """"1 node", not "1 nodes" (issue 34 item 7); several stay plural."""
+    from helpers import judge_graph, write_graph
+
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    one = CliRunner().invoke(app, ["validate", str(graph)])
+    assert one.exit_code == 0 and "is valid — 1 node (1 LLM)" in one.output, one.output
+    many = CliRunner().invoke(app, ["validate", str(ROOT / "graphs/expert.yaml")])
+    assert re.search(r"is valid — \d+ nodes \(", many.output), many.output
