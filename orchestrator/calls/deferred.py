@@ -66,6 +66,7 @@ class DeferredServer:
         # When the start ran (time.perf_counter()): a node that waited for it does not count
         # the minutes of a server's start as its own latency.
         self.start_window: tuple[float, float] | None = None
+        self.starting_since: float | None = None  # while a start is under way (progress)
         # Set when the run stops while the start is under way: a start that watches it gives
         # up within a second instead of keeping Ctrl-C waiting for minutes.
         self.abandoned = threading.Event()
@@ -107,14 +108,17 @@ class DeferredServer:
                 raise self._failure
             if self.started:
                 return
-            log.info("A request is not in the cache: starting the server at %s", self.url)
+            log.info("A request needs the server: starting it at %s", self.url)
             began = time.perf_counter()
+            self.starting_since = began
             try:
                 self._start()
             except Exception as exc:
                 # Every request waiting for it, and every later one, gets the same answer.
                 self._failure = ServerGone(f"the server at {self.url} could not be started: {exc}")
                 raise self._failure from exc
+            finally:
+                self.starting_since = None
             self.start_window = (began, time.perf_counter())
             self.started = True
 

@@ -6,6 +6,7 @@ into the trace, results, manifest or logs."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -249,7 +250,13 @@ class ServerRegistry:
         return sum(r.limit.active for r in self._replicas.values())
 
     def limits_text(self) -> str:
-        """The in-flight limits now, for the progress bar: `limit 48` or `limits 48/40`."""
+        """The in-flight limits now, for the progress bar: `limit 48` or `limits 48/40`; while
+        a server starts on first use, that it does (a start takes minutes, and a bar showing
+        nothing in flight for them looks stuck)."""
+        now = time.perf_counter()
+        for server in set(self._not_started.values()):
+            if server.starting_since is not None:
+                return f"starting the server at {server.url} ({now - server.starting_since:.0f} s)"
         limits = [r.limit.limit for r in self._replicas.values() if r.up]
         if not limits:
             return "no server answers"

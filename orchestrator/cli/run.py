@@ -353,7 +353,12 @@ class OwnServer:
         """Start the server (minutes on a CPU: its phases are printed as they pass)."""
         from ..local import server as embedded
 
-        err.print(f"Starting the embedded vLLM CPU server on port {self.port}.")
+        # Said here, not when the command begins: a run answered from the cache, or one
+        # that only resumes finished work, starts nothing and should not say it will.
+        err.print(
+            "No --base-url given and no embedded server running: starting the embedded vLLM "
+            f"CPU server on port {self.port} (stopped when this command ends)."
+        )
         cancel = self.deferred.abandoned if self.deferred is not None else None
         self.server = embedded.start_server(port=self.port, log=err.print, cancel=cancel)
 
@@ -390,11 +395,6 @@ def own_server(port: int | None, *, on_first_use: bool) -> tuple[str, OwnServer 
             embedded_port = embedded.free_port()
             err.print(f"{exc}\nUsing port {embedded_port} instead.")
         own = OwnServer(embedded_port, on_first_use=on_first_use)
-        when = "on the first request not in the cache" if on_first_use else "now"
-        err.print(
-            "No --base-url given and no embedded server running: this command starts the "
-            f"embedded vLLM CPU server on port {embedded_port} {when} (stopped afterwards)."
-        )
         if not on_first_use:
             own.start()
     except embedded.EmbeddedServerError as exc:

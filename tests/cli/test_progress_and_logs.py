@@ -41,11 +41,11 @@ def test_a_log_line_during_a_live_progress_bar_gets_a_line_of_its_own(
         with Progress(TextColumn("examples"), TimeElapsedColumn(), console=bar) as progress:
             progress.add_task("run", total=10)
             progress.refresh()
-            logger.warning("A request is not in the cache: starting the server")
+            logger.warning("A request needs the server: starting it")
             err.print("Using port 8123 instead.")
     finally:
         logger.removeHandler(handler)
     lines = _shown(terminal.getvalue())
-    said = [line for line in lines if "A request is not in the cache" in line]
-    assert said and all(line.startswith("warning: A request") for line in said), lines
+    said = [line for line in lines if "A request needs the server" in line]
+    assert said and all(line.startswith("warning: A request needs") for line in said), lines
     assert any(line.startswith("Using port 8123 instead.") for line in lines), lines

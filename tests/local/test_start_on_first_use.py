@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 import sys
 import threading
@@ -94,6 +95,21 @@ def test_the_start_is_not_part_of_a_request_deadline(tmp_path: Path) -> None:
     starter = Starter(seconds=1.5)
     result, _ = _run(tmp_path, ROWS[:2], starter, timeout=0.5)
     assert starter.calls == 1 and len(result.ok) == 2
+
+
+async def test_the_progress_line_says_the_server_is_starting() -> None:
+    """While a server started on first use comes up (minutes on a CPU), the progress line
+    says so instead of "in flight 0 · 0.0 req/s" (issue 35 item 14)."""
+    from orchestrator.calls.registry import ServerRegistry
+
+    fake = orc.FakeTransport(models=[embedded.DEFAULT_MODEL_NAME])
+    server = DeferredServer(URL, embedded.served_models(), Starter())
+    registry = ServerRegistry(StartOnFirstUse(fake, [server]))
+    registry.endpoint(URL, embedded.DEFAULT_MODEL_NAME)
+    assert registry.limits_text().startswith("limit ")
+    server.starting_since = time.perf_counter() - 12
+    assert registry.limits_text() == f"starting the server at {URL} (12 s)"
+    await registry.close()
 
 
 def test_a_nodes_latency_leaves_out_the_servers_start(tmp_path: Path) -> None:
@@ -192,7 +208,10 @@ def test_the_identity_known_before_the_start_is_the_one_vllm_reports(tmp_path: P
 
 @pytest.mark.reliability
 def test_the_cli_starts_the_embedded_server_only_for_a_miss(
-    fake_vllm: embedded_tests.FakeVLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake_vllm: embedded_tests.FakeVLLM,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr(embedded, "DEFAULT_PORT", embedded.free_port())
     graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
@@ -205,10 +224,23 @@ def test_the_cli_starts_the_embedded_server_only_for_a_miss(
     first = runner.invoke(app, command)
     assert first.exit_code == 0, first.output
     assert len(fake_vllm.started()) == 1 and "Stopping the embedded server" in first.output
+    assert "starting the embedded vLLM CPU server" in first.output
     again = runner.invoke(app, [*command, "--overwrite"])
     assert again.exit_code == 0, again.output
     assert len(fake_vllm.started()) == 1  # every reply from the cache: nothing started
     assert "Stopping the embedded server" not in again.output
+    # Nor does it announce a start it will not make (issue 34 item 7), nor does a run that
+    # only resumes finished work.
+    assert "embedded vLLM" not in again.output
+    resumed = runner.invoke(app, command)
+    assert resumed.exit_code == 0, resumed.output
+    assert "embedded vLLM" not in resumed.output and len(fake_vllm.started()) == 1
+    # Under --no-cache the start is not blamed on the cache.
+    with caplog.at_level(logging.INFO, logger="orchestrator"):
+        fresh = runner.invoke(app, [*command, "--overwrite", "--no-cache"])
+    assert fresh.exit_code == 0, fresh.output
+    said = [r.getMessage() for r in caplog.records if "starting it at" in r.getMessage()]
+    assert said and not any("cache" in line for line in said), said
 
 
 @pytest.mark.reliability
