@@ -38,6 +38,25 @@ class RunLock:
     def acquire(self) -> None:
         """Take the lock or raise RunFolderError naming the run that holds it (OSError when
         the lock file cannot be made or written)."""
+        while True:
+            handle = self._lock_file()
+            if handle is not None:
+                break
+        try:
+            self.previous = _read_holder(handle)
+            handle.seek(0)
+            handle.truncate()
+            holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+            handle.write(orjson.dumps(holder))
+            handle.flush()
+        except BaseException:
+            handle.close()  # a holder text that cannot be written (a full disk) frees the lock
+            raise
+        self._handle = handle
+
+    def _lock_file(self) -> IO[bytes] | None:
+        """The lock file, opened and locked; None when the run that held it removed it
+        between our open and our lock (a clean finish removes it): then open it anew."""
         handle = open(self.path, "a+b")  # noqa: SIM115 - kept open for the whole run
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -52,19 +71,19 @@ class RunLock:
             handle.close()
             raise
         try:
-            self.previous = _read_holder(handle)
-            handle.seek(0)
-            handle.truncate()
-            holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
-            handle.write(orjson.dumps(holder))
-            handle.flush()
-        except BaseException:
-            handle.close()  # a holder text that cannot be written (a full disk) frees the lock
-            raise
-        self._handle = handle
+            current = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current != os.fstat(handle.fileno()).st_ino:
+            handle.close()  # we locked a file no longer at the path: it is nobody's lock
+            return None
+        return handle
 
     def release(self) -> None:
-        """Give the lock up; never fails (the kernel drops it with the handle anyway)."""
+        """Give the lock up and remove its file (a finished run leaves no clutter); never
+        fails (the kernel drops the lock with the handle anyway). The file is removed while
+        still locked: a run that opened it meanwhile finds it gone once it holds the lock,
+        and opens the path anew (`acquire`), so two runs never hold two files at once."""
         handle, self._handle = self._handle, None
         if handle is None:
             return
@@ -73,6 +92,8 @@ class RunLock:
             with suppress(OSError):
                 handle.seek(0)
                 handle.truncate()
+            with suppress(OSError):
+                self.path.unlink()
             with suppress(OSError):
                 fcntl.flock(handle, fcntl.LOCK_UN)
         finally:

@@ -11,7 +11,7 @@ import hashlib
 import sqlite3
 import time
 import uuid
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -493,6 +493,13 @@ class TraceStore(TraceRecorder):
         self.flights.clear()
         try:
             self.flush()
+            # Out of WAL mode once the run is done: a reader (`report`, `trace`) opens a WAL
+            # file read-only and leaves its -wal and -shm beside it, which a read-only
+            # connection cannot remove. A resumed run turns WAL on again when it opens the
+            # file; a reader holding it open right now keeps it in WAL (SQLITE_BUSY), which
+            # is harmless.
+            with suppress(sqlite3.Error):
+                self._db.execute("PRAGMA journal_mode=DELETE")
         finally:
             self._db.close()
 

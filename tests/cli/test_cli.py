@@ -167,7 +167,7 @@ def test_trace_shows_data_and_prompts_as_sent(tmp_path: Path) -> None:
 
 
 def test_validate_counts_nodes_in_words(tmp_path: Path) -> None:
-    """"1 node", not "1 nodes" (issue 34 item 7); several stay plural."""
+    """ "1 node", not "1 nodes" (issue 34 item 7); several stay plural."""
     from helpers import judge_graph, write_graph
 
     graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
@@ -175,3 +175,30 @@ def test_validate_counts_nodes_in_words(tmp_path: Path) -> None:
     assert one.exit_code == 0 and "is valid — 1 node (1 LLM)" in one.output, one.output
     many = CliRunner().invoke(app, ["validate", str(ROOT / "graphs/expert.yaml")])
     assert re.search(r"is valid — \d+ nodes \(", many.output), many.output
+
+
+def test_a_finished_run_leaves_only_its_own_files(tmp_path: Path) -> None:
+    """No `run.lock`, no SQLite `-wal`/`-shm` after a clean finish, nor after the readers
+    (`trace`, `report`) opened the trace (issue 34 item 7); a resume still works after."""
+    out = tmp_path / "run"
+    command = [
+        "run", str(ROOT / "graphs/pointwise.yaml"), "--data",
+        str(ROOT / "examples/pointwise.jsonl"), "--out", str(out), "--no-cache",
+    ]  # fmt: skip
+    runner = CliRunner()
+    with FakeServer(schema_responder) as server:
+        done = runner.invoke(app, [*command, "--base-url", server.base_url, "--limit", "3"])
+        assert done.exit_code == 0, done.output
+        assert runner.invoke(app, ["trace", str(out)]).exit_code == 0
+        assert runner.invoke(app, ["report", str(out)]).exit_code == 0
+        left = sorted(p.name for p in out.iterdir())
+        assert left == [
+            "inputs.jsonl", "manifest.json", "report.html", "results.jsonl", "snapshot",
+            "summary.json", "traces.sqlite",
+        ]  # fmt: skip
+        resumed = runner.invoke(app, [*command, "--base-url", server.base_url])
+        assert resumed.exit_code == 0, resumed.output
+    assert len((out / "results.jsonl").read_text().splitlines()) == 6
+    assert not {"run.lock", "traces.sqlite-wal", "traces.sqlite-shm"} & {
+        p.name for p in out.iterdir()
+    }

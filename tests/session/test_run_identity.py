@@ -230,7 +230,10 @@ def test_second_writer_is_refused_naming_the_first(graph: Path, tmp_path: Path):
     rows = [{"id": f"e{i}", "text": f"t{i}"} for i in range(40)]
     data = write_rows(tmp_path / "rows.jsonl", rows)
     out = tmp_path / "run"
-    with FakeServer(latency_responder(0.2)) as server:
+    # 40 rows of 0.5 s two at a time: the first run is still writing ~10 s after its first
+    # result, time enough for the second to start even on a loaded machine (at 0.2 s it had
+    # finished before the second looked, under parallel test workers).
+    with FakeServer(latency_responder(0.5)) as server:
         first = start_cli_run(graph, data, out, server.base_url, "--concurrency", "2")
         try:
             wait_for_lines(out / "results.jsonl", 1, first)
