@@ -99,13 +99,18 @@ async def server_version(base_url: str, timeout: float = VERSION_TIMEOUT) -> str
     return None
 
 
+def own_urls(want: str | Sequence[str], params: dict[str, Any], node: str) -> tuple[str, ...]:
+    """The URLs a node's own `base_url` names (a URL, a list of replicas, each may name a
+    param, taken from `params`)."""
+    written = [want] if isinstance(want, str) else list(want)
+    return server_urls([from_params(w, params, node, "base_url") or "" for w in written])
+
+
 def node_urls(want: str | Sequence[str] | None, choice: ServerChoice, node: str) -> tuple[str, ...]:
-    """The URLs a node talks to: its own `base_url` (a URL, a list of replicas, each may
-    name a param), else the run's."""
+    """The URLs a node talks to: its own `base_url` (`own_urls`), else the run's."""
     if want is None:
         return server_urls(choice.base_url)
-    written = [want] if isinstance(want, str) else list(want)
-    return server_urls([from_params(w, choice.params, node, "base_url") or "" for w in written])
+    return own_urls(want, choice.params, node)
 
 
 def _refused_urls(want: EndpointWant, urls: Sequence[str], choice: ServerChoice) -> list[str]:
