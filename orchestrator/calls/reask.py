@@ -105,11 +105,10 @@ def reask_servers(
     run = server_urls(base_url) if base_url else ()
     named = {_same(url) for url in (*run, *allow_servers)}
     unnamed = {
-        node: [url for url in urls if _same(url) not in named]
+        node: missing
         for node, urls in found.nodes.items()
-        if not trust
+        if not trust and (missing := [url for url in urls if _same(url) not in named])
     }
-    unnamed = {node: urls for node, urls in unnamed.items() if urls}
     if not run and transport is None:
         raise ConfigurationError(
             f"{found.folder} records {found.describe()}: a re-ask from a folder asks only the "

@@ -20,6 +20,7 @@ from helpers import is_canary, judge_graph, orchestrator_command, write_graph, w
 
 import orchestrator as orc
 from orchestrator.batch import BatchFolder, BatchJob, export_round, import_output
+from orchestrator.calls.reask import FolderServers, Reask, reask_servers
 
 pytestmark = pytest.mark.reliability
 
@@ -189,3 +190,20 @@ def test_a_batch_folder_directs_no_request(tmp_path: Path) -> None:
         done = asyncio.run(export_round(folder, allow_servers=[theirs.base_url]))
     assert done.round is None and done.state.ok == len(ROWS)
     assert len(theirs.requests) == len(ROWS)
+
+
+def test_the_rule_itself() -> None:
+    """`reask_servers`, the one rule later re-asking commands call, on its own."""
+    found = FolderServers(Path("RUN"), run=("http://a:1/v1",), nodes={"second": ("http://b:2/v1",)})
+    with pytest.raises(orc.ConfigurationError) as none:
+        reask_servers(found, base_url=None)
+    assert str(none.value).startswith("RUN records http://a:1/v1 (its run's server), ")
+    assert "--base-url URL" in str(none.value) and "--allow-server URL" in str(none.value)
+    with pytest.raises(orc.ConfigurationError, match=r"did not name http://b:2/v1 \(node"):
+        reask_servers(found, base_url="http://mine:3/v1")
+    chosen = reask_servers(found, base_url="http://mine:3/v1", allow_servers=["http://b:2/v1/"])
+    assert chosen == Reask(base_url="http://mine:3/v1", allow_servers=("http://b:2/v1/",))
+    # The command's own transport stands for the run's server; trust allows node servers.
+    assert reask_servers(found, base_url=None, transport="t", trust=True).base_url is None
+    replicas = reask_servers(found, base_url=["http://m:1/v1", "http://m:2/v1"], trust=True)
+    assert replicas.base_url == ["http://m:1/v1", "http://m:2/v1"]
