@@ -41,7 +41,8 @@ def judge_card(
 
     `retest=K` also re-asks `rows` of the run's rows K times (`orc.retest`, at the nodes'
     own sampling settings or `temperature`) and adds the stability line, tested with the
-    rest; `run_options` reach those runs (base_url, model, transport, cache, …).
+    rest; `run_options` reach those runs (base_url, allow_servers, model, transport,
+    cache, …): they ask only the servers named there, never those the folder records.
 
     `cluster` names the row field examples are nested in (e.g. a user id): the card's
     bootstraps and sign-flip tests then resample and flip whole clusters."""

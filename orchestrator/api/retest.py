@@ -24,6 +24,7 @@ import numpy as np
 
 from ..analysis.card.stability import Retest, llm_nodes, measure, output_flips
 from ..analysis.metaeval_stats import Bootstrap
+from ..calls.reask import FolderServers, reask_servers, recorded_urls
 from ..errors import ConfigurationError, RunFolderError
 from ..graph.compiled import CompiledGraph
 from ..session.plan import Resample
@@ -56,7 +57,9 @@ async def aretest(
     the run, from the cache when the run's one is used. `temperature` replaces the
     re-asked nodes' own. `out` is where the repeats go (default a sub-folder of the run).
     `options` are `orc.run`'s (base_url, model, transport, cache, concurrency, …); by
-    default the run's recorded server, model and cache file are used again. The record
+    default the run's model and cache file are used again, but never a server it records:
+    the repeats ask `base_url` (or the `transport` given) and, for a node's own server,
+    only one in `allow_servers`, else a ConfigurationError lists the folder's. The record
     says, per node and judged output field, Krippendorff's α over the repeats with a
     bootstrap interval (`resamples` draws, seeded by `seed`) and the flip rate."""
     fixed = sorted(set(options) & set(_FIXED))
@@ -78,7 +81,9 @@ async def aretest(
     data = _chosen_rows(reader, rows, seed)
     folder = Path(out) if out is not None else run / _folder_name(k, rows, temperature, seed, node)
     manifest = reader.manifest
-    _run_defaults(options, graph, manifest.parameters, manifest.servers, manifest.model)
+    params = dict(manifest.parameters.get("params") or {})
+    _ask_only_named_servers(run, graph, params, manifest.servers, options)
+    _run_defaults(options, graph, manifest.parameters, manifest.model)
     repeats = []
     for repeat in range(1, k + 1):
         target = folder / f"repeat-{repeat}"
@@ -86,7 +91,7 @@ async def aretest(
             graph,
             data,
             out=target,
-            params=dict(manifest.parameters.get("params") or {}),
+            params=params,
             resample=Resample(
                 repeat=repeat,
                 nodes=tuple(nodes) if node is not None else (),
@@ -166,20 +171,38 @@ def _folder_name(
     return name
 
 
+def _ask_only_named_servers(
+    run: Path,
+    graph: CompiledGraph,
+    params: dict[str, Any],
+    servers: dict[str, Any],
+    options: dict[str, Any],
+) -> None:
+    """The servers the repeats ask, into `options`: only those the caller named (the rule
+    of every re-ask from a folder, `reask_servers`); the run's own are never taken."""
+    found = FolderServers.of(run, graph, params, recorded_urls(servers))
+    chosen = reask_servers(
+        found,
+        base_url=options.get("base_url"),
+        allow_servers=tuple(options.get("allow_servers") or ()),
+        transport="the transport given" if options.get("transport") is not None else None,
+        trust=bool(options.get("trust")),
+    )
+    if chosen.base_url is not None:
+        options["base_url"] = chosen.base_url
+    options["allow_servers"] = chosen.allow_servers
+
+
 def _run_defaults(
     options: dict[str, Any],
     graph: CompiledGraph,
     parameters: dict[str, Any],
-    servers: dict[str, Any],
     model: str | None,
 ) -> None:
-    """Fill in what the run used and the caller did not say: its cache file, its server
-    (when it had one), its model (when no node names its own)."""
+    """Fill in what the run used and the caller did not say: its cache file, its model
+    (when no node names its own). Never its server: see `_ask_only_named_servers`."""
     cache = parameters.get("cache")
     options.setdefault("cache", Path(cache) if cache else False)
-    urls = {entry.get("base_url") for entry in servers.values() if isinstance(entry, dict)}
-    if "base_url" not in options and len(urls) == 1 and None not in urls:
-        options["base_url"] = urls.pop()
     own_models = any(getattr(n.spec, "model", None) for n in graph.nodes.values() if n.is_llm)
     if "model" not in options and model is not None and not own_models:
         options["model"] = model

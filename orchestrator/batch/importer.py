@@ -7,6 +7,7 @@ allows what can wait (error lines, missing lines): a wrong file never half-lands
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..providers.batchfile import BatchOutputLine, ChatReply
 from ..providers.reply import parse_reply
 from ..store.cache import ResponseCache
 from .folder import BatchFolder, ExportFile
-from .rounds import RoundOutcome, run_round
+from .rounds import RoundOutcome, round_graph, run_round
 
 log = logging.getLogger(__name__)
 
@@ -140,12 +141,20 @@ def _answered_export(ids: list[str], exports: list[ExportFile]) -> ExportFile | 
 
 
 async def import_output(
-    folder: BatchFolder, output: Path, partial: bool = False, *, trust: bool = False
+    folder: BatchFolder,
+    output: Path,
+    partial: bool = False,
+    *,
+    trust: bool = False,
+    allow_servers: Sequence[str] = (),
 ) -> ImportOutcome:
     """Check `output`, keep its replies, then run the folder's job once (see the module
-    docstring). Raises BatchImportError, naming each line, before anything is kept."""
+    docstring). Raises BatchImportError, naming each line, before anything is kept; and
+    ConfigurationError, before that, when the job names a node server the user did not
+    (`allow_servers`, `trust`)."""
     job = folder.job()
     job.identity()  # replies are kept only for a job that says which weights wrote them
+    graph = round_graph(job, folder, trust=trust, allow_servers=allow_servers)
     exports = folder.exports()
     if not exports:
         raise BatchImportError(
@@ -171,7 +180,7 @@ async def import_output(
         replies.close()
     for skipped in checked.waiting:
         log.warning("skipped: %s", skipped)
-    state = await run_round(job, folder, trust=trust)
+    state = await run_round(job, folder, trust=trust, allow_servers=allow_servers, graph=graph)
     return ImportOutcome(
         output=output,
         answers=checked.answers,

@@ -11,13 +11,16 @@ folder, entirely from the cache.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from ..calls.reask import FolderServers, reask_servers
 from ..calls.retry import RetryPolicy
 from ..data.sources import FileSource
+from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_graph
 from ..providers.batch import BATCH_BASE_URL, BatchTransport, Deferred, deferrals_unreported
 from ..providers.batchfile import BatchRequestLine
@@ -55,12 +58,39 @@ class ExportOutcome(BaseModel):
     run_folder: Path | None = None  # written when nothing waits and `out` was given
 
 
+def round_graph(
+    job: BatchJob, folder: BatchFolder, *, trust: bool = False, allow_servers: Sequence[str] = ()
+) -> CompiledGraph:
+    """The job's graph, once the servers a round would ask are known to be the user's: the
+    batch transport answers the run's nodes, and a node's own server (which a node naming
+    a provider reaches live) must be named on the command, as for any re-ask from a folder
+    (`reask_servers`): the job's params are the folder's, not the user's word."""
+    graph = compile_graph(job.graph, trust=trust)
+    found = FolderServers.of(folder.path, graph, job.params)
+    reask_servers(
+        found,
+        base_url=None,
+        allow_servers=allow_servers,
+        transport="the batch transport",
+        trust=trust,
+    )
+    return graph
+
+
 async def run_round(
-    job: BatchJob, folder: BatchFolder, store: RunStore | None = None, *, trust: bool = False
+    job: BatchJob,
+    folder: BatchFolder,
+    store: RunStore | None = None,
+    *,
+    trust: bool = False,
+    allow_servers: Sequence[str] = (),
+    graph: CompiledGraph | None = None,
 ) -> RoundOutcome:
     """Run `job` once over the batch transport (into `store`, scratch memory by default).
-    `trust` is the user's, given with each command, never kept in the folder."""
-    graph = compile_graph(job.graph, trust=trust)
+    `trust` and `allow_servers` are the user's, given with each command, never kept in the
+    folder; `graph`: the job's, already checked by `round_graph`."""
+    if graph is None:
+        graph = round_graph(job, folder, trust=trust, allow_servers=allow_servers)
     # The replies land in the response cache under what answered them, as a live call's.
     identity = job.identity()
     replies = folder.replies()
@@ -83,6 +113,7 @@ async def run_round(
         # An imported reply is final: asking again would get the same one.
         retry=RetryPolicy(retries=0),
         trust_servers=trust,
+        allow_servers=tuple(allow_servers),
     )
     scratch = store if store is not None else MemoryStore()
     try:
@@ -112,19 +143,27 @@ async def export_round(
     out: Path | None = None,
     *,
     trust: bool = False,
+    allow_servers: Sequence[str] = (),
 ) -> ExportOutcome:
     """Write the next batch file: the requests the examples wait for now. `job` starts or
     changes the folder's job (else the saved one runs); with `out`, once nothing waits, the
-    finished run is written to that run folder."""
+    finished run is written to that run folder. A node's own server is asked only when
+    `allow_servers` names it, or a param of the `job` given here does."""
+    allow = list(allow_servers)
     if job is not None:
         job.identity()  # a job that cannot say what answers it is not saved
+        # Its params are the caller's word on this command, a server one names included.
+        allow += [value for value in job.params.values() if isinstance(value, str)]
         folder.save_job(job)
     job = folder.job()
-    state = await run_round(job, folder, trust=trust)
+    graph = round_graph(job, folder, trust=trust, allow_servers=allow)
+    state = await run_round(job, folder, trust=trust, allow_servers=allow, graph=graph)
     if not state.frontier:
         written = None
         if out is not None:
-            final = await run_round(job, folder, RunFolder(out), trust=trust)
+            final = await run_round(
+                job, folder, RunFolder(out), trust=trust, allow_servers=allow, graph=graph
+            )
             if final.frontier:  # only if the cache lost replies between the two runs
                 log.warning(
                     "%d requests had no reply when the run folder was written; export again",

@@ -65,9 +65,21 @@ def from_params(value: str | None, params: dict[str, Any], node: str, key: str) 
     return found
 
 
-def node_api_key(want: EndpointWant, choice: ServerChoice) -> str:
-    """The key a node's requests carry: from its own `api_key_env`, else the run's."""
-    key = os.environ.get(want.api_key_env, "") if want.api_key_env else choice.api_key
+def reads_key_env(want: EndpointWant, choice: ServerChoice, urls: Sequence[str]) -> bool:
+    """Whether a node's `api_key_env` is read: only for servers of its own (`urls`), none
+    of them the run's. The run's servers always get the user's key, whatever variable the
+    graph names: a graph may not choose which secret of the user's environment they get."""
+    if not want.api_key_env or want.base_url is None:
+        return False
+    run_urls = {url.rstrip("/") for url in server_urls(choice.base_url)}
+    return not any(url.rstrip("/") in run_urls for url in urls)
+
+
+def node_api_key(want: EndpointWant, choice: ServerChoice, urls: Sequence[str]) -> str:
+    """The key a node's requests to `urls` carry: from its own `api_key_env` for a server
+    of its own (`reads_key_env`), else the run's."""
+    own = reads_key_env(want, choice, urls)
+    key = os.environ.get(want.api_key_env, "") if want.api_key_env and own else choice.api_key
     return key or "EMPTY"
 
 
@@ -87,13 +99,18 @@ async def server_version(base_url: str, timeout: float = VERSION_TIMEOUT) -> str
     return None
 
 
+def own_urls(want: str | Sequence[str], params: dict[str, Any], node: str) -> tuple[str, ...]:
+    """The URLs a node's own `base_url` names (a URL, a list of replicas, each may name a
+    param, taken from `params`)."""
+    written = [want] if isinstance(want, str) else list(want)
+    return server_urls([from_params(w, params, node, "base_url") or "" for w in written])
+
+
 def node_urls(want: str | Sequence[str] | None, choice: ServerChoice, node: str) -> tuple[str, ...]:
-    """The URLs a node talks to: its own `base_url` (a URL, a list of replicas, each may
-    name a param), else the run's."""
+    """The URLs a node talks to: its own `base_url` (`own_urls`), else the run's."""
     if want is None:
         return server_urls(choice.base_url)
-    written = [want] if isinstance(want, str) else list(want)
-    return server_urls([from_params(w, choice.params, node, "base_url") or "" for w in written])
+    return own_urls(want, choice.params, node)
 
 
 def _refused_urls(want: EndpointWant, urls: Sequence[str], choice: ServerChoice) -> list[str]:
@@ -180,7 +197,14 @@ async def prepare_endpoints(
             "; ".join(f"{url} (nodes {', '.join(nodes)})" for url, nodes in talks_to.items()),
         )
     for name, want, urls in wants:
-        api_key = node_api_key(want, choice)
+        if want.api_key_env and not reads_key_env(want, choice, urls):
+            log.info(
+                "node '%s': api_key_env %s is not read: the node talks to the run's server, "
+                "which gets your key",
+                name,
+                want.api_key_env,
+            )
+        api_key = node_api_key(want, choice, urls)
         # A graph names only built-in providers (checked when it compiled).
         provider = client.provider(want.provider) if want.provider else None
         for url in urls:

@@ -23,6 +23,14 @@ batch_app = typer.Typer(
 app.add_typer(batch_app, name="batch")
 
 DIR_HELP = "Batch folder: the job, the batch files and the imported replies."
+AllowServer = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="URL",
+        help="A node's own server a round may ask (repeatable); the folder's job names none "
+        "by itself.",
+    ),
+]
 
 
 @batch_app.command("export")
@@ -68,6 +76,7 @@ def export_cmd(
         Path | None, typer.Option(help="Run folder written once nothing is left to ask.")
     ] = None,
     trust: Trust = False,
+    allow_server: AllowServer = None,
 ) -> None:
     """Write the requests the examples wait for now as a batch input file."""
     from ..batch import BatchFolder, BatchJob, export_round
@@ -97,7 +106,11 @@ def export_cmd(
             server_id=server_id,
         )
     try:
-        done = asyncio.run(export_round(BatchFolder(folder), job, out, trust=trust))
+        done = asyncio.run(
+            export_round(
+                BatchFolder(folder), job, out, trust=trust, allow_servers=allow_server or ()
+            )
+        )
     except GraphError as exc:
         fail(
             f"{exc.problems[0]}"
@@ -158,6 +171,7 @@ def import_cmd(
         ),
     ] = None,
     trust: Trust = False,
+    allow_server: AllowServer = None,
 ) -> None:
     """Load a batch runner's replies; the graph then runs on to the next frontier."""
     from ..batch import BatchFolder, import_output
@@ -166,7 +180,9 @@ def import_cmd(
     try:
         if server_root is not None or server_id is not None:
             where.name_weights(server_root, max_model_len, server_id)
-        done = asyncio.run(import_output(where, output, partial, trust=trust))
+        done = asyncio.run(
+            import_output(where, output, partial, trust=trust, allow_servers=allow_server or ())
+        )
     except OrchestratorError as exc:
         fail(str(exc))
     console.print(

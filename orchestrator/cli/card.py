@@ -41,7 +41,16 @@ def judge_card(
     ] = None,
     base_url: Annotated[
         str | None,
-        typer.Option(help="Server for --retest (default: the one the run recorded)."),
+        typer.Option(
+            help="Server the re-asks of --retest ask (needed: never the one the run records)."
+        ),
+    ] = None,
+    allow_server: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="URL",
+            help="A node's own server the re-asks of --retest may ask (repeatable).",
+        ),
     ] = None,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
     seed: Annotated[int, typer.Option(help="Seed of the bootstraps and tests.")] = 0,
@@ -57,6 +66,8 @@ def judge_card(
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")
     run_options: dict[str, Any] = {"base_url": base_url} if base_url is not None else {}
+    if allow_server:
+        run_options["allow_servers"] = list(allow_server)
     jurors = [j.strip() for j in jury.split(",") if j.strip()] if jury is not None else None
     try:
         card = build(

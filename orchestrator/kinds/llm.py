@@ -167,6 +167,15 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
             cn.abstain = compile_abstain(node.abstain, node.output, cn.sampling, node.once, scope)
         if node.provider is not None and (gap := unknown_provider(node.provider)):
             scope.problem(gap, "provider")
+        if node.api_key_env is not None and node.base_url is None:
+            # The run's server gets the user's key; a graph choosing which variable becomes
+            # that key could send any secret of the user's environment (issue 35).
+            scope.problem(
+                f"api_key_env names {node.api_key_env}, but the node has no base_url of its "
+                "own: the run's server always gets your key (--api-key / OPENAI_API_KEY); "
+                "remove api_key_env, or give the node its own base_url",
+                "api_key_env",
+            )
         urls = [node.base_url] if isinstance(node.base_url, str) else node.base_url or []
         for key, named in [("model", node.model), *(("base_url", url) for url in urls)]:
             # `model: params.X` is resolved when the run starts; the param must exist.

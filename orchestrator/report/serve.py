@@ -1,7 +1,8 @@
 """`orchestrator report RUN_DIR --serve`: the same page on localhost, traces loaded on demand.
 
 For runs too large to embed in one file: the page carries only the examples table, and
-each example's trace is read from traces.sqlite when it is opened.
+each example's trace is read from traces.sqlite when it is opened. It answers only requests
+addressed to localhost, 127.0.0.1 or [::1] (loopback.py), so no other site's page can read it.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from ..store.reader import TraceReader
 from ..store.records import NodeRun
 from .build import Page, render_page
 from .collect import DetailOptions, RunData, example_detail, example_order, load_run
+from .loopback import LoopbackHandler
 
 _EXAMPLE = re.compile(r"^/example/(\d+)\.json$")
 log = logging.getLogger(__name__)
@@ -60,7 +62,8 @@ class ReportServer(ThreadingHTTPServer):
             self.store.close()
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LoopbackHandler):
+    # Addressed to this machine by name, or refused before any route runs (loopback.py).
     server: ReportServer
 
     def log_message(self, format: str, *args: Any) -> None:

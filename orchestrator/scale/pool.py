@@ -90,7 +90,7 @@ def _want(parts: ResolvedRun, node: str) -> EndpointWant:
 
 def _api_key(parts: ResolvedRun, node: str) -> str:
     """The key the run's own client uses for this node (decided where the run started)."""
-    return node_api_key(_want(parts, node), parts.choice)
+    return node_api_key(_want(parts, node), parts.choice, parts.endpoints[node].urls)
 
 
 def worker_job(parts: ResolvedRun, count: int) -> WorkerJob:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from fakeserver import FakeServer, Reply, Responder, _error_body, _Handler, schema_responder
-from helpers import is_canary, orchestrator_command, requests_per_call, user_text, write_graph
+from helpers import is_canary, orchestrator_command, requests_per_call, write_graph
 
 from orchestrator.store.folder import read_results
 
@@ -270,34 +270,48 @@ def test_graphs_own_server_gets_nothing_unless_the_user_allows_it(tmp_path: Path
     assert_no_leak([key], tmp_path, [refused.stdout + refused.stderr])
 
 
-def test_node_api_key_env_on_the_same_server_sends_that_nodes_key(tmp_path: Path) -> None:
-    default_key, node_key = secret("default"), secret("node")
-    graph = {
-        **GRAPH,
-        "nodes": {
-            "judge": GRAPH["nodes"]["judge"],
-            "second": {**GRAPH["nodes"]["judge"], "prompt": "other.jinja"},
-        },
-        "outputs": {"score": "judge.score", "again": "second.score"},
-    }
-    graph["nodes"]["second"]["api_key_env"] = "JUDGE_TWO_KEY"
+def test_graph_cannot_choose_which_variable_becomes_the_key(tmp_path: Path) -> None:
+    """Issue 35: a node with `api_key_env: AWS_SECRET_ACCESS_KEY` and no server of its own
+    sent the user's AWS secret as the key to the user's server. Now `validate` and `run`
+    refuse it, naming the field, and nothing is sent."""
+    aws, key = secret("aws"), secret("user")
+    graph = {**GRAPH, "nodes": {"judge": {**GRAPH["nodes"]["judge"]}}}
+    graph["nodes"]["judge"]["api_key_env"] = "AWS_SECRET_ACCESS_KEY"
     graph_path, data = write_case(tmp_path, graph)
-    sent: dict[str, set[str]] = {"Rate <<": set(), "Rate again": set()}
+    env = {"AWS_SECRET_ACCESS_KEY": aws, "OPENAI_API_KEY": key}
+    checked = command("validate", str(graph_path), env=env)
+    with KeyServer(scores) as server:
+        refused = command(*run_args(graph_path, data, tmp_path, server.base_url), env=env)
+        assert server.headers == [] and server.requests == []
+    for done in (checked, refused):
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "node 'judge'" in done.stderr and "field 'api_key_env'" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert_no_leak([aws, key], tmp_path, [checked.stdout + checked.stderr, refused.stderr])
 
-    def respond(body: dict[str, Any]) -> Reply:
-        if not is_canary(body):
-            for start, keys in sent.items():
-                if user_text(body).startswith(start):
-                    keys.add(request_header().removeprefix("Bearer "))
-        return scores(body)
 
-    with KeyServer(respond) as server:
+@pytest.mark.parametrize("named", ["literal", "param"])
+def test_the_runs_own_server_always_gets_the_users_key(tmp_path: Path, named: str) -> None:
+    """A node whose own `base_url` is the run's server (written out, or a `--param` the user
+    gave) with `api_key_env` naming another secret: the run's server gets the user's key."""
+    aws, key = secret("aws"), secret("user")
+    with KeyServer(scores) as server:
+        judge = {**GRAPH["nodes"]["judge"], "api_key_env": "AWS_SECRET_ACCESS_KEY"}
+        judge["base_url"] = server.base_url if named == "literal" else "params.url"
+        graph = {**GRAPH, "nodes": {"judge": judge}}
+        if named == "param":
+            graph["params"] = {"url": None}
+        graph_path, data = write_case(tmp_path, graph)
+        extra = ["--param", f"url={server.base_url}"] if named == "param" else []
+        env = {"AWS_SECRET_ACCESS_KEY": aws}
         done = command(
-            *run_args(graph_path, data, tmp_path, server.base_url, "--api-key", default_key),
-            env={"JUDGE_TWO_KEY": node_key},
+            *run_args(graph_path, data, tmp_path, server.base_url, "--api-key", key, *extra),
+            env=env,
         )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert sent == {"Rate <<": {default_key}, "Rate again": {node_key}}
+    assert server.keys_seen() == {key}
+    assert "api_key_env AWS_SECRET_ACCESS_KEY is not read" in done.stderr
+    assert_no_leak([aws], tmp_path, [done.stdout + done.stderr])
 
 
 def test_plain_401_stops_the_run_with_a_message_and_no_key(tmp_path: Path) -> None:

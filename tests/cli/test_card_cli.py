@@ -81,11 +81,12 @@ def test_a_folder_without_trace_fails_with_a_message(tmp_path: Path) -> None:
     assert "no trace" in result.output
 
 
-def test_retest_re_asks_the_runs_own_server_and_shows_the_stability_table(
+def test_retest_re_asks_the_server_named_and_shows_the_stability_table(
     tmp_path: Path,
 ) -> None:
-    """`--retest K --rows N`: K×N new requests to the server the run recorded (no
-    --base-url needed), and a Stability table in the card."""
+    """`--retest K --rows N --base-url URL`: K×N new requests to the server named (never
+    the one the folder records unless named, issue 35: tests/api/test_reask_servers.py),
+    and a Stability table in the card."""
     graph = write_graph(tmp_path, judge_graph(temperature=0.7), {"judge.jinja": "Rate: {{ text }}"})
     rows = [{"id": f"r{i}", "text": f"text number {i}"} for i in range(12)]
     flipper = Flipper(7)
@@ -99,8 +100,10 @@ def test_retest_re_asks_the_runs_own_server_and_shows_the_stability_table(
         orc.run(graph, rows, out=tmp_path / "run", base_url=server.base_url, cache=False)
         before = sum(not is_canary(body) for body in server.requests)
         result = CliRunner().invoke(
-            app, ["judge-card", str(tmp_path / "run"), "--retest", "2", "--rows", "10"]
-        )
+            app,
+            ["judge-card", str(tmp_path / "run"), "--retest", "2", "--rows", "10",
+             "--base-url", server.base_url],
+        )  # fmt: skip
         assert result.exit_code == 0, result.output
         asked = sum(not is_canary(body) for body in server.requests) - before
         assert asked == 2 * 10  # each repeat's start also checks the schema once

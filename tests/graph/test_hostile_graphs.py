@@ -349,6 +349,16 @@ CASES: list[Case] = [
         says="--trust",
         setup=lambda root: (root / "beside_hostile.py").write_text(BESIDE_MODULE),
     ),
+    # Issue 35: the graph chose which environment variable became the key the user's server
+    # was sent (here the user's AWS secret).
+    Case(
+        "api_key_env without a server of its own",
+        judge_with(api_key_env="AWS_SECRET_ACCESS_KEY"),
+        node="judge",
+        field="api_key_env",
+        says="no base_url of its own",
+        cli=True,
+    ),
     Case(
         "prompts folder /etc",
         graph_text(prompts="/etc", nodes={"judge": {**JUDGE, "prompt": "passwd"}}),
