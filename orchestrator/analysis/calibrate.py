@@ -133,8 +133,10 @@ def calibrate(
     """
     if not 0.0 < risk < 1.0 or not 0.0 < delta < 1.0:
         raise ValueError(f"risk and delta must be between 0 and 1, got {risk!r}, {delta!r}")
-    if tolerance < 0:
-        raise ValueError(f"tolerance must be 0 or more, got {tolerance!r}")
+    # NaN compares false with every distance (no answer is ever wrong), infinity the same
+    # way by agreement: either would promise a threshold the labels never tested.
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise ValueError(f"tolerance must be a finite number of 0 or more, got {tolerance!r}")
     folder = Path(run_dir)
     items = read_labels(Path(labels))
     rows = {r.id: r.outputs for r in RunReader(folder).results() if r.status == "ok"}
