@@ -33,7 +33,7 @@ from ..analysis.align.labels import Coder, read_truth
 from ..analysis.align.record import METRICS, Alignment, Configuration, Metric, Shot, Side, Variant
 from ..analysis.align.scoring import compare
 from ..analysis.align.search import choose, trial
-from ..analysis.align.shots import draw_shots, shot_record
+from ..analysis.align.shots import check_counts, draw_shots, shot_record
 from ..analysis.align.split import folds as deal_folds
 from ..analysis.align.split import split, strata
 from ..analysis.align.variants import (
@@ -52,6 +52,7 @@ from ..data.sources import as_source
 from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
 from ..graph.loaders import PromptLoader
+from ..graph.spec import FieldSpec
 from ..report.align_page import write_page
 from ..store.reader import RunReader
 from .run import _blocking, arun, load_graph
@@ -126,12 +127,14 @@ async def aalign(
     # The graph's own `variants:` first, then those given here; each tried once.
     variants = [*compiled.spec.variants, *variants]
     texts = _templates(compiled, variants, templates)
+    params = [*compiled.spec.params, *compiled.spec.required_params]
     chosen_variants = [Variant()]
     for given in variants:
-        parsed = _as_variant(given, texts)
+        parsed = _as_variant(given, texts, params)
         if parsed not in chosen_variants:
             chosen_variants.append(parsed)
-    kind, truth, label_of = read_truth(Path(labels), field)
+    schema = _field_schema(compiled, node, field)
+    kind, truth, label_of = read_truth(Path(labels), field, schema, f"{node}.{field}")
     if isotonic and kind != "scores":
         raise ConfigurationError("--isotonic maps scores: these labels are choices")
     rows = _rows(data)
@@ -145,15 +148,28 @@ async def aalign(
     folder = Path(out)
     job = _Job(compiled, spec, texts, node, field, rows, label_of, truth, folder, run_options)
 
+    # Each fold's shots come from the other folds: the smallest of those pools bounds the
+    # shot counts, checked before any request (and again once upstream values are known).
+    others = [[x for j, f in enumerate(fold_ids) if j != k for x in f] for k in range(folds)]
+    pooled = (
+        f"a fold draws its shots from the other folds' examples ({len(search)} search "
+        f"examples in {folds} folds)"
+    )
+    check_counts(counts, others, pooled)
+
     # -- the search: every configuration on every fold, search-set examples only ---------
     if any(counts):
         await job.read_upstream(search)
+        if job.upstream:
+            showable = [job.showable(other) for other in others]
+            upstream = ", ".join(job.upstream)
+            check_counts(counts, showable, f"{pooled}, those whose {upstream} has a value")
     answers: dict[tuple[int, int], dict[str, Any]] = {}  # (count, variant) → id → answer
     for count in counts:
         for index, variant in enumerate(chosen_variants):
             found: dict[str, Any] = {}
             for k, fold in enumerate(fold_ids):
-                pool = job.showable([x for j, f in enumerate(fold_ids) if j != k for x in f])
+                pool = job.showable(others[k])
                 picked = draw_shots(pool, groups, count, seed, draw=k)
                 where = f"search/{_slug(count, variant)}/fold-{k + 1}"
                 found.update((await job.answers(variant, picked, fold, where))[0])
@@ -392,10 +408,23 @@ def _templates(
     return texts
 
 
-def _as_variant(given: str | Variant, texts: Mapping[str, str]) -> Variant:
+def _as_variant(given: str | Variant, texts: Mapping[str, str], params: Sequence[str]) -> Variant:
     variant = given if isinstance(given, Variant) else parse_variant(given)
-    check_variant(variant, texts)
+    check_variant(variant, texts, params)
     return variant
+
+
+def _field_schema(compiled: CompiledGraph, node: str, field: str) -> FieldSpec | None:
+    """The output schema of `node`'s `field` (dots reach into `fields`); None when the
+    node's output does not declare it."""
+    fields: dict[str, FieldSpec] | None = getattr(compiled.spec.nodes[node], "output", None)
+    schema = None
+    for part in field.split("."):
+        if not isinstance(fields, dict) or part not in fields:
+            return None
+        schema = fields[part]
+        fields = schema.fields
+    return schema
 
 
 def _rows(data: Any) -> dict[str, dict[str, Any]]:
