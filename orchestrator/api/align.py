@@ -45,7 +45,7 @@ from ..analysis.align.variants import (
     variant_texts,
     with_isotonic,
 )
-from ..analysis.align.writer import PAGE_FILE, write_graph, write_record
+from ..analysis.align.writer import PAGE_FILE, open_folder, write_graph, write_record
 from ..analysis.groups import cluster_keys, run_inputs
 from ..analysis.metaeval_stats import Bootstrap
 from ..data.sources import as_source
@@ -61,7 +61,7 @@ __all__ = ["Alignment", "aalign", "align"]
 log = logging.getLogger(__name__)
 
 # What an alignment decides itself: where each run goes, its rows and params.
-_FIXED = ("out", "params", "limit", "overwrite", "resample")
+_FIXED = ("out", "params", "limit", "resample")
 SUFFIX = "-aligned"
 ISOTONIC_NOTE = (
     "the isotonic map is fitted and scored here, but the written graph does not apply it "
@@ -92,6 +92,7 @@ async def aalign(
     seed: int = 0,
     resamples: int = 2000,
     templates: Mapping[str, str] | None = None,
+    overwrite: bool = False,
     **run_options: Any,
 ) -> Alignment:
     """Align `node` of `graph` to the human `labels` (a JSONL file as `meta-eval` reads
@@ -105,7 +106,9 @@ async def aalign(
     agreement maximised (alpha, kappa, spearman or accuracy); `folds`, `test_share` and
     `seed` the split; `isotonic` also tries a monotone map of the judge's score onto the
     labels' scale; `cluster` a row field (e.g. a user id) whose clusters the test
-    bootstrap (`resamples` draws) resamples. `run_options` are `orc.run`'s (base_url,
+    bootstrap (`resamples` draws) resamples. `out` must be missing, empty or a folder
+    align wrote before (its runs resume), and never hold the graph or the labels;
+    `overwrite` deletes what align wrote there first. `run_options` are `orc.run`'s (base_url,
     model, transport, cache, concurrency, trust, …); the response cache is on unless
     `cache=False`."""
     fixed = sorted(set(run_options) & set(_FIXED))
@@ -156,6 +159,8 @@ async def aalign(
         f"examples in {folds} folds)"
     )
     check_counts(counts, others, pooled)
+    # Last of the checks, first of the writes: nothing is created for settings refused above.
+    open_folder(folder, overwrite, _read_files(compiled, labels, data))
 
     # -- the search: every configuration on every fold, search-set examples only ---------
     if any(counts):
@@ -425,6 +430,19 @@ def _field_schema(compiled: CompiledGraph, node: str, field: str) -> FieldSpec |
         schema = fields[part]
         fields = schema.fields
     return schema
+
+
+def _read_files(compiled: CompiledGraph, labels: str | Path, data: Any) -> list[Path]:
+    """The files an alignment reads, which its folder must not hold: the graph file and
+    its prompts folder (none for a graph built in Python), the labels, a data file."""
+    found = [Path(labels)]
+    if compiled.path.is_file():
+        found.append(compiled.path)
+        if compiled.prompts_dir is not None:
+            found.append(compiled.prompts_dir)
+    if isinstance(data, str | Path):
+        found.append(Path(data))
+    return found
 
 
 def _rows(data: Any) -> dict[str, dict[str, Any]]:
