@@ -7,9 +7,12 @@ testing walks the candidates from the most confident down and stops at the first
 cannot reject at level δ; since the order is fixed before the data are seen, the chance of
 keeping any threshold whose true risk exceeds R is at most δ (no monotonicity needed).
 
-Confidence per example is the probability of the token where the judge wrote its answer
-(when the node asked for `logprobs:`) or the share of the node's n samples that agree with
-the final answer (when it asked for `n:` > 1).
+Confidence per example is `compute.confidence.judged`, what an `abstain:` key applies at run
+time: the probability of the token where the judge wrote its answer (when the node asked for
+`logprobs:`) or the share of the node's n samples that agree with their most common value
+(when it asked for `n:` > 1). Whether an answer is wrong is judged on the run's result field,
+which may differ from that majority (a median of the samples): the threshold is picked on
+the confidence the run will apply and bounds the error of the answer the run reports.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel
 from scipy.special import betainc
 
-from ..compute.confidence import ASK_FOR_CONFIDENCE, confidence, wrong_answer
+from ..compute.confidence import ASK_FOR_CONFIDENCE, judged, wrong_answer
 from ..errors import CalibrationError, LabelError
 from ..store.reader import RunReader, TraceReader
 from .metaeval import annotated, judge_value, label_truth, read_labels
@@ -121,16 +124,19 @@ def calibrate(
 
     `labels` is a JSONL file as `meta-eval` reads it; an answer further than `tolerance`
     from a score label (or any other choice) is an error. Answers are the run's `field` for
-    labelled ok examples; confidence is the probability of the answer's token (the node
-    asked for `logprobs:`) or the share of its `n:` samples that agree with the answer, read
-    from `node`'s trace records; a run with neither raises CalibrationError. When no
+    labelled ok examples; confidence is what `abstain:` applies (`judged`): the probability
+    of the answer's token (the node asked for `logprobs:`) or the share of its `n:` samples
+    that agree with their most common value, read from `node`'s trace records; a run with
+    neither raises CalibrationError. When no
     threshold meets `risk`, `threshold` is None and `coverage` 0. Learn then Test with
     fixed-sequence testing and exact binomial p-values: see the module.
     """
     if not 0.0 < risk < 1.0 or not 0.0 < delta < 1.0:
         raise ValueError(f"risk and delta must be between 0 and 1, got {risk!r}, {delta!r}")
-    if tolerance < 0:
-        raise ValueError(f"tolerance must be 0 or more, got {tolerance!r}")
+    # NaN compares false with every distance (no answer is ever wrong), infinity the same
+    # way by agreement: either would promise a threshold the labels never tested.
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise ValueError(f"tolerance must be a finite number of 0 or more, got {tolerance!r}")
     folder = Path(run_dir)
     items = read_labels(Path(labels))
     rows = {r.id: r.outputs for r in RunReader(folder).results() if r.status == "ok"}
@@ -153,11 +159,13 @@ def calibrate(
         answer = judge_value(rows.get(label["id"]), field, label)
         if answer is None or label["id"] not in values:
             continue
-        found = confidence(values[label["id"]], field, answer, tolerance)
+        # The run-time measure, not agreement with `answer`: a threshold pasted into
+        # `abstain:` must answer exactly the examples counted here.
+        found = judged(values[label["id"]], field, tolerance)
         if found is None:
             raise CalibrationError(NO_CONFIDENCE.format(node=node))
-        confidences.append(found[0])
-        sources.add(found[1])
+        confidences.append(found.confidence)
+        sources.add(found.source)
         wrong.append(wrong_answer(answer, label_truth(label), tolerance))
     if not confidences:
         raise LabelError(f"{labels}: no label matches an ok example with a '{field}' answer")

@@ -45,12 +45,34 @@ NO_CEILING = "one human label per example: no human–human agreement to compare
 NO_PAIRS = "no example has two human labels and a result: no human–human agreement"
 
 
+def _score(label: dict[str, Any], where: str) -> None:
+    """Check a label's `score` is a finite number (a string holding one becomes it): NaN,
+    infinity, true/false or a list would pass for a score and make every statistic, error
+    count and shot that reads it silently wrong."""
+    if "score" not in label:
+        return
+    value = label["score"]
+    number: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        else:
+            label["score"] = number
+    if number is None or not math.isfinite(number):
+        raise LabelError(f"{where}: 'score' must be a finite number, got {value!r}")
+
+
 def _expand(item: dict[str, Any], where: str) -> list[dict[str, Any]]:
     """One line's labels: itself, or one label per entry of its `labels` list."""
     listed = item.pop("labels", None)
     if listed is None:
         if not any(k in item for k in TRUTH_FIELDS):
             raise LabelError(f"{where}: a label needs 'score', 'choice' or 'winner'")
+        _score(item, where)
         return [item]
     if not isinstance(listed, list) or not listed:
         raise LabelError(f"{where}: 'labels' is a non-empty list of {{annotator, score|choice}}")
@@ -58,7 +80,9 @@ def _expand(item: dict[str, Any], where: str) -> list[dict[str, Any]]:
     for position, entry in enumerate(listed, start=1):
         if not isinstance(entry, dict) or not any(k in entry for k in TRUTH_FIELDS):
             raise LabelError(f"{where}: labels[{position}] needs 'score', 'choice' or 'winner'")
-        out.append({**item, "annotator": f"#{position}", **entry})
+        label = {**item, "annotator": f"#{position}", **entry}
+        _score(label, f"{where}: labels[{position}]")
+        out.append(label)
     return out
 
 

@@ -33,7 +33,7 @@ from ..analysis.align.labels import Coder, read_truth
 from ..analysis.align.record import METRICS, Alignment, Configuration, Metric, Shot, Side, Variant
 from ..analysis.align.scoring import compare
 from ..analysis.align.search import choose, trial
-from ..analysis.align.shots import draw_shots, shot_record
+from ..analysis.align.shots import check_counts, draw_shots, shot_record
 from ..analysis.align.split import folds as deal_folds
 from ..analysis.align.split import split, strata
 from ..analysis.align.variants import (
@@ -45,13 +45,14 @@ from ..analysis.align.variants import (
     variant_texts,
     with_isotonic,
 )
-from ..analysis.align.writer import PAGE_FILE, write_graph, write_record
+from ..analysis.align.writer import PAGE_FILE, open_folder, write_graph, write_record
 from ..analysis.groups import cluster_keys, run_inputs
 from ..analysis.metaeval_stats import Bootstrap
 from ..data.sources import as_source
 from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
 from ..graph.loaders import PromptLoader
+from ..graph.spec import FieldSpec
 from ..report.align_page import write_page
 from ..store.reader import RunReader
 from .run import _blocking, arun, load_graph
@@ -60,7 +61,7 @@ __all__ = ["Alignment", "aalign", "align"]
 log = logging.getLogger(__name__)
 
 # What an alignment decides itself: where each run goes, its rows and params.
-_FIXED = ("out", "params", "limit", "overwrite", "resample")
+_FIXED = ("out", "params", "limit", "resample")
 SUFFIX = "-aligned"
 ISOTONIC_NOTE = (
     "the isotonic map is fitted and scored here, but the written graph does not apply it "
@@ -91,6 +92,7 @@ async def aalign(
     seed: int = 0,
     resamples: int = 2000,
     templates: Mapping[str, str] | None = None,
+    overwrite: bool = False,
     **run_options: Any,
 ) -> Alignment:
     """Align `node` of `graph` to the human `labels` (a JSONL file as `meta-eval` reads
@@ -104,7 +106,9 @@ async def aalign(
     agreement maximised (alpha, kappa, spearman or accuracy); `folds`, `test_share` and
     `seed` the split; `isotonic` also tries a monotone map of the judge's score onto the
     labels' scale; `cluster` a row field (e.g. a user id) whose clusters the test
-    bootstrap (`resamples` draws) resamples. `run_options` are `orc.run`'s (base_url,
+    bootstrap (`resamples` draws) resamples. `out` must be missing, empty or a folder
+    align wrote before (its runs resume), and never hold the graph or the labels;
+    `overwrite` deletes what align wrote there first. `run_options` are `orc.run`'s (base_url,
     model, transport, cache, concurrency, trust, …); the response cache is on unless
     `cache=False`."""
     fixed = sorted(set(run_options) & set(_FIXED))
@@ -126,12 +130,14 @@ async def aalign(
     # The graph's own `variants:` first, then those given here; each tried once.
     variants = [*compiled.spec.variants, *variants]
     texts = _templates(compiled, variants, templates)
+    params = [*compiled.spec.params, *compiled.spec.required_params]
     chosen_variants = [Variant()]
     for given in variants:
-        parsed = _as_variant(given, texts)
+        parsed = _as_variant(given, texts, params)
         if parsed not in chosen_variants:
             chosen_variants.append(parsed)
-    kind, truth, label_of = read_truth(Path(labels), field)
+    schema = _field_schema(compiled, node, field)
+    kind, truth, label_of = read_truth(Path(labels), field, schema, f"{node}.{field}")
     if isotonic and kind != "scores":
         raise ConfigurationError("--isotonic maps scores: these labels are choices")
     rows = _rows(data)
@@ -145,15 +151,30 @@ async def aalign(
     folder = Path(out)
     job = _Job(compiled, spec, texts, node, field, rows, label_of, truth, folder, run_options)
 
+    # Each fold's shots come from the other folds: the smallest of those pools bounds the
+    # shot counts, checked before any request (and again once upstream values are known).
+    others = [[x for j, f in enumerate(fold_ids) if j != k for x in f] for k in range(folds)]
+    pooled = (
+        f"a fold draws its shots from the other folds' examples ({len(search)} search "
+        f"examples in {folds} folds)"
+    )
+    check_counts(counts, others, pooled)
+    # Last of the checks, first of the writes: nothing is created for settings refused above.
+    open_folder(folder, overwrite, _read_files(compiled, labels, data))
+
     # -- the search: every configuration on every fold, search-set examples only ---------
     if any(counts):
         await job.read_upstream(search)
+        if job.upstream:
+            showable = [job.showable(other) for other in others]
+            upstream = ", ".join(job.upstream)
+            check_counts(counts, showable, f"{pooled}, those whose {upstream} has a value")
     answers: dict[tuple[int, int], dict[str, Any]] = {}  # (count, variant) → id → answer
     for count in counts:
         for index, variant in enumerate(chosen_variants):
             found: dict[str, Any] = {}
             for k, fold in enumerate(fold_ids):
-                pool = job.showable([x for j, f in enumerate(fold_ids) if j != k for x in f])
+                pool = job.showable(others[k])
                 picked = draw_shots(pool, groups, count, seed, draw=k)
                 where = f"search/{_slug(count, variant)}/fold-{k + 1}"
                 found.update((await job.answers(variant, picked, fold, where))[0])
@@ -392,10 +413,36 @@ def _templates(
     return texts
 
 
-def _as_variant(given: str | Variant, texts: Mapping[str, str]) -> Variant:
+def _as_variant(given: str | Variant, texts: Mapping[str, str], params: Sequence[str]) -> Variant:
     variant = given if isinstance(given, Variant) else parse_variant(given)
-    check_variant(variant, texts)
+    check_variant(variant, texts, params)
     return variant
+
+
+def _field_schema(compiled: CompiledGraph, node: str, field: str) -> FieldSpec | None:
+    """The output schema of `node`'s `field` (dots reach into `fields`); None when the
+    node's output does not declare it."""
+    fields: dict[str, FieldSpec] | None = getattr(compiled.spec.nodes[node], "output", None)
+    schema = None
+    for part in field.split("."):
+        if not isinstance(fields, dict) or part not in fields:
+            return None
+        schema = fields[part]
+        fields = schema.fields
+    return schema
+
+
+def _read_files(compiled: CompiledGraph, labels: str | Path, data: Any) -> list[Path]:
+    """The files an alignment reads, which its folder must not hold: the graph file and
+    its prompts folder (none for a graph built in Python), the labels, a data file."""
+    found = [Path(labels)]
+    if compiled.path.is_file():
+        found.append(compiled.path)
+        if compiled.prompts_dir is not None:
+            found.append(compiled.prompts_dir)
+    if isinstance(data, str | Path):
+        found.append(Path(data))
+    return found
 
 
 def _rows(data: Any) -> dict[str, dict[str, Any]]:

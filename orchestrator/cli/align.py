@@ -92,6 +92,13 @@ def align(
         typer.Option(help="Seconds per request (default 120; 600 on the embedded CPU server)."),
     ] = None,
     trust: Trust = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Delete what align wrote in --out before (only in a folder it wrote).",
+        ),
+    ] = False,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
 ) -> None:
     """Search few-shot sets and variants on folds of the labelled examples, then score the
@@ -137,6 +144,7 @@ def align(
             isotonic=isotonic,
             cluster=cluster,
             seed=seed,
+            overwrite=overwrite,
             **options,
         )
     except (OrchestratorError, ValueError) as exc:

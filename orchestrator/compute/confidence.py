@@ -3,9 +3,10 @@ node's `abstain:` key applies at run time, so a threshold picked by one means th
 the other.
 
 Confidence is the probability of the token where the judge started writing the field's
-value (a node asked for `logprobs:`), or the share of its n samples that agree with the
-answer (a node asked for `n:` > 1). At run time the answer of n samples is their most
-common value (ties: the first seen), so the confidence is the majority's share.
+value (a node asked for `logprobs:`), or the share of its n samples that agree with their
+most common value (a node asked for `n:` > 1; ties: the first seen). Both `calibrate` and
+`abstain:` take it from `judged`, which needs only the node's value: the run's result field
+(a median of the samples, say) is not known where `abstain:` applies it.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def confidence(
     value: Any, field: str, answer: Any, tolerance: float
 ) -> tuple[float, Source] | None:
     """One node value's confidence in `answer` and where it came from; None when the value
-    has neither token logprobs nor several samples."""
+    has neither token logprobs nor several samples. `judged` calls it with the samples'
+    majority as `answer`: that is the confidence calibrate and `abstain:` use."""
     if isinstance(value, dict):
         found = token_confidence(value, field)
         return None if found is None else (found, "logprobs")

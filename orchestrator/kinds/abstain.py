@@ -35,7 +35,7 @@ class Abstain(BaseModel):
     threshold: float | str
     field: str | None = None  # may be left out when the output has one field
     # Samples within this of their majority agree with it: calibrate's `--tolerance`.
-    tolerance: float = Field(default=0.0, ge=0.0)
+    tolerance: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
 
     @field_validator("threshold", mode="before")
     @classmethod

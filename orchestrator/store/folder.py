@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from ..errors import DamagedRunFile, ReadOnlyRunFolder, RunFolderError, RunKeyMismatch
 from .disk import on_disk, storage_error
 from .lock import LOCK, RunLock
+from .outfolder import OutputKind, check_out, clear_out, not_ours
 from .records import Manifest, ResultLine, Summary, first_problem
 from .runkey import RunKey
 from .trace import TraceStore, check_intact
@@ -209,23 +210,24 @@ def manifest_problem(manifest: Any) -> str | None:
     return None
 
 
+# A run's --out, by the rule every command's output folder follows (outfolder.py): with no
+# manifest yet (a run killed while starting) a folder holding only a run's files is one.
+RUN_FOLDER = OutputKind(
+    what="a run folder",
+    writer="a run",
+    manifest_kind="a run manifest",
+    manifest_problem=manifest_problem,
+    owns=OWN_NAMES,
+    bare=OWN_NAMES,
+    manifest=MANIFEST,
+)
+
+
 def not_a_run_folder(path: Path) -> str | None:
     """Why the folder `path` is not a run folder, naming the file (None when it is one, or
     is empty): its manifest must be a run's, or, with none (a run killed while starting),
     it must hold only files a run writes."""
-    manifest = path / MANIFEST
-    if manifest.is_file():
-        try:
-            problem = manifest_problem(read_json(manifest))
-        except orjson.JSONDecodeError as exc:
-            problem = f"is not JSON ({exc})"
-        except OSError as exc:
-            problem = f"cannot be read ({exc.strerror})"
-        return None if problem is None else f"{manifest} {problem}, so it is not a run manifest"
-    for entry in path.iterdir():
-        if entry.name not in OWN_NAMES:
-            return f"{entry} is not a file a run writes, and there is no {MANIFEST}"
-    return None
+    return not_ours(path, RUN_FOLDER)
 
 
 def is_run_folder(path: Path) -> bool:
@@ -264,22 +266,7 @@ class RunFolder:
         The lock comes before anything is deleted or rewritten, so a second run can neither
         wipe nor interleave with the first.
         """
-        with on_disk(self.path, writing=False):
-            if self.path.exists() and not self.path.is_dir():
-                raise RunFolderError(
-                    f"--out {self.path} is a file, not a folder; choose a folder path for the run."
-                )
-            problem = not_a_run_folder(self.path) if self.path.is_dir() else None
-        if problem is not None:
-            if overwrite:
-                raise RunFolderError(
-                    f"--overwrite replaces only a run folder or an empty folder: {problem}, so "
-                    "nothing was deleted. Choose another --out."
-                )
-            raise RunFolderError(
-                f"{self.path} is not empty and is not a run folder ({problem}); choose "
-                "another --out."
-            )
+        check_out(self.path, RUN_FOLDER, overwrite)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             self.lock.acquire()
@@ -347,14 +334,9 @@ class RunFolder:
             check_intact(self.traces_path)
 
     def _clear(self) -> None:
-        """Delete what a run wrote here; anything else (a user's notes) stays."""
-        for entry in self.path.iterdir():
-            if entry.name == LOCK or entry.name not in OWN_NAMES:
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        """Delete what a run wrote here but the lock it holds; anything else (a user's
+        notes) stays."""
+        clear_out(self.path, RUN_FOLDER, keep=(LOCK,))
 
     def check_key(self, key: RunKey, static_only: bool = False) -> None:
         """Refuse to resume under a different run key, naming what changed; `static_only`

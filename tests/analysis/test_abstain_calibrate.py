@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from fakeserver import FakeServer, Reply
 from helpers import judge_graph, results, user_text, write_graph, write_rows
 from typer.testing import CliRunner
@@ -105,8 +106,9 @@ def yaml_threshold(line: str) -> str:
 
 
 def test_calibrate_reads_confidence_through_the_shared_functions() -> None:
-    # No copy: calibrate's names are the shared module's own functions.
-    assert calibrate_module.confidence is shared.confidence
+    # No copy: calibrate's names are the shared module's own functions, and its confidence
+    # is `judged`, the one `abstain:` applies at run time.
+    assert calibrate_module.judged is shared.judged
     assert calibrate_module.wrong_answer is shared.wrong_answer
 
 
@@ -121,3 +123,92 @@ def test_run_time_and_calibrate_agree_on_samples_and_logprobs() -> None:
     assert at_run is not None and at_run.confidence == pytest.approx(0.7)
     assert shared.confidence(value, "score", 4, 0.0) == (at_run.confidence, "logprobs")
     assert shared.judged({"score": 4}, "score") is None  # neither: no confidence
+
+
+# -- issue 35 item 11: one confidence when the result field is not the samples' majority ----
+
+# Three kinds of example, 5 samples each, the result field the samples' median. Where the
+# median is not the most common sample, "agreement with the result" (what calibrate used to
+# measure) and "agreement with the majority" (what `abstain:` applies) differ.
+MEDIAN_KINDS = (
+    (60, [7, 7, 7, 7, 7], 7),  # unanimous, right
+    (40, [7, 7, 1, 2, 9], 7),  # majority 7 (0.4) = median, right
+    (30, [2, 2, 7, 8, 9], 1),  # majority 2 (0.4), median 7 (0.2), wrong
+)
+
+
+def _median_samples(number: int) -> tuple[list[int], int]:
+    """The scripted samples of example `number` and its human label."""
+    start = 0
+    for count, samples, label in MEDIAN_KINDS:
+        if number < start + count:
+            return samples, label
+        start += count
+    raise AssertionError(number)
+
+
+def _median_graph(abstain: dict[str, Any] | None) -> dict[str, Any]:
+    graph = judge_graph(temperature=0.7, n=5)
+    graph["nodes"]["median_score"] = {
+        "kind": "compute",
+        "function": "median",
+        "args": {"values": "judge | map(attribute='score') | list"},
+    }
+    graph["outputs"] = {"score": "median_score"}
+    if abstain is not None:
+        graph["nodes"]["judge"]["abstain"] = abstain
+    return graph
+
+
+def _median_reply(request: Any) -> orc.FakeAnswer:
+    number = int(str(request.messages[-1]["content"]).rsplit("t", 1)[-1])
+    samples, _ = _median_samples(number)
+    return orc.FakeAnswer([json.dumps({"score": s}) for s in samples])
+
+
+def test_the_pasted_line_answers_what_calibrate_said_when_the_result_is_a_median(
+    tmp_path: Path,
+) -> None:
+    total = sum(count for count, _, _ in MEDIAN_KINDS)
+    rows = [{"id": f"e{i}", "text": f"t{i}"} for i in range(total)]
+    templates = {"judge.jinja": "Rate {{ text }}"}
+    first = tmp_path / "first"
+    orc.run(
+        orc.Graph.from_dict(_median_graph(None), templates),
+        rows,
+        out=first,
+        transport=orc.FakeTransport(_median_reply),
+        structured="server",
+    )
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(
+        "".join(
+            json.dumps({"id": f"e{i}", "score": _median_samples(i)[1]}) + "\n" for i in range(total)
+        )
+    )
+    said = CliRunner().invoke(
+        app,
+        [
+            *("calibrate", str(first), "--labels", str(labels)),
+            *("--node", "judge", "--field", "score", "--risk", "0.1"),
+        ],
+    )
+    assert said.exit_code == 0, said.output
+    counted = re.search(r"answers (\d+) of (\d+) labelled", said.output)
+    assert counted is not None, said.output
+    pasted = yaml.safe_load(said.output.strip().splitlines()[-1])["abstain"]
+    second = tmp_path / "second"
+    orc.run(
+        orc.Graph.from_dict(_median_graph(pasted), templates),
+        rows,
+        out=second,
+        transport=orc.FakeTransport(_median_reply),
+        structured="server",
+    )
+    statuses = [line["status"] for line in results(second).values()]
+    assert int(counted.group(2)) == total
+    assert statuses.count("ok") == int(counted.group(1))
+    assert statuses.count("abstained") == total - int(counted.group(1))
+    # The unanimous examples alone: the split ones are as sure of their majority whether
+    # the median is right (second kind) or wrong (third), so no threshold keeps one kind.
+    assert int(counted.group(1)) == 60

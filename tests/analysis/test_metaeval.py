@@ -203,6 +203,42 @@ def test_bad_labels_name_the_line(tmp_path: Path, line: str, message: str) -> No
         meta_eval(run, labels)
 
 
+@pytest.mark.parametrize("score", ["NaN", "Infinity", [1, 2], True, "high", {"value": 3}], ids=repr)
+@pytest.mark.parametrize("listed", [False, True], ids=["line", "labels-list"])
+def test_a_score_that_is_not_a_finite_number_is_refused_by_every_reader(
+    tmp_path: Path, score: Any, listed: bool
+) -> None:
+    """Issue 35 item 10: meta-eval, calibrate and align read labels through one reader,
+    which refuses a score label that is NaN, infinite, a list or true/false, naming the
+    line."""
+    from orchestrator.analysis.align.labels import read_truth
+    from orchestrator.analysis.calibrate import calibrate
+
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "results.jsonl", [{"id": "x", "status": "ok", "score": 1}])
+    bad = {"id": "y", "labels": [{"annotator": "a", "score": score}]} if listed else None
+    bad = bad or {"id": "y", "score": score}
+    labels = tmp_path / "l.jsonl"
+    labels.write_text(json.dumps({"id": "x", "score": 1}) + "\n" + json.dumps(bad) + "\n")
+    where = r"l\.jsonl:2: " + (r"labels\[1\]: " if listed else "")
+    said = f"{where}'score' must be a finite number"
+    with pytest.raises(LabelError, match=said):
+        meta_eval(run, labels)
+    with pytest.raises(LabelError, match=said):
+        calibrate(run, labels, node="judge", field="score", risk=0.1)
+    with pytest.raises(LabelError, match=said):
+        read_truth(labels, "score")
+
+
+def test_a_score_written_as_a_numeric_string_is_read_as_its_number(tmp_path: Path) -> None:
+    from orchestrator.analysis.metaeval import read_labels
+
+    labels = tmp_path / "l.jsonl"
+    labels.write_text(json.dumps({"id": "x", "score": " 7 "}) + "\n")
+    assert read_labels(labels) == [{"id": "x", "score": 7.0}]
+
+
 # -- bootstrap intervals, Krippendorff's alpha, several annotators -----------------------
 
 RESAMPLES = 500

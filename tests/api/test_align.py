@@ -226,6 +226,59 @@ def test_bad_settings_are_refused(setup: tuple[Path, Path, Path], tmp_path: Path
         orc.align(graph, data, pairs, node="judge", out=tmp_path / "o")
 
 
+def test_what_align_cannot_use_is_refused_before_any_request(
+    setup: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """Issue 35 item 10: a label the field can never take (a verdict with no warning), an
+    undeclared param variant (tried as if it were a configuration), and a shot count
+    larger than a fold can draw (recorded as `shots: 1000` with 21 shown)."""
+    graph, data, labels = setup
+    transport = orc.FakeTransport(_with_shots)
+
+    def align(labels: Path, out: str, **kw: Any) -> orc.Alignment:
+        kw.setdefault("folds", 3)
+        kw.setdefault("cache", False)
+        return orc.align(
+            graph, data, labels, node="judge", out=tmp_path / out, transport=transport, **kw
+        )
+
+    high = write_rows(
+        tmp_path / "high.jsonl",
+        [{"id": k, "score": 11 if k == "e03" else v} for k, v in TRUTH.items()],
+    )
+    with pytest.raises(LabelError, match=r"high\.jsonl: example 'e03' is labelled 11.*1 to 10"):
+        align(high, "o1")
+    with pytest.raises(ConfigurationError, match="declares no param 'nosuch'"):
+        align(labels, "o2", variants=["params.nosuch=1"])
+    # 40 labels: 28 search examples in 3 folds, so a fold draws from 18 or 19 others.
+    with pytest.raises(ConfigurationError, match=r"1000 shots.* at most 18"):
+        align(labels, "o3", shots=(0, 1000))
+    align(labels, "o4", shots=(0, 18))  # the most a fold can show is allowed
+    sent = len(transport.requests)
+    assert sent > 0
+    with pytest.raises(ConfigurationError, match=r"19 shots.* at most 18"):
+        align(labels, "o5", shots=(0, 19))
+    assert len(transport.requests) == sent  # refused before any request
+    assert not any((tmp_path / name).exists() for name in ("o1", "o2", "o3", "o5"))
+
+
+def test_a_choice_label_outside_the_fields_enum_is_refused(tmp_path: Path) -> None:
+    graph_dict = judge_graph()
+    graph_dict["nodes"]["judge"]["output"] = {
+        "verdict": {"type": "string", "enum": ["good", "bad"]}
+    }
+    graph_dict["outputs"] = {"verdict": "judge.verdict"}
+    graph = write_graph(tmp_path / "g", graph_dict, {"judge.jinja": "Rate: {{ text }}"})
+    data = write_rows(tmp_path / "rows.jsonl", [{"id": k, "text": k} for k in TRUTH])
+    said = {k: ("Good" if v == 9 else "bad") for k, v in TRUTH.items()}  # case is no matter
+    said["e05"] = "great"
+    labels = write_rows(tmp_path / "l.jsonl", [{"id": k, "choice": v} for k, v in said.items()])
+    transport = orc.FakeTransport(lambda _: json.dumps({"verdict": "good"}))
+    with pytest.raises(LabelError, match=r"example 'e05' is labelled 'great'.*good, bad"):
+        orc.align(graph, data, labels, node="judge", out=tmp_path / "o", transport=transport)
+    assert transport.requests == []
+
+
 def test_the_worked_example_in_the_docs_prints_what_they_say(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

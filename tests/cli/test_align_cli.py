@@ -77,3 +77,72 @@ def test_bad_options_exit_1_with_a_message(tmp_path: Path) -> None:
         result = CliRunner().invoke(app, _args(files, tmp_path / "out", *more))
         assert result.exit_code == 1, (more, result.output)
         assert said in result.output, (more, result.output)
+
+
+# -- issue 35 item 4: --out never replaces the user's files ---------------------------------
+
+
+def _one_line_refusal(result: object, *said: str) -> str:
+    output = str(getattr(result, "output", "")).strip()
+    assert getattr(result, "exit_code", None) == 1, output
+    assert len(output.splitlines()) == 1 and "Traceback" not in output, output
+    for part in said:
+        assert part in output, output
+    return output
+
+
+def test_out_at_the_graphs_own_folder_is_refused_and_the_graph_kept(tmp_path: Path) -> None:
+    files = _files(tmp_path)
+    graph = files[0]
+    mine = graph.read_text() + "# my notes\n"
+    graph.write_text(mine)
+    with FakeServer(_respond) as server:
+        url = ["--base-url", server.base_url, "--structured", "server"]
+        for more in ([], ["--overwrite"]):
+            result = CliRunner().invoke(app, _args(files, graph.parent, *url, *more))
+            _one_line_refusal(result, str(graph), "reads")
+        assert server.requests == []
+    assert graph.read_text() == mine
+    assert sorted(p.name for p in graph.parent.iterdir()) == ["graph.yaml", "prompts"]
+
+
+def test_out_at_a_folder_of_yours_is_refused_and_nothing_replaced(tmp_path: Path) -> None:
+    """A folder holding a hand-written graph.yaml and prompts/j.jinja, the names the
+    aligned folder uses: both used to be replaced."""
+    files = _files(tmp_path)
+    yours = tmp_path / "yours"
+    (yours / "prompts").mkdir(parents=True)
+    (yours / "graph.yaml").write_text("name: mine\n")
+    (yours / "prompts" / "j.jinja").write_text("my prompt")
+    with FakeServer(_respond) as server:
+        url = ["--base-url", server.base_url, "--structured", "server"]
+        result = CliRunner().invoke(app, _args(files, yours, *url))
+        _one_line_refusal(result, "is not empty", "manifest.json", "choose another --out")
+        result = CliRunner().invoke(app, _args(files, yours, *url, "--overwrite"))
+        _one_line_refusal(result, "nothing was deleted")
+        assert server.requests == []
+    assert (yours / "graph.yaml").read_text() == "name: mine\n"
+    assert (yours / "prompts" / "j.jinja").read_text() == "my prompt"
+    assert sorted(p.name for p in yours.rglob("*")) == ["graph.yaml", "j.jinja", "prompts"]
+
+
+def test_its_own_folder_is_written_again_and_overwrite_keeps_your_files(tmp_path: Path) -> None:
+    files = _files(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()  # an empty folder is fine
+    with FakeServer(_respond) as server:
+        url = ["--base-url", server.base_url, "--structured", "server"]
+        first = CliRunner().invoke(app, _args(files, out, *url))
+        assert first.exit_code == 0, first.output
+        assert json.loads((out / "manifest.json").read_text())["written_by"] == "orchestrator align"
+        (out / "notes.txt").write_text("mine")
+        stale = out / "runs" / "stale-run"
+        stale.mkdir()
+        again = CliRunner().invoke(app, _args(files, out, *url))  # resumes, as before
+        assert again.exit_code == 0, again.output
+        assert stale.is_dir()
+        fresh = CliRunner().invoke(app, _args(files, out, *url, "--overwrite"))
+        assert fresh.exit_code == 0, fresh.output
+    assert not stale.exists()  # runs/ was the command's own: replaced
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "graph.yaml").is_file() and (out / "alignment.json").is_file()

@@ -87,3 +87,15 @@ def test_a_run_with_n_samples_calibrates_end_to_end(tmp_path: Path) -> None:
     found = json.loads(result.stdout)
     assert (found["source"], found["threshold"], found["risk"]) == ("samples", 1.0, 0.0)
     assert found["coverage"] == 120 / 150
+
+
+def test_a_tolerance_that_is_not_a_finite_number_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Issue 35 item 10: `--tolerance nan` used to "find" a threshold with risk 0.000 (no
+    distance exceeds NaN) and print `tolerance: nan` to paste."""
+    run, labels = _folder(tmp_path, wrong_when_sure=True)
+    for bad in ("nan", "inf"):
+        result = CliRunner().invoke(app, _args(run, labels, "--tolerance", bad))
+        assert result.exit_code == 1, result.output
+        said = result.output.strip()
+        assert len(said.splitlines()) == 1 and "tolerance" in said and bad in said, said
+        assert "abstain:" not in said

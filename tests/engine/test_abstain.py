@@ -259,6 +259,15 @@ def test_a_tolerance_counts_near_samples_as_agreeing_as_calibrate_does(tmp_path:
         orc.Graph.from_dict(_graph(0.6, tolerance=-1), {"judge.jinja": "Rate <<{{ text }}>>"})
 
 
+@pytest.mark.parametrize("tolerance", [math.inf, math.nan])
+def test_a_tolerance_that_is_not_finite_is_refused(tolerance: float) -> None:
+    # Every sample is within infinity of the majority: confidence 1 on every example.
+    with pytest.raises(GraphError, match=r"abstain\.tolerance"):
+        orc.Graph.from_dict(
+            _graph(0.6, tolerance=tolerance), {"judge.jinja": "Rate <<{{ text }}>>"}
+        )
+
+
 def test_compare_counts_abstained_examples_in_its_runs_table(tmp_path: Path) -> None:
     from orchestrator.report.compare_tables import runs_table
 

@@ -5,20 +5,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...compute.confidence import wrong_answer
 from ...errors import LabelError
 from ..metaeval import annotated, label_truth, read_labels
 from ..metaeval_stats import Bootstrap, codes
 from .scoring import Kind
 
+if TYPE_CHECKING:
+    from ...graph.spec import FieldSpec
 
-def read_truth(path: Path, field: str) -> tuple[Kind, dict[str, Any], dict[str, dict[str, Any]]]:
+
+def read_truth(
+    path: Path, field: str, schema: FieldSpec | None = None, where: str = ""
+) -> tuple[Kind, dict[str, Any], dict[str, dict[str, Any]]]:
     """The labels' kind, one truth per example id (several people merged into their
-    consensus as meta-eval merges them) and each id's label record."""
+    consensus as meta-eval merges them) and each id's label record; with the compared
+    field's `schema` (named `where` in messages), a label it cannot take is refused."""
     items = read_labels(path)
+    if schema is not None:
+        for item in items:
+            _check_fits(path, item, schema, where or field)
     if any(x.get("aspect", x.get("dimension")) is not None or "pair" in x for x in items):
         raise LabelError(f"{path}: align compares one label per example (no aspects or pairs)")
     scored = {"score" in x for x in items}
@@ -32,6 +42,26 @@ def read_truth(path: Path, field: str) -> tuple[Kind, dict[str, Any], dict[str, 
     reasons = {x["id"]: x["reason"] for x in items if x.get("reason") not in (None, "")}
     label_of = {x["id"]: {**x, "reason": reasons.get(x["id"])} for x in merged}
     return kind, truth, label_of
+
+
+def _check_fits(path: Path, item: dict[str, Any], schema: FieldSpec, where: str) -> None:
+    """A label outside the field's `enum`, or a score outside its `min`/`max`, is one the
+    judge can never give: it would count as a disagreement on every configuration and move
+    the verdict without a word, so it is refused."""
+    value = label_truth(item)
+    said = f"{path}: example {item['id']!r} is labelled {value!r}"
+    if schema.enum is not None and all(wrong_answer(value, e, 0.0) for e in schema.enum):
+        allowed = ", ".join(str(e) for e in schema.enum)
+        raise LabelError(f"{said}, which {where} cannot say (its enum: {allowed})")
+    if "score" not in item or not isinstance(value, int | float):
+        return
+    low, high = schema.min, schema.max
+    if (low is not None and value < low) or (high is not None and value > high):
+        if low is not None and high is not None:
+            bounds = f"{low:g} to {high:g}"
+        else:
+            bounds = f"at least {low:g}" if low is not None else f"at most {high:g}"
+        raise LabelError(f"{said}, outside the range of {where} ({bounds})")
 
 
 class Coder:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import ConfigurationError
 from .record import Shot
 
 
@@ -38,6 +39,18 @@ def draw_shots(
 ) -> list[str]:
     """`count` ids from `pool` (all of it when smaller), stratified by label, seeded."""
     return shot_order(pool, groups, seed, draw)[:count]
+
+
+def check_counts(counts: Sequence[int], pools: Sequence[Sequence[str]], pooled: str) -> None:
+    """Refuse a shot count larger than the smallest pool a draw takes from (`pooled` says
+    what the pools are): the draw would show fewer shots than its configuration is named
+    and recorded by."""
+    most = min(len(pool) for pool in pools)
+    if counts and max(counts) > most:
+        raise ConfigurationError(
+            f"{max(counts)} shots cannot be drawn: {pooled}, so at most {most}; lower the "
+            "shot counts or label more examples"
+        )
 
 
 def plain(value: Any) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigurationError
@@ -36,13 +36,24 @@ def parse_variant(text: str) -> Variant:
     )
 
 
-def check_variant(variant: Variant, templates: Mapping[str, str]) -> None:
-    """A template variant must name a template the graph's prompts folder holds."""
+def check_variant(
+    variant: Variant, templates: Mapping[str, str], params: Collection[str] = ()
+) -> None:
+    """A template variant must name a template the graph's prompts folder holds, and a
+    param variant a param the graph declares (`params`): an undeclared one changes nothing
+    the graph reads, yet would be searched as if it were a configuration."""
     if variant.key in TEMPLATE_KEYS and variant.value not in templates:
         known = ", ".join(sorted(n for n in templates if n != SHOTS_FILE)) or "none"
         raise ConfigurationError(
             f"variant {variant.label}: no template {variant.value!r} in the graph's prompts "
             f"folder (it has: {known})"
+        )
+    name = variant.key.removeprefix("params.")
+    if variant.key.startswith("params.") and name not in params:
+        known = ", ".join(sorted(params)) or "none"
+        raise ConfigurationError(
+            f"variant {variant.label}: the graph declares no param {name!r} (it declares: "
+            f"{known}); declare it under params: or required_params:"
         )
 
 
