@@ -24,6 +24,7 @@ from ..kinds.base import RunServices, evaluate
 from ..store.flight import CURRENT as CURRENT_FLIGHT
 from ..store.records import Counts, ResultLine
 from ..store.trace import WHOLE, NodeRecord, TraceRecorder
+from .groups import GroupRuns
 from .plan import Resample
 
 # Where each example's line goes as it ends: the run store (`RunStore.write_result`), or a
@@ -108,6 +109,10 @@ class Engine:
         # The once-nodes' values, every row's to read; None until they have run (or were
         # handed over by the run's owner, in a worker).
         self.once: dict[str, Any] | None = None if once_order(graph) else {}
+        # The once_per groups, each run once for all its rows (or settled by the owner).
+        self.groups = GroupRuns(graph, self._run_node, self._shared)
+        self._grouped = {name for names in self.groups.orders.values() for name in names}
+        self._runs = 0  # `run` calls under way (a worker starts one per chunk of rows)
 
     # -- dataset level ----------------------------------------------------------------
 
@@ -127,6 +132,10 @@ class Engine:
         self.once = values
         return values
 
+    def _shared(self) -> dict[str, Any]:
+        """What a once_per group reads besides its field: params, run facts, once-values."""
+        return {"params": self.params, "run": self.run_info, **(self.once or {})}
+
     def use_once(self, values: dict[str, Any]) -> None:
         """Take the once-nodes' values the run's owner computed (a worker runs none)."""
         self.once = dict(values)
@@ -137,6 +146,15 @@ class Engine:
         """Run every row not in `skip`; `sink` gets each result line as its example ends.
         The once-nodes run first, if they have not; their failure stops the run here."""
         skip = skip or set()
+        self._runs += 1
+        try:
+            await self._run_rows(rows, sink, skip)
+        finally:
+            self._runs -= 1
+            if not self._runs:
+                self.groups.cancel()  # a group left running when the run stopped
+
+    async def _run_rows(self, rows: Iterable[Row], sink: ResultSink, skip: set[str]) -> None:
         await self.run_once()
         slots = asyncio.Semaphore(self.options.window)
         running: set[asyncio.Task[None]] = set()
@@ -205,31 +223,43 @@ class Engine:
         return ResultLine.ok(row.id, outputs)
 
     async def _run_nodes(self, row: Row, base: dict[str, Any]) -> dict[str, Any]:
-        """Every node of one example as its own task, then the graph outputs."""
+        """Every node of one example as its own task, then the graph outputs. A node that
+        reads a once_per node waits for the row's groups; the others start at once."""
         values: dict[str, Any] = dict(self.once or {})
         tasks: dict[str, asyncio.Task[None]] = {}
+
+        async def grouped(cn: CompiledNode) -> None:
+            if cn.deps & self._grouped:
+                # Every caller of one row gets the same values: the group runs once.
+                values.update(await self.groups.values(row))
+
         if self._chain:
             # Each node needs the one before it: nothing could overlap, so skip the tasks.
             for name in self._rows_order:
                 cn = self.graph.nodes[name]
+                await grouped(cn)
                 ctx = {**base, **{d: values[d] for d in cn.deps}}
                 values[name] = await self._run_node(cn, ctx, row.id)
-            return self._outputs({**base, **values})
+        else:
 
-        async def node_task(name: str) -> None:
-            cn = self.graph.nodes[name]
-            for dep in cn.deps:
-                if dep in tasks:  # not a once-node, whose value is there already
-                    await tasks[dep]
-            ctx = {**base, **{d: values[d] for d in cn.deps}}
-            values[name] = await self._run_node(cn, ctx, row.id)
+            async def node_task(name: str) -> None:
+                cn = self.graph.nodes[name]
+                for dep in cn.deps:
+                    if dep in tasks:  # not a once- or once_per node, whose value is there
+                        await tasks[dep]
+                await grouped(cn)
+                ctx = {**base, **{d: values[d] for d in cn.deps}}
+                values[name] = await self._run_node(cn, ctx, row.id)
 
-        try:
-            async with asyncio.TaskGroup() as group:
-                for name in self._rows_order:
-                    tasks[name] = group.create_task(node_task(name))
-        except ExceptionGroup as group_error:
-            raise _first_error(group_error) from None
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for name in self._rows_order:
+                        tasks[name] = group.create_task(node_task(name))
+            except ExceptionGroup as group_error:
+                raise _first_error(group_error) from None
+        if self._grouped:
+            # The outputs may read the groups, and a row whose group failed fails with it.
+            values.update(await self.groups.values(row))
         return self._outputs({**base, **values})
 
     def _outputs(self, ctx: dict[str, Any]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from .checks import (
 from .compiled import CompiledAggregate, CompiledGraph, CompiledNode, GraphOrigin
 from .datafiles import check_variants
 from .loaders import SealedLoader, all_sources, has_dynamic_reference
-from .once import check_once
+from .once import check_once, check_once_per
 from .spec import (
     IDENTIFIER,
     Aggregate,
@@ -201,6 +201,7 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
 
     check_cycles(ck, graph)
     check_once(ck, spec, inputs)
+    check_once_per(ck, spec, inputs)
     check_variants(ck)
     for name, cn in compiled.items():
         if cn.foreach is not None:

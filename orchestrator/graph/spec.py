@@ -152,6 +152,9 @@ class NodeBase(_Strict):
     description: str | None = None
     # Run once per run, before the rows, its value shared by every row (graph/once.py).
     once: bool = False
+    # Run once per distinct value of this row field, its value shared by the rows that
+    # have that value (graph/once.py, engine/groups.py).
+    once_per: str | None = None
 
 
 class Aggregate(_Strict):

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from ..calls.outage import ServerGone
 from ..data.dataset import Row
+from ..engine.groups import GroupOutcome, GroupRuns
 from ..events import RunEvents
 from ..events import WorkerLost as WorkerLostEvent  # the record; WorkerLost is the error
 from ..store.protocol import RunStore
@@ -60,8 +61,13 @@ class Coordinator:
         window: int,
         started: Callable[[list[dict[str, Any]]], None] | None = None,
         events: RunEvents | None = None,
+        groups: GroupRuns | None = None,
     ) -> None:
         self.links = links
+        # The owner's once_per groups: settled here before their rows go out, so that no
+        # worker asks one and each is asked once however its rows are spread.
+        self.groups = groups if groups is not None and groups.orders else None
+        self.groups_sent: dict[str, set[str]] = {link.name: set() for link in links}
         # The run's sink: the workers' events join it, and a lost worker is one.
         self.events = events if events is not None else RunEvents()
         self.started = started
@@ -73,6 +79,9 @@ class Coordinator:
         # rather than filling the first one's room.
         self.chunk = max(1, min(CHUNK_ROWS, self.window // 4))
         self.base = Counts(**{name: getattr(stats, name) for name in _COUNTERS})
+        # What the run's counters held after the last sum: the owner's own requests (its
+        # once_per groups) since then are the difference, added to `base`.
+        self.summed = Counts(**{name: getattr(stats, name) for name in _COUNTERS})
         self.reported: dict[str, Counts] = {}
         self.in_flight: dict[str, Counter[str]] = {link.name: Counter() for link in links}
         self.live = {link.name for link in links}
@@ -100,6 +109,8 @@ class Coordinator:
         finally:
             for follower in followers:
                 follower.cancel()
+            if self.groups is not None:
+                self.groups.cancel()  # a group no row will wait on any more
         if self.error is not None:
             raise self.error
 
@@ -111,15 +122,20 @@ class Coordinator:
             if self.error is not None:
                 return
             if row.id in self.store.done and row.error is None:
-                self.base.examples_resumed += 1
-                self.stats.examples_resumed += 1
+                self.stats.examples_resumed += 1  # the owner's own count: `_count` keeps it
                 continue
             chunk.append(row)
             if len(chunk) >= self.chunk:
-                await self._send(chunk)
+                await self._settle_and_send(chunk)
                 chunk = []
         if chunk and self.error is None:
-            await self._send(chunk)
+            await self._settle_and_send(chunk)
+
+    async def _settle_and_send(self, rows: list[Row]) -> None:
+        if self.groups is not None:
+            await self.groups.settle(rows)
+            self._count()  # the owner's requests for them, in the live counters
+        await self._send(rows)
 
     async def _send(self, rows: list[Row]) -> None:
         while rows and self.error is None:
@@ -133,7 +149,23 @@ class Coordinator:
                 row.id: found for row in part if (found := self.trace.finished_values(row.id))
             }
             self.in_flight[link.name].update(row.id for row in part)
-            await link.push(RowChunk(part, resume))
+            await link.push(RowChunk(part, resume, self._new_groups(link, part)))
+
+    def _new_groups(self, link: WorkerLink, rows: list[Row]) -> dict[str, GroupOutcome]:
+        """The settled groups of `rows` this worker has not been handed yet."""
+        if self.groups is None:
+            return {}
+        sent = self.groups_sent[link.name]
+        new: dict[str, GroupOutcome] = {}
+        for row in rows:
+            if row.error is None:
+                new.update(
+                    (key, outcome)
+                    for key, outcome in self.groups.outcomes(row).items()
+                    if key not in sent
+                )
+        sent.update(new)
+        return new
 
     def _roomiest(self) -> tuple[WorkerLink, int]:
         """The live worker with the most room, and how many rows it can take."""
@@ -187,9 +219,12 @@ class Coordinator:
     def _count(self) -> None:
         """The run's counters: its own plus every worker's latest totals."""
         for name in _COUNTERS:
-            total = getattr(self.base, name)
+            own = getattr(self.stats, name) - getattr(self.summed, name)
+            total = getattr(self.base, name) + own
+            setattr(self.base, name, total)
             total += sum(getattr(stats, name) for stats in self.reported.values())
             setattr(self.stats, name, total)
+            setattr(self.summed, name, total)
 
     def _lose(self, link: WorkerLink, exc: WorkerLost) -> None:
         self.live.discard(link.name)

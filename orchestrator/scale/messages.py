@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from ..calls.registry import StructuredMode
 from ..data.dataset import Row
+from ..engine.groups import GroupOutcome
 from ..engine.plan import RunPlan
 from ..errors import ConfigurationError
 from ..errors import WorkerFailed as WorkerFailed
@@ -132,10 +133,12 @@ class WorkerJob:
 @dataclass(slots=True)
 class RowChunk:
     """Rows handed to one worker, with the finished node values of those an earlier run
-    left half done (so they resume from the trace, as in one process)."""
+    left half done (so they resume from the trace, as in one process), and the outcome of
+    each once_per group of these rows the worker was not handed before (the owner ran it)."""
 
     rows: list[Row]
     resume: dict[str, ResumeValues] = field(default_factory=dict)
+    groups: dict[str, GroupOutcome] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

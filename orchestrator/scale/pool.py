@@ -15,6 +15,7 @@ from ..calls.endpoints import ServerChoice, node_api_key
 from ..calls.registry import Endpoint
 from ..calls.tuner import Concurrency
 from ..data.dataset import Row
+from ..engine.groups import GroupRuns
 from ..engine.plan import RunPlan, ScalePlan, Workers
 from ..engine.scheduler import engine_window
 from ..errors import ConfigurationError
@@ -151,13 +152,15 @@ class WorkerPool:
         stats: Counts,
         started: Callable[[list[dict[str, Any]]], None] | None = None,
         events: RunEvents | None = None,
+        groups: GroupRuns | None = None,
     ) -> None:
         """Start the workers, run the rows through them, stop them; `started` is told of
         each worker (name, pid, host) as it first reports; the workers' events (and any
-        worker lost) go to the run's sink `events`."""
+        worker lost) go to the run's sink `events`; `groups` are the owner's once_per
+        groups, run here as their rows go out."""
         job, links = await self._start(parts)
         coordinator = Coordinator(
-            list(links), store, trace, stats, job.window, started, events=events
+            list(links), store, trace, stats, job.window, started, events=events, groups=groups
         )
         try:
             await coordinator.run(rows)

@@ -113,6 +113,7 @@ class ShardWorker:
         if self.engine is None or self._closed or self.failure is not None:
             return
         self.trace.resume.update(chunk.resume)
+        self.engine.groups.adopt(chunk.groups)
         task = asyncio.create_task(self.engine.run(chunk.rows, self._sink))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)

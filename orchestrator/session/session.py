@@ -39,7 +39,6 @@ from ..engine.scheduler import engine_window
 from ..errors import StorageError
 from ..graph.checks import SAMPLE_ROWS, check_input_types
 from ..graph.compiled import CompiledGraph
-from ..graph.once import once_order
 from ..scale import ResolvedRun, WorkerPool
 from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
@@ -307,10 +306,9 @@ async def _run_rows(
     else:
         cache = run.runtime.cache
         # The once-nodes run here, before any worker starts; their values go with the job.
-        once: dict[str, Any] = {}
-        if once_order(graph):
-            engine = run.runtime.engine(graph, run.trace, run.endpoints, 1)
-            once = await engine.run_once()
+        # The once_per groups run here too, as their rows go out (scale/coordinator.py).
+        engine = run.runtime.engine(graph, run.trace, run.endpoints, 1)
+        once = await engine.run_once()
         parts = ResolvedRun(
             plan=plan,
             graph=graph,
@@ -328,7 +326,14 @@ async def _run_rows(
             store.write_manifest(manifest)
 
         work = pool.run(
-            parts, rows, store, run.trace, run.runtime.stats, started, events=client.events
+            parts,
+            rows,
+            store,
+            run.trace,
+            run.runtime.stats,
+            started,
+            events=client.events,
+            groups=engine.groups,
         )
     with fewer_gc_passes():
         await drive(

@@ -544,3 +544,32 @@ def test_a_once_node_is_one_request_in_the_first_round_then_the_rows_follow(
     expected = outputs(live(tmp_path, job, FakeTransport(respond, models=[MODEL])))
     assert folder_outputs(final.run_folder) == expected
     assert {v["topic"] for v in expected.values()} == {"topic of dataset"}
+
+
+def test_once_per_nodes_are_one_request_per_group_in_the_first_round(tmp_path: Path) -> None:
+    """A `once_per: group` node is asked once per distinct group in the first round (beside
+    the rows' own first requests); the rows that read it follow, and the results equal a
+    live run's."""
+    spec = {
+        **GRAPH,
+        "inputs": ["text", "group"],
+        "nodes": {**GRAPH["nodes"], "extract": {**GRAPH["nodes"]["extract"], "once_per": "group"}},
+    }
+    templates = {**TEMPLATES, "extract.jinja": "Topic of: the group {{ group }}"}
+    rows = [{**row, "group": f"g{i % 2}"} for i, row in enumerate(ROWS)]
+    folder, job = setup(tmp_path)
+    graph = write_graph(tmp_path / "g_per", spec, templates)
+    data = write_rows(tmp_path / "rows_per.jsonl", rows)
+    job = job.model_copy(update={"graph": graph, "data": data})
+    rounds = rounds_until_done(folder, job)
+    assert [r.round for r in rounds] == [1, 2, None]
+    first = [json.loads(x) for x in rounds[0].files[0].read_text().splitlines()]
+    asked = sorted(x["body"]["messages"][-1]["content"] for x in first)
+    topics = [text for text in asked if text.startswith("Topic of")]
+    assert topics == ["Topic of: the group g0", "Topic of: the group g1"]
+    assert len(asked) == 2 + len(ROWS)  # the two groups, and style of every row
+    assert len(rounds[1].state.frontier) == len(ROWS)  # judge of every row
+    final = export(folder, out=tmp_path / "run")
+    expected = outputs(live(tmp_path, job, FakeTransport(respond, models=[MODEL])))
+    assert folder_outputs(final.run_folder) == expected
+    assert {v["topic"] for v in expected.values()} == {"topic of g0", "topic of g1"}

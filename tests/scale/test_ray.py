@@ -198,3 +198,55 @@ def test_ray_actors_read_the_once_value_the_owner_asked_for_once(tmp_path: Path)
     assert {line.id: line.outputs["echo"] for line in on_ray.results} == {
         f"e{i}": f"Steps [S] for <<t{i}>>" for i in range(12)
     }
+
+
+def test_ray_actors_read_once_per_groups_the_owner_asked_once_each(tmp_path: Path) -> None:
+    """A `once_per: question` node is asked by the run's own process once per question;
+    the actors' rows (each actor gets rows of every question) read its values."""
+    graph = orc.graph_from_dict(
+        {
+            "name": "once_per_on_ray",
+            "inputs": ["question", "answer"],
+            "nodes": {
+                "reference": {
+                    "kind": "llm",
+                    "once_per": "question",
+                    "prompt": "r",
+                    "output": {"answer": "string"},
+                },
+                "judge": {"kind": "llm", "prompt": "j", "output": {"echo": "string"}},
+            },
+            "outputs": {"echo": "judge.echo"},
+        },
+        {"r": "Answer {{ question }}", "j": "Ref [{{ reference.answer }}] for <<{{ answer }}>>"},
+    )
+
+    def respond(body: dict[str, Any]) -> Any:
+        text = body["messages"][-1]["content"]
+        if text.startswith("Answer "):
+            return Reply(content=json.dumps({"answer": "ref-" + text.split()[1]}))
+        if text.startswith("Ref"):
+            return Reply(content=json.dumps({"echo": text}))
+        return schema_responder(body)  # the structured-output canary
+
+    # By system, then question: at concurrency 2 the chunks of 8 rows reach both actors.
+    rows = [
+        {"id": f"{q}-{s}", "question": q, "answer": f"{s}:{q}"}
+        for s in ("s0", "s1", "s2")
+        for q in ("q0", "q1", "q2", "q3")
+    ]
+    with FakeServer(respond) as server:
+        on_ray = orc.run(
+            graph, rows, base_url=server.base_url, executor="ray", workers=2, concurrency=2
+        )
+        asked = Counter(
+            b["messages"][-1]["content"]
+            for b in server.requests
+            if b["messages"][-1]["content"].startswith("Answer ")
+        )
+    assert on_ray.manifest.status == "complete"
+    assert asked == {f"Answer q{i}": 1 for i in range(4)}
+    assert [w["examples"] > 0 for w in on_ray.manifest.workers] == [True, True]
+    assert {line.id: line.outputs["echo"] for line in on_ray.results} == {
+        row["id"]: f"Ref [ref-{row['question']}] for <<{row['answer']}>>" for row in rows
+    }
