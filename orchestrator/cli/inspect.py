@@ -84,8 +84,7 @@ def trace(
                 example = (failed or results)[0].id
                 which = f"the first of {len(failed)} failed" if failed else "the first"
                 chosen = (
-                    f"showing {which} of {len(results)} examples; pass --example ID for "
-                    "another"
+                    f"showing {which} of {len(results)} examples; pass --example ID for another"
                 )
             else:
                 example = store.first_example()
