@@ -228,3 +228,18 @@ def test_every_install_command_names_this_projects_distribution() -> None:
     found = [str(path.relative_to(ROOT)) for path in texts if wrong.search(path.read_text())]
     assert found == []
     assert "pip install 'orchestrator-judge[local]'" in (ROOT / "README.md").read_text()
+
+
+def test_the_shipped_jury_runs_on_one_server_as_it_comes() -> None:
+    """jury2's judges name params declared null: on a server with one model (the embedded
+    one) both judges are that model, and `--param` gives each its own (issue 34 item 3:
+    the shipped file named `judge-a` and `judge-b`, which no server served)."""
+    rows = [json.loads(line) for line in (ROOT / "examples/jury2.jsonl").read_text().splitlines()]
+    jury = orc.load_graph(ROOT / "graphs/jury2.yaml")
+    with FakeServer(model="only-model", also_serves=("judge-x",)) as server:
+        done = orc.run(jury, rows[:2], base_url=server.base_url)
+        assert len(done.ok) == 2
+        assert {body["model"] for body in server.requests} == {"only-model"}
+        server.requests.clear()
+        orc.run(jury, rows[:2], base_url=server.base_url, params={"judge_a": "judge-x"})
+        assert {body["model"] for body in server.requests} == {"only-model", "judge-x"}

@@ -51,10 +51,14 @@ PARAM_PREFIX = "params."
 
 def from_params(value: str | None, params: dict[str, Any], node: str, key: str) -> str | None:
     """A node's `model`/`base_url` as written, or the param it names (`params.judge_a`), so
-    a sweep or `--param` can switch one judge of several without editing the graph."""
+    a sweep or `--param` can switch one judge of several without editing the graph. A param
+    declared null leaves the node on the run's own (model or server): a shipped jury then
+    runs on one server as it comes, and `--param` gives each judge its model."""
     if value is None or not value.startswith(PARAM_PREFIX):
         return value
     name = value.removeprefix(PARAM_PREFIX)
+    if name in params and params[name] is None:
+        return None
     found = params.get(name)
     if not isinstance(found, str) or not found:
         raise ConfigurationError(

@@ -348,7 +348,9 @@ def bootstrap_mean_ci(
     for skew and is the better default for bounded scores; `percentile` takes the plain
     quantiles of the resampled means. Resamples are drawn as `scipy.stats.bootstrap` draws
     them, so the same seed gives the same interval. All-equal values give a zero-width
-    interval. Returns {mean, ci_low, ci_high, level, method, n, resamples, seed}.
+    interval. Returns {mean, ci_low, ci_high, level, method, n, resamples, seed}; with no
+    value at all (every row left out, say), n is 0 and the mean and interval are null: an
+    aggregate over no scored row reports that rather than failing the run's summary.
     """
     import numpy as np
     from scipy.special import ndtr, ndtri
@@ -363,21 +365,20 @@ def bootstrap_mean_ci(
         raise ValueError(f"seed must be an integer, got {seed!r}")
     data = np.asarray(_numbers(values, "values"), dtype=float)
     n = int(data.size)
-    if n == 0:
-        raise ValueError("bootstrap_mean_ci: values has no non-null number to resample")
-    estimate = float(data.mean())
+    estimate = float(data.mean()) if n else 0.0
+    shown = estimate if n else None
     result: dict[str, Any] = {
-        "mean": estimate,
-        "ci_low": estimate,
-        "ci_high": estimate,
+        "mean": shown,
+        "ci_low": shown,
+        "ci_high": shown,
         "level": level,
         "method": method,
         "n": n,
         "resamples": resamples,
         "seed": seed,
     }
-    if float(data.max() - data.min()) == 0.0:
-        return result  # every resample has the same mean: nothing to spread
+    if n == 0 or float(data.max() - data.min()) == 0.0:
+        return result  # nothing to resample, or every resample has the same mean
 
     rng = np.random.default_rng(seed)
     means = np.empty(resamples)

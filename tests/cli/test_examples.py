@@ -77,16 +77,36 @@ def test_an_unknown_data_name_lists_the_shipped_examples(
     assert not (tmp_path / "runs").exists()  # refused before any run folder or server
 
 
-def test_examples_prints_a_pasteable_run_line_per_shipped_graph(tmp_path: Path) -> None:
+def test_examples_prints_a_pasteable_run_line_per_shipped_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     result = CliRunner().invoke(app, ["examples"])
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = [line for line in result.output.splitlines() if not line.startswith("#")]
     assert len(lines) == len(list((ROOT / "graphs").glob("*.yaml")))
+    notes = {}
     for line in lines:
-        words = shlex.split(line)
+        words = shlex.split(line, comments=True)
         assert words[:2] == ["orchestrator", "run"] and words[3] == "--data", line
         assert (ROOT / "graphs" / f"{words[2]}.yaml").is_file()
-        assert Path(words[4]) == (ROOT / "examples" / f"{words[2]}.jsonl").resolve()
+        # The shipped file's own name, which --data finds from any folder (issue 34 item
+        # 7: not a long site-packages path).
+        assert words[4] == f"{words[2]}.jsonl" and (ROOT / "examples" / words[4]).is_file()
+        notes[words[2]] = (words, line.partition("#")[2])
+    # What a graph needs beyond its data is said on its line.
+    words, note = notes["perq_distilled"]
+    assert words[5:] == ["--param", "model_dir=VALUE"] and "model_dir is required" in note
+    for needs_metrics in ("perq_distilled", "style_ensemble"):
+        assert "needs pip install 'orchestrator-judge[metrics]'" in notes[needs_metrics][1]
+    assert notes["pointwise"][1] == ""
+    # Pasted into another folder, a line runs the shipped data (the fake server answers).
+    words = notes["pointwise"][0]
+    monkeypatch.chdir(tmp_path)
+    with FakeServer() as server:
+        done = CliRunner().invoke(
+            app, [*words[1:], "--base-url", server.base_url, "--out", str(tmp_path / "r")]
+        )
+    assert done.exit_code == 0, done.output
 
 
 def test_the_install_doc_commands_name_shipped_graphs_and_data() -> None:

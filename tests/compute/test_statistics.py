@@ -492,11 +492,17 @@ def test_bootstrap_constant_values_give_a_zero_width_interval() -> None:
             assert ci["ci_low"] == ci["mean"] == ci["ci_high"] == values[0]
 
 
+@pytest.mark.parametrize("values", [[], [None, None]])
+def test_bootstrap_of_no_value_is_an_empty_interval_not_an_error(values: list[Any]) -> None:
+    """An aggregate over no scored row (faithfulness when no output made a claim) reports
+    n 0 and no estimate, rather than failing the run's summary (exit 4)."""
+    ci = st.bootstrap_mean_ci(values)
+    assert ci["n"] == 0 and ci["mean"] is ci["ci_low"] is ci["ci_high"] is None
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"values": []}, "values has no non-null number"),
-        ({"values": [None, None]}, "values has no non-null number"),
         ({"values": [1, "2"]}, "values[1] is '2', not a number"),
         ({"values": [1, 2], "level": 95}, "level must be a number between 0 and 1"),
         ({"values": [1, 2], "resamples": 0}, "resamples must be a positive integer"),
