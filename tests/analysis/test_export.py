@@ -147,7 +147,7 @@ def test_parquet_without_pyarrow_names_the_data_extra(
     assert run.folder is not None
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now raises ImportError
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
-    with pytest.raises(ConfigurationError, match=r"orchestrator\[data\].*csv"):
+    with pytest.raises(ConfigurationError, match=r"orchestrator-judge\[data\].*csv"):
         export(run.folder, tmp_path)
     assert not list(tmp_path.iterdir())  # nothing half-written
     assert export(run.folder, tmp_path, format="csv")["results"].is_file()
