@@ -4,7 +4,9 @@ default (issue 34 item 3: `perq_jury` killed the server at default concurrency, 
 that killed it.
 
 The runs go as subprocesses, all at once, with the settings `run` uses for the embedded
-server (--timeout 600) and nothing else changed; two rows each keep the CPU time short.
+server (--timeout 600) and nothing else changed; one row each keeps the CPU time short.
+The graphs the other integration tests already run on this server at default settings are
+not run twice.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAPHS = sorted(path.stem for path in (ROOT / "graphs").glob("*.yaml"))
+RUN_ELSEWHERE = {
+    "expert": "test_expert_integration.py::test_expert_graph_on_the_embedded_server",
+    "gemba": "test_expert_integration.py::test_gemba_and_geval_on_the_embedded_server",
+    "geval": "test_expert_integration.py::test_gemba_and_geval_on_the_embedded_server",
+    "pointwise": "test_engine_real.py::test_pointwise_end_to_end_then_from_cache",
+    # No LLM node: it scores with a scorer distilled from a jury run, no request sent.
+    "perq_distilled": "tests/analysis/test_distill.py::test_distilled_graph_scores_without_any_llm",
+}
 
 
 def _asks_a_model(name: str) -> bool:
@@ -62,15 +72,15 @@ def test_seeded_sampling_under_load_keeps_the_embedded_server_up(embedded_server
 def test_every_shipped_graph_runs_on_the_embedded_server(
     embedded_server: Any, tmp_path: Path
 ) -> None:
-    runs = [name for name in GRAPHS if _asks_a_model(name)]
-    # The one graph without an LLM node scores with a scorer distilled from a jury run;
-    # tests/analysis/test_distill.py runs it on one it distils.
-    assert set(GRAPHS) - set(runs) == {"perq_distilled"}
+    runs = [name for name in GRAPHS if name not in RUN_ELSEWHERE]
+    assert all(_asks_a_model(name) for name in runs)
+    assert not _asks_a_model("perq_distilled")
+    assert set(RUN_ELSEWHERE) <= set(GRAPHS)  # a renamed graph is not silently left out
 
     def command(name: str) -> list[str]:
         return [
             sys.executable, "-m", "orchestrator", "run", name, "--data", f"{name}.jsonl",
-            "--out", str(tmp_path / name), "--limit", "2", "--no-cache",
+            "--out", str(tmp_path / name), "--limit", "1", "--no-cache",
             "--base-url", embedded_server.base_url, "--timeout", "600",
         ]  # fmt: skip
 
@@ -88,6 +98,6 @@ def test_every_shipped_graph_runs_on_the_embedded_server(
             continue
         lines = (tmp_path / name / "results.jsonl").read_text().splitlines()
         statuses = [json.loads(line)["status"] for line in lines]
-        if statuses != ["ok", "ok"]:
+        if statuses != ["ok"]:
             failed[name] = f"statuses {statuses}"
     assert not failed, failed
