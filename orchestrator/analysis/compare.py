@@ -190,7 +190,9 @@ def check_numbers(
         for name in names:
             for key in sorted(flats):
                 value = flats[key].get(name)
-                if not _is_number(value) or _missing(value) or abs(value) <= LARGEST:
+                if value is None or not _is_number(value) or _missing(value):
+                    continue
+                if abs(value) <= LARGEST:
                     continue
                 raise ConfigurationError(
                     f"{run.info.path or run.info.label}: output {name!r} of example {key!r} "

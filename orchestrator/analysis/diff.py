@@ -12,7 +12,6 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from os.path import commonprefix
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
@@ -114,7 +113,9 @@ class FirstDifference(BaseModel):
         text = self._text(side)
         if len(text) <= width:
             return text
-        same = len(commonprefix([text, self._text("b" if side == "a" else "a")]))
+        other = self._text("b" if side == "a" else "a")
+        shared = zip(text, other, strict=False)  # as far as the shorter goes
+        same = next((i for i, (x, y) in enumerate(shared) if x != y), min(len(text), len(other)))
         # Cut from the start while the first differing character fits; else open a third of
         # the width before it (what both share leading up to the change), or earlier where
         # the text ends sooner, so the window stays full.

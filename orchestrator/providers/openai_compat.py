@@ -18,7 +18,7 @@ import openai
 import orjson
 
 from ..errors import DeadlineExceeded, MalformedReply, RetryAfterTooLong, TokenizerUnavailable
-from .base import ChatRequest, ChatResponse, ServedModel, identity_at
+from .base import ChatRequest, ChatResponse, ServedModel, identity_at, mark_sent
 from .reply import body_cap, parse_reply, too_large
 from .wire import chat_body as chat_body  # its home is wire.py; the name stays importable here
 
@@ -79,7 +79,43 @@ def make_http_client(connections: int, timeout: float) -> openai.DefaultAioHttpC
     limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
         max_connections=max(connections, 100), max_keepalive_connections=connections
     )
-    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
+    transport = _aiohttp_transport(limits)
+    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, transport=transport)
+
+
+async def _body_written(*_: Any) -> None:
+    mark_sent()
+
+
+def _aiohttp_transport(limits: Any) -> Any:
+    """The SDK's aiohttp transport, on a session that calls `mark_sent` as a request's body
+    is handed to its connection: a try the run cancels before that (still connecting, or
+    waiting for a connection) sent nothing, and is no LLM request."""
+    import aiohttp
+
+    try:
+        from openai._vendor.httpx_aiohttp import AiohttpTransport  # openai 3.0 on
+    except ImportError:  # pragma: no cover - before: the package of the SDK's aiohttp extra
+        from httpx_aiohttp import AiohttpTransport  # type: ignore[no-redef]
+
+    # aiohttp awaits this callback just before it writes each body chunk, in the same step:
+    # once it has run, the bytes are on the socket whatever is cancelled next.
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_body_written)
+    transport = AiohttpTransport(limits=limits)
+
+    def session() -> aiohttp.ClientSession:
+        # The session the transport would open (its pool size, keep-alive and TLS context),
+        # with the trace.
+        connector = aiohttp.TCPConnector(
+            limit=limits.max_connections,
+            keepalive_timeout=limits.keepalive_expiry,
+            ssl=transport.ssl_context,
+        )
+        return aiohttp.ClientSession(connector=connector, trace_configs=[trace])
+
+    transport.client = session
+    return transport
 
 
 class OpenAIConnection:
