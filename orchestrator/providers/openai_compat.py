@@ -6,6 +6,7 @@ a retry, and a missing /tokenize becomes the library's `TokenizerUnavailable`.""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Awaitable
@@ -94,14 +95,25 @@ def make_http_client(connections: int, timeout: float) -> openai.DefaultAioHttpC
     )
 
 
-async def _body_written(*_: Any) -> None:
-    mark_sent()
+@functools.cache
+def _marked_request() -> type[Any]:
+    """aiohttp's request, calling `mark_sent` as it starts writing its body: a try the run
+    cancels before that (still connecting, or waiting for a connection) sent nothing."""
+    import aiohttp
+
+    class MarkedRequest(aiohttp.ClientRequest):
+        async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
+            # Nothing awaits between here and the body's first write to the socket, so a
+            # cancel lands before both or after both. (A trace config's chunk signal says the
+            # same, at a tenth more of the client's CPU per request.)
+            mark_sent()
+            await super().write_bytes(*args, **kwargs)
+
+    return MarkedRequest
 
 
 def _aiohttp_transport(limits: Any) -> Any:
-    """The SDK's aiohttp transport, on a session that calls `mark_sent` as a request's body
-    is handed to its connection: a try the run cancels before that (still connecting, or
-    waiting for a connection) sent nothing, and is no LLM request."""
+    """The SDK's aiohttp transport, on a session whose requests say when they are sent."""
     import aiohttp
 
     try:
@@ -109,21 +121,16 @@ def _aiohttp_transport(limits: Any) -> Any:
     except ImportError:  # pragma: no cover - before: the package of the SDK's aiohttp extra
         from httpx_aiohttp import AiohttpTransport  # type: ignore[no-redef]
 
-    # aiohttp awaits this callback just before it writes each body chunk, in the same step:
-    # once it has run, the bytes are on the socket whatever is cancelled next.
-    trace = aiohttp.TraceConfig()
-    trace.on_request_chunk_sent.append(_body_written)
     transport = AiohttpTransport(limits=limits)
 
     def session() -> aiohttp.ClientSession:
-        # The session the transport would open (its pool size, keep-alive and TLS context),
-        # with the trace.
+        # The session the transport would open (its pool size, keep-alive and TLS context).
         connector = aiohttp.TCPConnector(
             limit=limits.max_connections,
             keepalive_timeout=limits.keepalive_expiry,
             ssl=transport.ssl_context,
         )
-        return aiohttp.ClientSession(connector=connector, trace_configs=[trace])
+        return aiohttp.ClientSession(connector=connector, request_class=_marked_request())
 
     transport.client = session
     return transport
