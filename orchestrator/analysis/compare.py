@@ -42,6 +42,10 @@ MAX_NUMERIC_LABELS = 10
 _VERDICT_NAMES = ("winner", "verdict", "choice", "preferred", "preference")
 _NO_SIDE = {"tie", "draw", "equal", "none", "both", "neither"}
 _FIELDS = ("id", "status", "error")
+# Compared scores are squared (sd, d_z, correlations) and summed over every example: past
+# this size that leaves the float range and the statistics come out inf or nan. A score
+# this large is a fault of the run, not a finding, so it is refused rather than compared.
+LARGEST = 1e150
 
 
 @dataclass
@@ -174,6 +178,27 @@ def ok_values(runs: list[_Run]) -> list[dict[str, dict[str, Any]]]:
                 flat[key] = {k: v for k, v in line.flat().items() if k not in _FIELDS}
         out.append(flat)
     return out
+
+
+def check_numbers(
+    runs: list[_Run], values: list[dict[str, dict[str, Any]]], names: Sequence[str]
+) -> None:
+    """Refuse a compared output's value that is infinite or too large to compute with
+    (`LARGEST`), naming the run folder, the output and the example; None and NaN stay
+    missing values."""
+    for run, flats in zip(runs, values, strict=True):
+        for name in names:
+            for key in sorted(flats):
+                value = flats[key].get(name)
+                if value is None or not _is_number(value) or _missing(value):
+                    continue
+                if abs(value) <= LARGEST:
+                    continue
+                raise ConfigurationError(
+                    f"{run.info.path or run.info.label}: output {name!r} of example {key!r} "
+                    f"is {value!r}, which the statistics cannot compute with (a compared "
+                    f"score must be finite and at most {LARGEST:g} in size)"
+                )
 
 
 def _shared_names(values: list[dict[str, dict[str, Any]]]) -> list[str]:
@@ -519,6 +544,7 @@ def compare(
     values = ok_values(loaded)
     names = _shared_names(values)
     numeric = _select(names, values, outputs)
+    check_numbers(loaded, values, numeric)
     if labels is None and outputs is not None:
         labels = [name for name in numeric if _is_label(_per_run(values, name))]
     categorical = _select_labels(names, values, labels)

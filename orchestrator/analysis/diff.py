@@ -92,9 +92,9 @@ class FirstDifference(BaseModel):
             text += f"; also parts at {', '.join(others)}"
         return text
 
-    def shown(self, side: Literal["a", "b"], width: int = 60) -> str:
-        """One run's value at the first differing node, cut to `width` characters: a failed
-        or skipped node's status, and of a list value the first position that differs."""
+    def _text(self, side: Literal["a", "b"]) -> str:
+        """One run's value at the first differing node as text: a failed or skipped node's
+        status, and of a list value the first position that differs."""
         status = self.node_status_a if side == "a" else self.node_status_b
         value = self.value_a if side == "a" else self.value_b
         if status != "ok":
@@ -104,8 +104,27 @@ class FirstDifference(BaseModel):
             prefix = f"[{self.first_part}] "
             value = value[self.first_part] if self.first_part < len(value) else "(none)"
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        text = prefix + text
-        return text if len(text) <= width else text[: width - 1] + "…"
+        return prefix + text
+
+    def shown(self, side: Literal["a", "b"], width: int = 60) -> str:
+        """One run's value at the first differing node in at most `width` characters, cut
+        so that where it departs from the other run's value stays in view: two long texts
+        that part late would otherwise show the same beginning twice."""
+        text = self._text(side)
+        if len(text) <= width:
+            return text
+        other = self._text("b" if side == "a" else "a")
+        shared = zip(text, other, strict=False)  # as far as the shorter goes
+        same = next((i for i, (x, y) in enumerate(shared) if x != y), min(len(text), len(other)))
+        # Cut from the start while the first differing character fits; else open a third of
+        # the width before it (what both share leading up to the change), or earlier where
+        # the text ends sooner, so the window stays full.
+        start = 0 if same < width - 1 else min(same - width // 3, len(text) - width + 1)
+        head = "…" if start else ""
+        end = start + width - len(head)
+        if end >= len(text):
+            return head + text[start:]
+        return head + text[start : end - 1] + "…"
 
 
 class RunDiff(BaseModel):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from ..errors import ConfigurationError
-from .compare import load_run, matched_by_id, ok_values
+from .compare import check_numbers, load_run, matched_by_id, ok_values
 from .comparison import Comparison
 
 if TYPE_CHECKING:
@@ -58,7 +58,9 @@ def paired_examples(
         raise ConfigurationError(
             f"the comparison has {len(result.runs)} runs and {len(sources)} were given"
         )
-    values = ok_values([load_run(run, position) for position, run in enumerate(sources)])
+    loaded = [load_run(run, position) for position, run in enumerate(sources)]
+    values = ok_values(loaded)
+    check_numbers(loaded, values, [output.output for output in result.outputs])
     labels = [info.label for info in result.runs]
     found = []
     for output in result.outputs:

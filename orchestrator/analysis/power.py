@@ -24,6 +24,7 @@ from .compare import (
     _missing,
     _present,
     _shared_names,
+    check_numbers,
     load_run,
     matched_by_id,
     ok_values,
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 # compare's sign-flip test cannot reach p < 0.05 with fewer: its smallest p is 2/2^n.
 SIGN_FLIP_MINIMUM = 6
+WALK_LIMIT = 10**7
 
 
 class PowerEstimate(BaseModel):
@@ -75,7 +77,13 @@ def t_power(n: int, effect: float, alpha: float) -> float:
     df = n - 1
     critical = float(stats.t.ppf(1.0 - alpha / 2.0, df))
     shift = abs(effect) * math.sqrt(n)
-    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+    found = float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+    if math.isfinite(found):
+        return found
+    # scipy's noncentral t gives nan far out (a shift or df in the millions), where the t
+    # statistic is the normal one: its power is the normal test's.
+    z = float(stats.norm.ppf(1.0 - alpha / 2.0))
+    return float(stats.norm.sf(z - shift) + stats.norm.cdf(-z - shift))
 
 
 def required_n(sd: float, diff: float, alpha: float, power: float) -> tuple[int, float, float]:
@@ -92,10 +100,20 @@ def required_n(sd: float, diff: float, alpha: float, power: float) -> tuple[int,
     if sd == 0:
         return SIGN_FLIP_MINIMUM, 0.0, 1.0
     effect = abs(diff) / sd
-    normal = ((float(norm.ppf(1.0 - alpha / 2.0)) + float(norm.ppf(power))) / effect) ** 2
+    try:
+        normal = ((float(norm.ppf(1.0 - alpha / 2.0)) + float(norm.ppf(power))) / effect) ** 2
+    except (OverflowError, ZeroDivisionError):
+        normal = math.inf
+    if not math.isfinite(normal):
+        raise ConfigurationError(
+            f"diff {diff!r} is too small against the pilot's σ of the differences "
+            f"({sd:.3g}): the examples it needs are past counting"
+        )
     n = max(SIGN_FLIP_MINIMUM, math.ceil(normal))
     reached = t_power(n, effect, alpha)
-    while reached < power:
+    # Past WALK_LIMIT the t test is the normal one and one more example moves the power by
+    # less than a float shows: the walk would not end, and the normal answer stands.
+    while reached < power and n < WALK_LIMIT:
         n += 1
         reached = t_power(n, effect, alpha)
     return n, normal, reached
@@ -167,6 +185,7 @@ def estimate_power(
     loaded = [load_run(run, position) for position, run in enumerate(runs)]
     values = ok_values(loaded)
     name = _pick_output(values, output)
+    check_numbers(loaded, values, [name])
     notes: list[str] = []
     if len(loaded) == 2:
         matched = matched_by_id(values, name, 0, 1)

@@ -300,6 +300,8 @@ class ServerRegistry:
             listed = await provider.list_models(base_url, api_key)
             # A transport written before the model list carried roots gives plain names.
             return [ServedModel(m) if isinstance(m, str) else m for m in listed]
+        except ServerError as exc:  # the provider's own word on why: no hint to add
+            raise ServerError(self.redact(str(exc))) from exc
         except Exception as exc:
             described = self.redact(provider.describe(exc))
             raise ServerError(

@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MalformedReply, ProviderCapabilityError
-from ..providers.base import ChatResponse, Choice, Provider, Tokenizer
+from ..providers.base import ChatResponse, Choice, Provider, Tokenizer, sending
 from ..providers.reply import check_reply_size
 from ..store.flight import note_try
 from ..store.records import Counts
@@ -54,6 +54,22 @@ class CallRoute:
     async def after_failure(self, failed_at: float) -> str | None:
         assert self.replica is not None, "a try failed before it was sent"
         return await self.replicas.after_failure(self.replica, failed_at)
+
+
+class _Sent:
+    """One try's request, counted once in the run's stats: when the provider says it left
+    for the server (`mark_sent`), or when the try ends."""
+
+    __slots__ = ("done", "stats")
+
+    def __init__(self, stats: Counts) -> None:
+        self.stats = stats
+        self.done = False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            self.stats.requests += 1
 
 
 class ProviderHooks:
@@ -134,7 +150,7 @@ class Sender:
         async def post_once() -> ChatResponse:
             nonlocal started
             async with route as replica:
-                stats.requests += 1
+                sent = _Sent(stats)
                 note_try(replica.url, attempts)  # for `orchestrator status`: sent now, there
                 started = time.perf_counter()
                 try:
@@ -142,12 +158,19 @@ class Sender:
                     # whole reply (about 3 µs a call).
                     try:
                         async with asyncio.timeout(retry.timeout):
-                            response = await connections[replica].chat(request)
+                            with sending(sent):
+                                response = await connections[replica].chat(request)
                     except TimeoutError:
                         raise retry.deadline_exceeded() from None
-                except Exception:
-                    replica.failed += 1
+                except BaseException as exc:
+                    # A try cancelled (the run stopped) was a request only if the provider
+                    # saw it leave; one that ended in an error or a deferral was tried.
+                    if not isinstance(exc, asyncio.CancelledError):
+                        sent()
+                    if isinstance(exc, Exception):
+                        replica.failed += 1
                     raise
+                sent()
                 replica.latency_sum += time.perf_counter() - started
                 replica.latency_count += 1
                 replica.served += 1

@@ -106,3 +106,5 @@ def judge_card(
     console.rule("flags")
     for line in flag_lines(card):
         console.print(escape(line), soft_wrap=True)
+    for note in card.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)

@@ -652,6 +652,10 @@ def summarize(
         _compile_or_exit(graph, trust=trust)  # every problem listed, as `validate` does
     try:
         summary = summarize(run_dir, graph, out, trust=trust)
+    except GraphError as exc:  # the snapshot's: one line per problem, as `validate` prints
+        for problem in exc.problems:
+            err.print(f"[red]✗[/] {escape(str(problem))}", soft_wrap=True)
+        raise typer.Exit(1) from None
     except RunFolderError as exc:
         fail(str(exc))
     except OSError as exc:

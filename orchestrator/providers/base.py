@@ -10,11 +10,36 @@ server can do is a capability a connection may have: `Tokenizer` (vLLM's /tokeni
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 StructuredMode = Literal["server", "prompt"]
+
+# What to call once the request of the try in progress leaves for its server. The calls
+# layer sets it around each try (`sending`); a provider that can tell calls `mark_sent`.
+_ON_SENT: ContextVar[Callable[[], None] | None] = ContextVar("orchestrator_on_sent", default=None)
+
+
+def mark_sent() -> None:
+    """Say that the current try's request is on its way to the server (its bytes handed to
+    the connection): a try cancelled after this was a request sent, one cancelled before
+    it was not. Called by providers; a no-op outside a try."""
+    hook = _ON_SENT.get()
+    if hook is not None:
+        hook()
+
+
+@contextmanager
+def sending(hook: Callable[[], None]) -> Iterator[None]:
+    """`hook` is what `mark_sent` calls while this try's request is in the provider's hands."""
+    token = _ON_SENT.set(hook)
+    try:
+        yield
+    finally:
+        _ON_SENT.reset(token)
 
 
 @dataclass(slots=True)
@@ -97,7 +122,8 @@ class Connection(Protocol):
 
     def chat(self, request: ChatRequest) -> Awaitable[ChatResponse]:
         """Send one chat request in the provider's wire format; the reply's samples and
-        usage."""
+        usage. It calls `mark_sent` once the request is on its way, if it can tell: a try
+        that ends counts as a request either way, a cancelled one only when marked sent."""
         ...
 
     async def probe(self) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import DeadlineExceeded, FakeTransientError, MalformedReply, RetryAfterTooLong
-from .base import ChatRequest, ChatResponse, Choice, ServedModel
+from .base import ChatRequest, ChatResponse, Choice, ServedModel, mark_sent
 from .wire import chat_body
 
 Fault = Literal["transient", "malformed", "truncated"]
@@ -185,6 +185,7 @@ class FakeTransport:
     async def answer(self, base_url: str, body: dict[str, Any]) -> ChatResponse:
         request = FakeRequest(base_url, body)
         self.requests.append(request)
+        mark_sent()  # it has arrived: a run stopped while it waits for the answer sent it
         fault: Fault | None = None
         if not request.is_canary:
             if self._node_requests < len(self.faults):

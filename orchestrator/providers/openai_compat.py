@@ -6,6 +6,7 @@ a retry, and a missing /tokenize becomes the library's `TokenizerUnavailable`.""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Awaitable
@@ -17,8 +18,14 @@ import httpx
 import openai
 import orjson
 
-from ..errors import DeadlineExceeded, MalformedReply, RetryAfterTooLong, TokenizerUnavailable
-from .base import ChatRequest, ChatResponse, ServedModel, identity_at
+from ..errors import (
+    DeadlineExceeded,
+    MalformedReply,
+    RetryAfterTooLong,
+    ServerError,
+    TokenizerUnavailable,
+)
+from .base import ChatRequest, ChatResponse, ServedModel, identity_at, mark_sent
 from .reply import body_cap, parse_reply, too_large
 from .wire import chat_body as chat_body  # its home is wire.py; the name stays importable here
 
@@ -79,7 +86,54 @@ def make_http_client(connections: int, timeout: float) -> openai.DefaultAioHttpC
     limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
         max_connections=max(connections, 100), max_keepalive_connections=connections
     )
-    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
+    transport = _aiohttp_transport(limits)
+    # No redirect is followed: the SDK's client would follow one to any host with the
+    # prompts (307/308 keep the body), and the manifest would name a server that never
+    # answered. A redirect is an error naming both URLs (`describe`).
+    return openai.DefaultAioHttpClient(
+        limits=limits, timeout=timeout, transport=transport, follow_redirects=False
+    )
+
+
+@functools.cache
+def _marked_request() -> type[Any]:
+    """aiohttp's request, calling `mark_sent` as it starts writing its body: a try the run
+    cancels before that (still connecting, or waiting for a connection) sent nothing."""
+    import aiohttp
+
+    class MarkedRequest(aiohttp.ClientRequest):
+        async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
+            # Nothing awaits between here and the body's first write to the socket, so a
+            # cancel lands before both or after both. (A trace config's chunk signal says the
+            # same, at a tenth more of the client's CPU per request.)
+            mark_sent()
+            await super().write_bytes(*args, **kwargs)
+
+    return MarkedRequest
+
+
+def _aiohttp_transport(limits: Any) -> Any:
+    """The SDK's aiohttp transport, on a session whose requests say when they are sent."""
+    import aiohttp
+
+    try:
+        from openai._vendor.httpx_aiohttp import AiohttpTransport  # openai 3.0 on
+    except ImportError:  # pragma: no cover - before: the package of the SDK's aiohttp extra
+        from httpx_aiohttp import AiohttpTransport  # type: ignore[no-redef]
+
+    transport = AiohttpTransport(limits=limits)
+
+    def session() -> aiohttp.ClientSession:
+        # The session the transport would open (its pool size, keep-alive and TLS context).
+        connector = aiohttp.TCPConnector(
+            limit=limits.max_connections,
+            keepalive_timeout=limits.keepalive_expiry,
+            ssl=transport.ssl_context,
+        )
+        return aiohttp.ClientSession(connector=connector, request_class=_marked_request())
+
+    transport.client = session
+    return transport
 
 
 class OpenAIConnection:
@@ -182,6 +236,20 @@ def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _redirect_text(exc: openai.APIStatusError) -> str | None:
+    """A redirect the client did not follow, naming where it was sent and where it would
+    have gone; None for any other answer."""
+    location = exc.response.headers.get("location")
+    if not 300 <= exc.status_code < 400 or not location:
+        return None
+    asked = exc.response.request.url
+    return (
+        f"{asked} redirects (HTTP {exc.status_code}) to {asked.join(location)}: not followed, "
+        "so your API key and prompts reach no server you did not name; if that is the server "
+        "you mean, give it as --base-url"
+    )
+
+
 def _is_connection_failure(exc: BaseException) -> bool:
     """No HTTP answer at all: refused, reset, cut off mid-body or timed out."""
     return isinstance(exc, openai.APIConnectionError | httpx.TransportError | DeadlineExceeded)
@@ -197,9 +265,18 @@ class OpenAITransport:
         return OpenAIConnection(base_url, api_key, connections=connections, timeout=timeout)
 
     async def list_models(self, base_url: str, api_key: str) -> list[ServedModel]:
-        client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=15, max_retries=2)
+        http = openai.DefaultAsyncHttpxClient(timeout=15, follow_redirects=False)
+        client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key, timeout=15, max_retries=2, http_client=http
+        )
         try:
-            page = await client.models.list()
+            try:
+                page = await client.models.list()
+            except openai.APIStatusError as exc:
+                moved = _redirect_text(exc)
+                if moved is None:
+                    raise
+                raise ServerError(f"cannot list models at {base_url}: {moved}") from None
             # `root` and `max_model_len` are vLLM's additions: fields the SDK's model keeps
             # as extras.
             return [
@@ -235,7 +312,7 @@ class OpenAITransport:
     def describe(self, exc: BaseException) -> str:
         """One line naming the fault, as it goes into the trace and a failed example's error."""
         if isinstance(exc, openai.APIStatusError):
-            return f"HTTP {exc.status_code}: {exc.message}"
+            return _redirect_text(exc) or f"HTTP {exc.status_code}: {exc.message}"
         if isinstance(exc, openai.APIConnectionError):
             # The SDK's own text ("Connection error.") hides the fault; its cause names it.
             # Its aiohttp transport reports refused and reset connections as ConnectTimeout,

@@ -27,7 +27,8 @@ def card_panel(context: RunContext) -> str | None:
         return None
     if not card.reliability:
         return None
-    flags = "".join(f"<li>{escape(line)}</li>" for line in flag_lines(card))
+    lines = flag_lines(card) + [f"note: {note}" for note in card.notes]
+    flags = "".join(f"<li>{escape(line)}</li>" for line in lines)
     parts = [f'<ul class="card-flags">{flags}</ul>']
     for section in sections(card):
         rows = [[escape(cell) for cell in row] for row in section.rows]

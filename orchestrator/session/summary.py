@@ -7,12 +7,15 @@ import math
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NodeError
 from ..graph.compiled import CompiledAggregate, CompiledGraph
 from ..graph.templates import Expression
 from ..store.records import ABSTAIN_NOTE
+
+if TYPE_CHECKING:
+    from ..store.reader import RunReader
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +133,27 @@ def _same_examples(run_graph: CompiledGraph, new_graph: CompiledGraph) -> list[s
     return changed
 
 
+def _snapshot_functions(reader: RunReader, snapshot: Path, trust: bool) -> CompiledGraph:
+    """The snapshot compiled with its functions, to recompute its aggregates. A trusted
+    graph's own module is not in the snapshot (the folder keeps the graph and its templates,
+    not the code beside them): that is refused naming the graph to give instead."""
+    from ..errors import GraphError, RunFolderError, visible
+    from ..kinds.graphs import compile_graph
+
+    try:
+        return compile_graph(snapshot, prompts_dir=reader.snapshot_prompts, trust=trust)
+    except GraphError as exc:
+        if not trust:
+            raise  # its message says to trust the graph first
+        used = reader.manifest.graph.get("path") if reader.has_manifest else None
+        hint = f"--graph {visible(str(used))}" if used else "--graph GRAPH"
+        raise RunFolderError(
+            f"{exc.problems[0]}; a run folder keeps its graph and templates, not the Python "
+            f"modules beside the graph: summarize with {hint} --trust, the graph beside its "
+            "module"
+        ) from None
+
+
 def summarize(
     folder: Path | str,
     graph: Path | str | None = None,
@@ -156,8 +180,12 @@ def summarize(
     snapshot = reader.snapshot_graph
     if snapshot is None:
         raise RunFolderError(f"{reader.path} has no graph snapshot (made before layout 2)")
-    ran = compile_graph(snapshot, prompts_dir=reader.snapshot_prompts, trust=trust)
-    new = ran if graph is None else compile_graph(graph, trust=trust)
+    # What the run had is compared, never called: compiled for reading, nothing imported.
+    ran = compile_graph(snapshot, prompts_dir=reader.snapshot_prompts, functions=False)
+    if graph is None:
+        new = _snapshot_functions(reader, snapshot, trust)
+    else:
+        new = compile_graph(graph, trust=trust)
     changed = _same_examples(ran, new)
     if changed:
         raise RunFolderError(

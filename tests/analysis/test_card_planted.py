@@ -7,13 +7,14 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import orchestrator as orc
-from orchestrator.errors import ConfigurationError
+from orchestrator.errors import ConfigurationError, LabelError
 from orchestrator.providers.fake import FAKE_MODEL, FakeRequest
 
 WORDS = [
@@ -303,3 +304,70 @@ def test_judged_key_names_the_measured_input(tmp_path: Path) -> None:
     assert card.judged == "draft" and card.length_bias[0].judged == "draft"
     shuffled = orc.judge_card(tmp_path / "run", judged="generator").length_bias[0]
     assert shuffled.spearman is None  # every generator is "g": no length to rank by
+
+
+def unjudged_run(root: Path) -> Path:
+    """A pointwise run whose graph judges an input named `answer`, not the default
+    `output`, and has no `judged:` key: the card cannot measure length bias."""
+    graph = {
+        **POINTWISE,
+        "jury": [],
+        "inputs": ["answer", "generator"],
+        "nodes": {"long": _judge_node("long")},
+        "outputs": {"long": "long.score"},
+        "prompts": "prompts",
+    }
+    (root / "prompts").mkdir()
+    (root / "prompts" / "long.jinja").write_text("long|{{ generator }}|{{ answer }}")
+    (root / "graph.yaml").write_text(json.dumps(graph), encoding="utf-8")
+    rng = random.Random(4)
+    rows = [
+        {"id": f"r{i}", "answer": _text(rng, rng.randint(3, 70)), "generator": "g"}
+        for i in range(12)
+    ]
+    out = root / "run"
+    fake = orc.FakeTransport(_pointwise_respond)
+    orc.run(root / "graph.yaml", rows, out=out, transport=fake, cache=False)
+    return out
+
+
+UNMEASURED = (
+    "length bias: not measured, the run has no input 'output' (its inputs: answer, "
+    "generator); name the judged input with --judged or judged:"
+)
+
+
+def test_what_the_card_cannot_use_is_refused_or_noted(pointwise_run: Path, tmp_path: Path) -> None:
+    """Item 12 of issue 35: an unknown field, an unknown judged input and labels whose ids
+    match no example gave empty tables (exit 0); a graph without an `output` input lost its
+    length bias without a word. Each is now one line."""
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"id": f"r{i}", "score": i}) + "\n" for i in range(5)))
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^field 'nope': no ok result of .* has it, .*\(its outputs: fair, long, self\)$",
+    ):
+        orc.judge_card(pointwise_run, labels=labels, field="nope")
+    with pytest.raises(ConfigurationError, match=r"^field 'score' \(the default: name one"):
+        orc.judge_card(pointwise_run, labels=labels)
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_text("".join(json.dumps({"id": f"x{i}", "score": i}) + "\n" for i in range(5)))
+    with pytest.raises(
+        LabelError,
+        match=rf"^{re.escape(str(elsewhere))}: none of its 5 label id\(s\) \('x0', 'x1', 'x2', …\)",
+    ):
+        orc.judge_card(pointwise_run, labels=elsewhere, field="fair")
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^judged 'nope': not an input of the run \(its inputs: output, generator\)$",
+    ):
+        orc.judge_card(pointwise_run, judged="nope")
+    with pytest.raises(ConfigurationError, match=r"^field 'fair' is compared with labels"):
+        orc.judge_card(pointwise_run, field="fair")
+    # What is known still works, and a real input is taken as given.
+    assert orc.judge_card(pointwise_run, labels=labels, field="fair").agreement is not None
+    assert orc.judge_card(pointwise_run, judged="generator").judged == "generator"
+
+    card = orc.judge_card(unjudged_run(tmp_path))
+    assert card.length_bias == [] and card.notes == [UNMEASURED]
+    assert orc.judge_card(tmp_path / "run", judged="answer").length_bias

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 import orchestrator as orc
 from orchestrator.analysis import paired
 from orchestrator.analysis.comparison import format_number
+from orchestrator.analysis.examples import paired_examples
 from orchestrator.cli import app
 from orchestrator.cli.app import console
 from orchestrator.compute.statistics import bootstrap_mean_ci, cohen_kappa
@@ -537,3 +538,38 @@ def test_a_zero_difference_prints_as_zero_not_as_rounding_noise(
     assert format_number(-2.5e-4) == "-0.00025"
     assert format_number(3e-9, scale=1e6) == "0.000"  # noise for numbers a million large
     assert format_number(-1e-17) == "0.000"
+
+
+def test_scores_too_large_to_compute_with_are_refused_naming_run_and_field(
+    tmp_path: Path,
+) -> None:
+    """Item 6 of issue 35: scores of ±1e308 in a 20-win/20-loss split printed `inf -inf
+    nan … <0.001` (the differences overflow); an infinite score, which a run keeps in
+    memory, was compared too. Both are refused in one line naming the run and the field."""
+    split = [1e308 if i < 20 else -1e308 for i in range(40)]
+    a = _fractional_run(tmp_path / "a", split)
+    b = _fractional_run(tmp_path / "b", [-x for x in split])
+    where = rf"^{re.escape(str(a))}: output 'score' of example 'e00' is 1e\+308"
+    with pytest.raises(orc.ConfigurationError, match=where):
+        orc.compare(a, b)
+    shown = CliRunner().invoke(app, ["compare", str(a), str(b)])
+    assert shown.exit_code == 1, shown.output
+    assert shown.output.count("\n") == 1 and "output 'score'" in shown.output, shown.output
+    # The page's per-example values are read the same way.
+    fine = _fractional_run(tmp_path / "c", [float(i % 5) for i in range(40)])
+    with pytest.raises(orc.ConfigurationError, match=where):
+        paired_examples(orc.compare(fine, fine), runs=[a, b])
+
+    def infinite(request: FakeRequest) -> str:
+        i = int(request.messages[0]["content"].split("#")[1])
+        return '{"score": Infinity}' if i == 3 else json.dumps({"score": i})
+
+    spec = {**SPEC, "nodes": {"judge": {**SPEC["nodes"]["judge"], "output": {"score": "number"}}}}
+    spec["outputs"] = {"score": "judge.score"}
+    kept = orc.run(
+        orc.Graph.from_dict(spec, prompts=PROMPTS),
+        rows("x", range(10)),
+        transport=orc.FakeTransport(infinite, models=["judge-a"]),
+    )
+    with pytest.raises(orc.ConfigurationError, match=r"^run2: output 'score' of example 'e03'"):
+        orc.compare(fine, kept)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,31 @@ def test_cli_json_and_table(pilot: tuple[Path, Path]) -> None:
     assert "design effect" in table.output
     refused = runner.invoke(app, ["power", str(pilot[0]), "--diff", "0"])
     assert refused.exit_code != 0 and "non-zero" in refused.output
+
+
+def test_scores_too_large_to_compute_with_are_refused(tmp_path: Path) -> None:
+    """Item 6 of issue 35: a pilot scored ±1e308 (20 wins, 20 losses) ended in `ValueError:
+    cannot convert float NaN to integer`; now one line names the run and the field."""
+    split = np.array([1e308 if i < 20 else -1e308 for i in range(40)])
+    users = np.zeros(40, dtype=int)
+    a, b = _run(tmp_path / "a", "a", split, users), _run(tmp_path / "b", "b", -split, users)
+    where = rf"^{re.escape(str(a))}: output 'score' of example 'e000' is 1e\+308"
+    with pytest.raises(ConfigurationError, match=where):
+        orc.power(a, b, diff=1.0)
+    with pytest.raises(ConfigurationError, match=where):
+        orc.power(a, diff=1.0)
+    shown = CliRunner().invoke(app, ["power", str(a), str(b), "--diff", "1"])
+    assert shown.exit_code == 1, shown.output
+    assert shown.output.count("\n") == 1 and "output 'score'" in shown.output, shown.output
+
+
+def test_a_diff_at_the_ends_of_the_float_range_gives_a_number_or_a_refusal() -> None:
+    """A --diff of 1e-200 against σ 1 overflowed the sample size (OverflowError), and one of
+    1e308 reported `nan%` power: the first is refused, the second needs the fewest examples
+    with power 1, and a tiny one gets the normal answer rather than an endless walk."""
+    with pytest.raises(ConfigurationError, match=r"diff 1e-200 is too small .*past counting"):
+        required_n(1.0, 1e-200, 0.05, 0.8)
+    assert required_n(1.0, 1e308, 0.05, 0.8) == (SIGN_FLIP_MINIMUM, pytest.approx(0.0), 1.0)
+    n, normal, reached = required_n(1.0, 1e-9, 0.05, 0.8)
+    assert n == math.ceil(normal) and normal == pytest.approx(((1.959964 + 0.841621) / 1e-9) ** 2)
+    assert reached == pytest.approx(0.8, abs=1e-6)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, judge_graph, write_graph
-from test_card_planted import POINTWISE, _pointwise_respond, _text
+from test_card_planted import POINTWISE, UNMEASURED, _pointwise_respond, _text, unjudged_run
 from test_stability import Flipper
 from typer.testing import CliRunner
 
@@ -109,3 +109,22 @@ def test_retest_re_asks_the_server_named_and_shows_the_stability_table(
         assert asked == 2 * 10  # each repeat's start also checks the schema once
     assert "Stability (2 repeats of 10 rows)" in result.output
     assert "judge.score" in result.output
+
+
+def test_what_the_card_cannot_use_fails_or_is_noted_in_one_line(run: Path, tmp_path: Path) -> None:
+    """Item 12 of issue 35: the command exited 0 with empty tables; now one line each."""
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"id": f"x{i}", "score": i}) + "\n" for i in range(3)))
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps({"id": f"r{i}", "score": i}) + "\n" for i in range(3)))
+    for args, message in [
+        (["--labels", str(good), "--field", "nope"], "error: field 'nope': no ok result of"),
+        (["--labels", str(labels), "--field", "fair"], "none of its 3 label id(s)"),
+        (["--judged", "nope"], "error: judged 'nope': not an input of the run"),
+    ]:
+        result = CliRunner().invoke(app, ["judge-card", str(run), *args])
+        assert result.exit_code == 1, (args, result.output)
+        assert message in result.output and result.output.count("\n") == 1, result.output
+    shown = CliRunner().invoke(app, ["judge-card", str(unjudged_run(tmp_path))])
+    assert shown.exit_code == 0, shown.output
+    assert f"note: {UNMEASURED}\n" in shown.output

@@ -4,14 +4,17 @@ error in one line."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from test_diff import PLANTED, responder, run
 from typer.testing import CliRunner
 
+import orchestrator as orc
 from orchestrator.analysis.diff import RunDiff
 from orchestrator.cli import app
+from orchestrator.cli.app import console
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "analysis.md"
 
@@ -72,3 +75,26 @@ def test_the_docs_example_is_what_the_command_prints(pair: tuple[Path, Path]) ->
     assert shown.exit_code == 0, shown.output
     printed = [line.rstrip() for line in shown.output.splitlines()]
     assert printed == block.rstrip("\n").splitlines()
+
+
+def test_a_late_change_in_a_long_value_stays_in_view(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 14 of issue 35: each value was cut to its first 60 characters, so two long
+    texts that part after that showed the same beginning twice and never the change."""
+    shared = "the-judge-explains-at-length-why-this-answer-holds-up-" * 3  # one word: scored
+
+    def ending(word: str) -> Callable[[str], str]:
+        return lambda t: f"{shared}{word}-{t}-and-then-some-closing-words"
+
+    a = run(tmp_path / "a", responder(key=ending("alpha")))
+    b = run(tmp_path / "b", responder(key=ending("omega")))
+    monkeypatch.setattr(console, "_width", 200)  # no folding: each cell on one line
+    shown = CliRunner().invoke(app, ["diff", str(a), str(b)])
+    assert shown.exit_code == 0, shown.output
+    rows = [line for line in shown.output.splitlines() if line.strip().startswith("e03")]
+    assert len(rows) == 1, shown.output
+    assert "alpha-t3" in rows[0] and "omega-t3" in rows[0], rows[0]
+    found = orc.diff(a, b).differences[0]
+    for side in ("a", "b"):
+        assert len(found.shown(side)) == 60 and found.shown(side).startswith("…")

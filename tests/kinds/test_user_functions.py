@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import orchestrator_command
+from typer.testing import CliRunner
 
 import orchestrator as orc
+from orchestrator.cli import app
 
 MODULE = """
 import threading
@@ -107,3 +110,30 @@ def test_missing_module_names_where_it_looked(tmp_path: Path) -> None:
     with pytest.raises(orc.GraphError) as error:
         orc.load_graph(folder / "graph.yaml", trust=True)
     assert "absent_module" in str(error.value) and str(folder) in str(error.value)
+
+
+def test_summarize_names_the_graph_to_give_when_the_snapshot_lacks_its_module(
+    tmp_path: Path,
+) -> None:
+    """Item 14 of issue 35: `summarize --trust` of a run whose graph used its own module
+    ended in a traceback (the run folder's snapshot keeps the graph, not the module); and
+    without --trust too. Now one line each, and the graph beside its module summarizes."""
+    folder = _project(tmp_path, "myjudges_summarize")
+    run, graph = tmp_path / "run", folder / "graph.yaml"
+    rows = [{"id": "a", "text": "quiet"}]
+    orc.run(orc.load_graph(graph, trust=True), rows, out=run, base_url="http://127.0.0.1:9/v1")
+    # A process that has not imported the module, as a user's next command is.
+    trusted = orchestrator_command("summarize", str(run), "--trust")
+    assert trusted.returncode == 1 and "Traceback" not in trusted.stderr, trusted.stderr
+    assert len(trusted.stderr.strip().splitlines()) == 1, trusted.stderr
+    assert "No module named 'myjudges_summarize'" in trusted.stderr
+    assert f"summarize with --graph {graph} --trust" in trusted.stderr
+    untrusted = CliRunner().invoke(app, ["summarize", str(run)])
+    # A refusal exits; an error escaping the command would be the exception here.
+    assert isinstance(untrusted.exception, SystemExit), untrusted.exception
+    assert untrusted.exit_code == 1, untrusted.output
+    assert "run it with --trust" in untrusted.output
+    given = CliRunner().invoke(app, ["summarize", str(run), "--graph", str(graph), "--trust"])
+    assert given.exit_code == 0, given.output
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["aggregates_from"]["graph"] == str(graph)

@@ -8,7 +8,7 @@ import random
 from html import escape
 from pathlib import Path
 
-from test_card_planted import POINTWISE, _pointwise_respond, _text
+from test_card_planted import POINTWISE, UNMEASURED, _pointwise_respond, _text, unjudged_run
 
 import orchestrator as orc
 from orchestrator.providers.fake import FAKE_MODEL
@@ -57,3 +57,9 @@ def test_no_card_panel_without_llm_calls(tmp_path: Path) -> None:
     orc.run(orc.graph_from_dict(graph), [{"id": "a", "values": [1, 2]}], out=out)
     html = build_report(out).read_text(encoding="utf-8")
     assert 'data-view="judge_card"' not in html
+
+
+def test_the_card_notes_reach_the_panel(tmp_path: Path) -> None:
+    """Item 12 of issue 35: a length bias the card could not measure says so on the page."""
+    html = build_report(unjudged_run(tmp_path)).read_text(encoding="utf-8")
+    assert escape(f"note: {UNMEASURED}") in html

@@ -229,6 +229,7 @@ def _pointwise_part(
         return None if clusters is None else cluster_labels(ids, clusters)
 
     judged_input = card.judged
+    measured = 0
     for column in columns.values():
         bounds = _bounds(graph, column.node, column.field)
         card.distributions.append(
@@ -236,6 +237,7 @@ def _pointwise_part(
         )
         texted = [i for i in column.whole if isinstance(rows.get(i, {}).get(judged_input), str)]
         if len(texted) >= 3:
+            measured += 1
             card.length_bias.append(
                 length_bias(
                     column.node,
@@ -263,6 +265,31 @@ def _pointwise_part(
                     clusters=labels(made),
                 )
             )
+    if columns and not measured:
+        card.notes.append(_unmeasured(judged_input, graph, rows))
+
+
+def _inputs(graph: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
+    """The run's input names: the graph's (`inputs`, `optional_inputs`) and the fields of
+    the rows it kept, but for the example id."""
+    names: list[str] = []
+    for key in ("inputs", "optional_inputs"):
+        declared = graph.get(key) or []
+        names += [str(name) for name in declared] if isinstance(declared, list | dict) else []
+    names += [name for row in rows.values() for name in row if name != "id"]
+    return list(dict.fromkeys(names))
+
+
+def _unmeasured(judged: str, graph: dict[str, Any], rows: dict[str, dict[str, Any]]) -> str:
+    """Why no score's length bias was measured, in one line."""
+    inputs = _inputs(graph, rows)
+    if judged in inputs:
+        why = f"fewer than three scored examples have a text in input {judged!r}"
+    else:
+        why = f"the run has no input {judged!r}" + (
+            f" (its inputs: {', '.join(inputs)})" if inputs else " (it kept no inputs)"
+        )
+    return f"length bias: not measured, {why}; name the judged input with --judged or judged:"
 
 
 def judge_card(
@@ -293,13 +320,20 @@ def judge_card(
     reader = RunReader(folder)
     if not reader.has_trace:
         raise RunFolderError(f"{folder}: no trace (traces.sqlite) to read the judges from")
+    if field is not None and labels is None:
+        raise ConfigurationError(f"field {field!r} is compared with labels, and none were given")
     graph = _graph(reader)
+    rows = {line.id: line.data or {} for line in reader.inputs()}
+    known = _inputs(graph, rows)
+    if judged is not None and known and judged not in known:
+        raise ConfigurationError(
+            f"judged {judged!r}: not an input of the run (its inputs: {', '.join(known)})"
+        )
     judged_input = judged or str(graph.get("judged") or DEFAULT_JUDGED)
     card = JudgeCard(run_dir=str(folder), graph=graph.get("name"), judged=judged_input, alpha=alpha)
     runs = _latest(reader.node_runs())
     card.reliability = reliability(runs)
     columns = _columns(runs)
-    rows = {line.id: line.data or {} for line in reader.inputs()}
     generator = generator_field or DEFAULT_GENERATOR
     clusters = None
     if cluster is not None:

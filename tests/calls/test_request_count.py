@@ -1,0 +1,68 @@
+"""What "LLM requests" counts (issue 35, item 14): a request is counted once it is on its
+way to the server, so a run stopped while its requests still wait for a connection counts
+only those the server got."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+from fakeserver import FakeServer, latency_responder
+from helpers import judge_graph, write_graph
+
+import orchestrator as orc
+from orchestrator.store.reader import RunReader
+
+ROWS = [{"id": f"r{i}", "text": f"text {i}"} for i in range(200)]
+
+
+def _chat_posts(server: FakeServer) -> int:
+    return sum(path.startswith("/v1/chat/completions") for path in server.paths)
+
+
+def _settled(server: FakeServer) -> int:
+    """The chat requests the server received, once no more arrive."""
+    seen, deadline = -1, time.monotonic() + 5
+    while seen != _chat_posts(server) and time.monotonic() < deadline:
+        seen = _chat_posts(server)
+        time.sleep(0.2)
+    return seen
+
+
+def test_a_run_stopped_early_counts_the_requests_the_server_got(tmp_path: Path) -> None:
+    """64 requests take their slots at once; the run is stopped as the server gets its
+    second, while most still open their connections. The count was every slot taken (65
+    reported, 2 received); now it is what the server received."""
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    out = tmp_path / "run"
+
+    async def stopped_early(server: FakeServer) -> None:
+        run = asyncio.ensure_future(
+            orc.arun(graph, ROWS, base_url=server.base_url, out=out, concurrency=64)
+        )
+        while _chat_posts(server) < 2 and not run.done():
+            await asyncio.sleep(0)
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+
+    with FakeServer(latency_responder(2.0)) as server:  # nothing answered before the stop
+        asyncio.run(stopped_early(server))
+        received = _settled(server)
+    manifest = RunReader(out).manifest
+    assert manifest.status == "interrupted"
+    assert received < 60  # the stop came while most requests had not left
+    assert manifest.counts.requests == received
+
+
+def test_every_request_of_a_finished_run_is_counted(tmp_path: Path) -> None:
+    """The count a run that ends normally reports is still every request sent."""
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    with FakeServer() as server:
+        result = orc.run(graph, ROWS[:30], base_url=server.base_url, concurrency=8)
+        assert result.manifest.counts.requests == _chat_posts(server) == 31  # and the canary
+    fake = orc.FakeTransport()
+    assert orc.run(graph, ROWS[:30], transport=fake).manifest.counts.requests == 31
+    assert len(fake.requests) == 31
