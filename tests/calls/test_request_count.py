@@ -9,6 +9,7 @@ import contextlib
 import time
 from pathlib import Path
 
+import pytest
 from fakeserver import FakeServer, latency_responder
 from helpers import judge_graph, write_graph
 
@@ -66,3 +67,20 @@ def test_every_request_of_a_finished_run_is_counted(tmp_path: Path) -> None:
     fake = orc.FakeTransport()
     assert orc.run(graph, ROWS[:30], transport=fake).manifest.counts.requests == 31
     assert len(fake.requests) == 31
+
+
+def test_an_sdk_without_the_transport_we_mark_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marked session reaches into the SDK's aiohttp transport; were it to move, a run
+    must still go on (its cancelled tries then counted when they end), not fail."""
+    from orchestrator.providers import openai_compat
+
+    def moved(limits: object) -> object:
+        raise AttributeError("'AiohttpTransport' object has no attribute 'client'")
+
+    monkeypatch.setattr(openai_compat, "_aiohttp_transport", moved)
+    graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    with FakeServer() as server:
+        done = orc.run(graph, ROWS[:3], base_url=server.base_url)
+    assert len(done.ok) == 3 and done.manifest.counts.requests == _chat_posts(server)
