@@ -2,7 +2,7 @@
 
 PYTHON ?= python3
 VENV := .venv
-EXTRAS := dev,local,metrics,data,scale
+EXTRAS := dev
 STAMP := $(VENV)/.installed
 
 .PHONY: venv sysdeps demo test typecheck test-floors docs
@@ -39,8 +39,11 @@ sysdeps:
 demo: venv
 	$(VENV)/bin/orchestrator demo
 
+# Two pytest-xdist workers: most of the suite's time is waiting (timeouts, backoff, CLI
+# start-ups, the real server's replies), not CPU. The tests that talk to the real embedded
+# vLLM server share one xdist group (tests/conftest.py), so one worker starts one server.
 test: venv sysdeps
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
 
 # The docs site (mkdocs.yml) built strictly into a temporary folder, removed after: a broken
 # link or anchor, a page missing from disk or a docstring the API reference cannot read
@@ -61,8 +64,8 @@ typecheck: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
-# The suites that need no optional extra, mypy and the layer contract run on the oldest
-# version of every dependency in pyproject.toml's core and dev lists (uv's lowest-direct
+# The suites that need no optional extra and the layer contract run on the oldest version
+# of every dependency in pyproject.toml's core and test lists (uv's lowest-direct
 # resolution: direct dependencies at their floors, what they pull in at its newest), in a
 # venv of its own built from scratch: a floor the code does not work with fails here. Most
 # of its time is the tests' own waits (timeouts, backoff, CLI start-ups) rather than CPU, so
@@ -82,15 +85,15 @@ FLOOR_TESTS := tests/engine/test_engine.py tests/graph/test_validation.py \
 	tests/resilience/test_damaged_folders.py tests/calls/test_reply_size.py \
 	tests/scale/test_workers.py::test_a_kind_and_a_function_registered_in_a_function_body_run_on_workers \
 	tests/scale/test_workers.py::test_what_a_graph_brings_to_workers_is_never_written_to_its_run_folder \
-	tests/conformance tests/providers/test_providers.py
+	tests/conformance tests/providers/test_providers.py tests/providers/test_redirects.py \
+	tests/calls/test_request_count.py tests/test_fakeserver.py
 
 test-floors:
 	rm -rf $(FLOORS)
 	$(PYTHON) -m venv $(FLOORS)
 	$(FLOORS)/bin/python -m pip install -q uv
 	$(FLOORS)/bin/uv pip install --python $(FLOORS)/bin/python --resolution lowest-direct \
-		-e '.[dev]'
+		-e '.[test]'
 	$(FLOORS)/bin/uv pip list --python $(FLOORS)/bin/python
-	$(FLOORS)/bin/mypy --cache-dir $(FLOORS)/mypy-cache
 	$(FLOORS)/bin/lint-imports --no-cache
 	$(FLOORS)/bin/python -m pytest -q -p no:cacheprovider -n 2 $(FLOOR_TESTS)

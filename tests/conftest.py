@@ -67,3 +67,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     target = os.environ.get(FIGURES_ENV)
     if target and _figures:
         Path(target).write_text(json.dumps(_figures, indent=1), encoding="utf-8")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test`: `-n 2 --dist loadgroup`), every test that talks to
+    the real embedded vLLM server runs on one worker, so the session starts one server
+    (each worker would start its own: minutes of CPU and GiBs of memory apiece)."""
+    for item in items:
+        if item.get_closest_marker("integration") is not None:
+            item.add_marker(pytest.mark.xdist_group("embedded-vllm"))

@@ -301,9 +301,8 @@ def _tiny_multilingual_encoder(folder: Path, texts: list[str]) -> Path:
     """A two-layer BERT with a character vocabulary of `texts`, saved as a sentence-
     transformers folder: random weights, but built here, with no download."""
     pytest.importorskip("sentence_transformers")
-    import torch
     from sentence_transformers import SentenceTransformer
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertConfig, BertModel, BertTokenizerFast, set_seed
 
     chars = sorted({c for t in texts for c in t.casefold() if not c.isspace()})
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars)]
@@ -316,7 +315,7 @@ def _tiny_multilingual_encoder(folder: Path, texts: list[str]) -> Path:
         intermediate_size=64,
         max_position_embeddings=128,
     )
-    torch.manual_seed(0)
+    set_seed(0)  # the random weights, the same on every run
     raw = folder / "raw"
     BertModel(config).save_pretrained(raw)
     tokenizer.save_pretrained(raw)

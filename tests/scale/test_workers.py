@@ -251,7 +251,10 @@ def test_ray_executor_without_ray_says_how_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     work = make_workload(tmp_path, range(2))
-    with FakeServer() as server, pytest.raises(ConfigurationError, match=r"orchestrator-judge\[scale\]"):
+    with (
+        FakeServer() as server,
+        pytest.raises(ConfigurationError, match=r"orchestrator-judge\[scale\]"),
+    ):
         run_api(work, tmp_path / "run", server.base_url, tmp_path / "c", executor="ray")
     assert not (tmp_path / "run").exists()  # said before the folder was touched
 
