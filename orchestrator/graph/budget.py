@@ -129,14 +129,14 @@ def text_size(value: Any, indent: int = 0) -> int:
     passes MAX_RENDER_CHARS. Containers are walked, so `[s] * 1000000` is measured by the
     text it prints, not by its length, and a list nested in itself by sharing stops early.
     """
-    if isinstance(value, str):
+    if isinstance(value, str | bytes):
         return len(value)
     total = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
     namespaces: set[int] = set()  # the only values a template can make hold themselves
     while stack and total <= MAX_RENDER_CHARS:
         item, depth = stack.pop()
-        if isinstance(item, str):
+        if isinstance(item, str | bytes):
             total += len(item)
             continue
         if isinstance(item, _SCALARS):
@@ -162,7 +162,7 @@ def text_size(value: Any, indent: int = 0) -> int:
         step = 1 + (depth + 1) * indent
         for child in children:
             total += step
-            if isinstance(child, str):
+            if isinstance(child, str | bytes):
                 total += len(child)
             elif not isinstance(child, _SCALARS):
                 stack.append((child, depth + 1))

@@ -1,7 +1,8 @@
-"""The sandbox around templates and graph expressions: Python internals refused, operators
-that could build huge values bounded, each render bounded in time, output and macro depth,
-and `unsafe_uses` to find such attempts in a source before anything renders (so `validate`
-rejects them up front)."""
+"""The sandbox around templates and graph expressions: Python internals refused, every
+operation that could build a huge value measured before it runs (budget.py, growth.py),
+each render bounded in time, output, what it builds and macro depth, and `unsafe_uses` to
+find such attempts in a source before anything renders (so `validate` rejects them up
+front)."""
 
 from __future__ import annotations
 
@@ -30,11 +31,13 @@ from .budget import (
     MAX_POWER_BITS,
     MAX_RENDER_CHARS,
     MAX_REPEAT_ITEMS,
-    RENDER_SECONDS,
     checked_size,
     spend,
     spend_result,
     text_size,
+)
+from .budget import (
+    RENDER_SECONDS as RENDER_SECONDS,  # the limits are read from here too
 )
 from .growth import (
     BOUNDED_FILTERS,
@@ -48,10 +51,8 @@ from .growth import (
     percent_size,
 )
 
-__all__ = ["MAX_POWER_BITS", "MAX_RENDER_CHARS", "MAX_REPEAT_ITEMS", "RENDER_SECONDS"]
-
 MAX_MACRO_DEPTH = 50  # a macro calling itself (or others) deeper is a recursion that won't end
-_SEQUENCES = (str, list, tuple)
+_SEQUENCES = (str, bytes, list, tuple)
 _PACE = 256  # loop items between two looks at the clock (one look costs ~50 ns)
 
 _MACRO_DEPTH: ContextVar[int] = ContextVar("orchestrator_macro_depth", default=0)
@@ -59,7 +60,7 @@ _MACRO_DEPTH: ContextVar[int] = ContextVar("orchestrator_macro_depth", default=0
 
 def joined(*parts: Any) -> str:
     """Jinja's `~` (string concatenation), measured before it is built."""
-    spend(sum(len(p) if isinstance(p, str) else text_size(p) for p in parts), "`~`")
+    spend(sum(text_size(p) for p in parts), "`~`")
     return checked_size("".join(map(str, parts)))
 
 
@@ -289,8 +290,8 @@ class Sandbox(SandboxedEnvironment):
                 size = len(left) + len(right)
         elif operator == "**":
             _check_power(left, right)
-        elif operator == "%" and isinstance(left, str):
-            size = percent_size(left, right)
+        elif operator == "%" and isinstance(left, str | bytes):
+            size = percent_size(left if isinstance(left, str) else left.decode("latin-1"), right)
         spend(size, f"`{operator}`")
         return checked_size(super().call_binop(context, operator, left, right))
 

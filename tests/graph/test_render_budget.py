@@ -60,6 +60,9 @@ HUGE = {
     "str.format repeating a field": S + "{{ ('{0}' * 1000).format(s) }}",
     "str.format_map with !r": S + "{{ '{a!r}'.format_map({'a': [s] * 1000}) }}",
     "~ with a list holding a long string": S + "{{ text ~ ([s] * 1000) }}",
+    "bytes % printing one value many times": (
+        S + "{{ ((('%b' * 1000).encode()) % ((s.encode(),) * 1000)) | length }}"
+    ),
     "% with a list holding a long string": S + "{{ '%s' % ([s] * 1000,) }}",
     "tojson with a huge indent": "{{ [[1]] | tojson(indent=params.count) }}",
     "tojson of a list holding a long string": S + "{{ ([s] * 1000) | tojson }}",
