@@ -8,7 +8,6 @@ internals (``__class__``, ``__globals__`` …) from templates and expressions al
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -51,11 +50,6 @@ BUILTIN_NAMES = frozenset(
 )
 
 
-def _to_json(value: Any, indent: int | None = None) -> str:
-    # Jinja's own tojson escapes <, > and & for HTML; prompts want the plain text.
-    return json.dumps(value, ensure_ascii=False, indent=indent, default=str)
-
-
 def make_environment(
     prompts_dir: Path | None, texts: dict[str, str] | None = None
 ) -> SandboxedEnvironment:
@@ -74,7 +68,6 @@ def make_environment(
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["tojson"] = _to_json
     env.globals["enumerate"] = enumerate
     env.globals["zip"] = zip
     env.globals["len"] = len

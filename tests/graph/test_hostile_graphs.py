@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from fakeserver import FakeServer
-from helpers import orchestrator_command, run_graph, write_rows
+from helpers import is_canary, orchestrator_command, run_graph, write_rows
 
 from orchestrator import GraphError, compile_graph
 from orchestrator.errors import Problem
@@ -516,6 +517,22 @@ CASES: list[Case] = [
         templates={"judge.jinja": "{{ 'a' * 2000000000 }}{{ text }}"},
     ),
     Case(
+        "template that centers to 3 GB",
+        graph_text(),
+        node="judge",
+        field="prompt",
+        says="`center` with a width of 3,000,000,000",
+        templates={"judge.jinja": "{{ text | center(3000000000) }}"},
+    ),
+    Case(
+        "template that formats 3 GB wide",
+        graph_text(),
+        node="judge",
+        field="prompt",
+        says="`format` with a width of 3,000,000,000",
+        templates={"judge.jinja": "{{ '{:>3000000000}'.format(text) }}"},
+    ),
+    Case(
         "template that includes itself",
         graph_text(),
         node="judge",
@@ -635,6 +652,65 @@ CASES: list[Case] = [
 ]
 
 
+# --- graphs that validate, and whose render would build gigabytes or work for minutes -------
+# (issue 35, item 8). Each must fail its example within milliseconds to a second, naming the
+# node, before the big value exists and before any request; `validate` cannot see these,
+# since the sizes come from params or from values the template computes.
+
+BIG = "{% set s = 'x' * 1000000 %}"
+RENDER_CASES: list[Case] = [
+    Case(
+        "400 concatenations of a 10M-item list",
+        graph_text(),
+        says="items or characters in all",
+        templates={
+            "judge.jinja": "{% set l = ('x' * 1000000) | list %}{% set m = l + l + l + l + l %}"
+            + "{% set a = m + m %}" * 400
+            + "{{ text }}"
+        },
+    ),
+    Case(
+        "an integer squared 30 times",
+        graph_text(),
+        says="over 100,000 bits",
+        templates={"judge.jinja": "{% set x = 3 %}" + "{% set x = x * x %}" * 30 + "{{ text }}"},
+    ),
+    Case(
+        "center to a width from params",
+        graph_text(params={"width": 3_000_000_000}),
+        says="center filter would build at least 3,000,000,000",
+        templates={"judge.jinja": "{{ text | center(params.width) }}"},
+    ),
+    Case(
+        "str.format to a width from params",
+        graph_text(params={"width": 3_000_000_000}),
+        says="`str.format` would build at least 3,000,000,000",
+        templates={"judge.jinja": "{{ ('{:>' ~ params.width ~ '}').format(text) }}"},
+    ),
+    Case(
+        "a long string a million times, printed",
+        graph_text(),
+        says="printing a value would build",
+        templates={"judge.jinja": BIG + "{{ [s] * 1000000 }}{{ text }}"},
+    ),
+    Case(
+        "a long string a million times, joined",
+        graph_text(),
+        says="join filter would build",
+        templates={"judge.jinja": BIG + "{{ ([s] * 1000000) | join }}{{ text }}"},
+    ),
+    Case(
+        "a macro printing a long string 100000 times",
+        graph_text(),
+        says="a macro or block's output would build",
+        templates={
+            "judge.jinja": BIG + "{% macro m() %}{% for i in range(100000) %}{{ s }}{% endfor %}"
+            "{% endmacro %}{{ m() | length }}{{ text }}"
+        },
+    ),
+]
+
+
 def build(case: Case, root: Path) -> Path:
     """Write the case's graph, its templates and any extra files under `root`."""
     prompts = root / "prompts"
@@ -681,7 +757,7 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_corpus_is_large_and_distinct() -> None:
     assert len(CASES) >= 25
-    assert len(set(ids(CASES))) == len(CASES)
+    assert len(set(ids(CASES + RENDER_CASES))) == len(CASES) + len(RENDER_CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
@@ -706,6 +782,37 @@ def test_refused_before_any_request(case: Case, tmp_path: Path, rows: Path) -> N
         run_graph(path, rows, out, server.base_url)
     assert server.requests == []
     assert not out.exists()  # refused before the run folder was even made
+
+
+def refused_render(case: Case, root: Path, rows: Path, server: FakeServer) -> str | None:
+    """The error of the case's one example when it failed naming the node, before any
+    request for it (the canary a run sends first aside); None when it did not."""
+    path = build(case, root / "case")
+    before = len(server.requests)
+    ran = run_graph(path, rows, root / "run", server.base_url, use_cache=False)
+    sent = [body for body in server.requests[before:] if not is_canary(body)]
+    (line,) = ran.result.results
+    error = line.error or ""
+    refused = line.status == "failed" and not sent
+    if refused and "node 'judge': rendering the prompt failed" in error and case.says in error:
+        return error
+    return None
+
+
+@pytest.mark.parametrize("case", RENDER_CASES, ids=ids(RENDER_CASES))
+def test_render_that_would_build_gigabytes_is_refused_at_once(
+    case: Case, tmp_path: Path, rows: Path
+) -> None:
+    path = build(case, tmp_path / "compiled")
+    assert compile_graph(path)  # nothing in the source says how big it gets
+    with FakeServer() as server:
+        started = time.monotonic()
+        error = refused_render(case, tmp_path, rows, server)
+        took = time.monotonic() - started
+    assert error is not None, case.id
+    # Before: 20-130 s, or gigabytes, or both. The refusal comes before the big value is
+    # built; the bound is generous for a loaded CI machine, not the expected time.
+    assert took < 15, took
 
 
 # --- the real commands, in subprocesses ------------------------------------------------------
@@ -795,15 +902,21 @@ def test_hostile_graph_figure(tmp_path: Path, rows: Path, figure: Any) -> None:
             except GraphError:
                 refused += 1
             most_requests = max(most_requests, len(server.requests) - before)
-    let_through = len(CASES) - refused
+        for number, case in enumerate(RENDER_CASES):
+            if refused_render(case, tmp_path / f"render{number}", rows, server) is not None:
+                refused += 1
+    total = len(CASES) + len(RENDER_CASES)
+    let_through = total - refused
     figure(
         "hostile graph files",
-        f"{len(CASES)} broken graphs (5 MB file, alias bomb, sandbox escapes, cycles, "
-        "bad schemas, …) given to `run`",
-        runs=len(CASES),
+        f"{total} broken graphs (5 MB file, alias bomb, sandbox escapes, cycles, "
+        f"bad schemas, …) given to `run`, {len(RENDER_CASES)} of them valid until a render "
+        "would build gigabytes",
+        runs=total,
         lost=let_through,
         max_requests=most_requests,
-        note="lost: broken graphs that got past validation",
+        note="lost: broken graphs that got past validation, or whose render was not refused "
+        "before any request",
     )
     assert let_through == 0
     assert most_requests == 0
