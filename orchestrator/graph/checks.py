@@ -387,6 +387,65 @@ def check_skipped_read(ck: Checker, key: str, expr: Expression) -> None:
     )
 
 
+def _result_dicts(ast: nodes.Expr) -> Iterable[nodes.Dict]:
+    """The mapping literals whose keys end up in an expression's value: the value itself,
+    inside list and mapping literals, and either branch of `a if c else b` (a mapping that
+    is only looked up in, `{1: 'low'}[x]`, is not one)."""
+    if isinstance(ast, nodes.Dict):
+        yield ast
+        for pair in ast.items:
+            yield from _result_dicts(pair.value)
+    elif isinstance(ast, nodes.List | nodes.Tuple):
+        for item in ast.items:
+            yield from _result_dicts(item)
+    elif isinstance(ast, nodes.CondExpr):
+        yield from _result_dicts(ast.expr1)
+        if ast.expr2 is not None:
+            yield from _result_dicts(ast.expr2)
+
+
+def _non_text_key(ck: Checker, key: nodes.Expr) -> str | None:
+    """What a mapping key is when it is known now not to be text, else None."""
+    if isinstance(key, nodes.Const):
+        value = key.value
+        if isinstance(value, str):
+            return None
+        if value is None:
+            return "null"
+        if isinstance(value, bool):
+            return f"the boolean {str(value).lower()}"
+        return f"the number {value!r}" if isinstance(value, int | float) else None
+    path = _ast_path(key)
+    spec = _path_spec(ck, path, {}) if path else None
+    if spec is None or spec.type in ("string", "list", "object"):
+        return None
+    article = "an" if spec.type == "integer" else "a"
+    return f"'{'.'.join(path or ())}', {article} {spec.type} field"
+
+
+def check_output_keys(ck: Checker, key: str, expr: Expression) -> None:
+    """An output that builds a mapping keyed by something known not to be text (a number,
+    an integer field): a result line is JSON, whose keys are text, so every row would fail
+    once its calls are paid for."""
+    try:
+        ast = parse_expression(ck.env, expr.source)
+    except (TemplateSyntaxError, RecursionError):
+        return  # reported where the expression was parsed
+    for mapping in _result_dicts(ast):
+        for pair in mapping.items:
+            what = _non_text_key(ck, pair.key)
+            if what is None:
+                continue
+            ck.problem(
+                f"'{shorten(expr.source)}' builds a mapping keyed by {what}: a result line is "
+                "JSON, whose keys are text, so no row's result could be written. Make the "
+                "key text with `| string` (e.g. {judge.score | string: ...})",
+                None,
+                f"outputs.{key}",
+            )
+            return
+
+
 def _kind(value: Any) -> str:
     names = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
     return names.get(type(value), "a mapping" if isinstance(value, dict) else "not a list")

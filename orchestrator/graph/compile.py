@@ -27,6 +27,7 @@ from .checks import (
     check_foreach,
     check_list_reads,
     check_names,
+    check_output_keys,
     check_sampling,
     check_skipped_read,
     check_when,
@@ -216,6 +217,7 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
             check_attributes(ck, None, [(f"outputs.{key}", "{{ " + source + " }}")])
             check_list_reads(ck, None, [(f"outputs.{key}", "{{ " + source + " }}")])
             check_skipped_read(ck, key, expr)
+            check_output_keys(ck, key, expr)
             outputs[key] = expr
     if not spec.outputs:
         ck.problem("the graph declares no outputs", field="outputs")
