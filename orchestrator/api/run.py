@@ -95,8 +95,8 @@ class RunResult:
             numbers = {line.id: line.number for line in reader.inputs()}
         else:
             return []
-        # A failed line names its row; an ok line is found by its id (ids are unique but for
-        # a repeated id, whose second row fails as such).
+        # A failed line names its row; an ok line is found by its id (ids are unique: data
+        # with a repeated id is refused before the run starts).
         last = len(numbers) + 1
         return sorted(lines, key=lambda line: line.row or numbers.get(line.id, last))
 
