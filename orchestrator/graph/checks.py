@@ -1050,7 +1050,8 @@ def check_input_types(
     a number, an object): refused before any request with one error naming the node and
     the input, instead of failing every row. Inputs have no declared type, so their first
     rows (`rows`, the first SAMPLE_ROWS that could be read) are what is known; a mix of
-    lists and others is left to each row."""
+    lists and others is left to each row. A compute argument reading an input of a type its
+    function does not take is refused the same way."""
     sample = rows[:SAMPLE_ROWS]
     inputs = set(graph.spec.inputs) | set(graph.spec.optional_inputs)
     problems = []
