@@ -308,9 +308,7 @@ def _path_spec(ck: Checker, path: tuple[str, ...], items: dict[str, FieldSpec]) 
     return spec
 
 
-def item_specs(
-    ck: Checker, name: str, foreach: Expression | str | None
-) -> dict[str, FieldSpec]:
+def item_specs(ck: Checker, name: str, foreach: Expression | str | None) -> dict[str, FieldSpec]:
     """The schema of node `name`'s `foreach` element when it walks a declared list field
     (`foreach: claims.claims`), by the name it is bound to; else nothing."""
     node = ck.spec.nodes[name]
@@ -944,8 +942,10 @@ def _check_pair(
     values = f" ({', '.join(map(repr, spec.enum))})" if spec.enum else ""
     article = "an" if spec.type[0] in "aeiou" else "a"
     always = "false" if op == "eq" else "true"
-    example = repr(spec.enum[0]) if spec.enum else {"boolean": "true", "string": "'text'"}.get(
-        spec.type, "a number"
+    example = (
+        repr(spec.enum[0])
+        if spec.enum
+        else {"boolean": "true", "string": "'text'"}.get(spec.type, "a number")
     )
     ck.problem(
         f"`{name} {_NEVER[op]} {_jinja_literal(value)}` is always {always}: '{name}' is "
@@ -969,7 +969,7 @@ def _gated_reads(
     names the node or all of its when's names, `| default`, `is defined`/`is none`."""
 
     def safe(name: str) -> bool:
-        return name in guards or bool(gated[name]) and gated[name] <= guards
+        return name in guards or (bool(gated[name]) and gated[name] <= guards)
 
     if isinstance(ast, nodes.Getattr) and isinstance(ast.node, nodes.Name):
         if ast.node.name in gated and not safe(ast.node.name):
