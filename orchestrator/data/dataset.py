@@ -124,34 +124,32 @@ class _Lines:
         self.record_start = 1
         self.record_size = 0
 
-    def __iter__(self) -> _Lines:
-        return self
-
     def new_record(self) -> None:
         """The next line read starts a record."""
         self.record_start = self.number + 1
         self.record_size = 0
 
-    def __next__(self) -> Any:
-        line = self.handle.readline(MAX_ROW_BYTES + 1)
-        if not line:
-            raise StopIteration
-        self.number += 1
-        limit = f"{MAX_ROW_BYTES // 2**20} MiB"
-        if len(line) > MAX_ROW_BYTES and line[-1:] not in ("\n", "\r", b"\n"):
-            raise DatasetError(
-                f"{self.path}:{self.number}: line {self.number} is longer than {limit}, more "
-                "than a row may hold; is this a file of rows (a binary file, or one without "
-                "line breaks, is not)? Split or shorten it"
-            )
-        self.record_size += len(line)
-        if self.records and self.record_size > MAX_ROW_BYTES:
-            start = self.record_start
-            raise DatasetError(
-                f"{self.path}:{start}: the CSV record from line {start} runs past {limit} "
-                f"by line {self.number}, more than a row may hold: is a quote left open?"
-            )
-        return line
+    def __iter__(self) -> Iterator[Any]:
+        # A generator rather than __next__: a third of the cost a line.
+        readline, records, limit = self.handle.readline, self.records, MAX_ROW_BYTES
+        while line := readline(limit + 1):
+            self.number += 1
+            if len(line) > limit and line[-1:] not in ("\n", "\r", b"\n"):
+                raise DatasetError(
+                    f"{self.path}:{self.number}: line {self.number} is longer than "
+                    f"{limit // 2**20} MiB, more than a row may hold; is this a file of rows (a "
+                    "binary file, or one without line breaks, is not)? Split or shorten it"
+                )
+            if records:
+                self.record_size += len(line)
+                if self.record_size > limit:
+                    start = self.record_start
+                    raise DatasetError(
+                        f"{self.path}:{start}: the CSV record from line {start} runs past "
+                        f"{limit // 2**20} MiB by line {self.number}, more than a row may "
+                        "hold: is a quote left open?"
+                    )
+            yield line
 
 
 def _json_problem(line: bytes, exc: orjson.JSONDecodeError) -> str:
