@@ -420,8 +420,12 @@ def _non_text_key(ck: Checker, key: nodes.Expr) -> str | None:
     spec = _path_spec(ck, path, {}) if path else None
     if spec is None or spec.type in ("string", "list", "object"):
         return None
-    article = "an" if spec.type == "integer" else "a"
-    return f"'{'.'.join(path or ())}', {article} {spec.type} field"
+    return f"'{'.'.join(path or ())}', {_a_field(spec)}"
+
+
+def _a_field(spec: FieldSpec) -> str:
+    """'an integer field', 'a string field': how messages name a declared type."""
+    return f"{'an' if spec.type == 'integer' else 'a'} {spec.type} field"
 
 
 def check_output_keys(ck: Checker, key: str, expr: Expression) -> None:
@@ -859,9 +863,8 @@ def check_argument_fields(
         problem = function.value_problem(arg, _sample(spec))
         if problem is None:
             continue
-        article = "an" if spec.type[0] in "aeiou" else "a"
         ck.problem(
-            f"'{'.'.join(path)}' is {article} {spec.type} field, which '{function.name}' does "
+            f"'{'.'.join(path)}' is {_a_field(spec)}, which '{function.name}' does "
             f"not take for '{arg}' ({problem}){_conversion(function, arg)}",
             node,
             f"{where}.{arg}",
@@ -940,7 +943,6 @@ def _check_pair(
         return
     name = ".".join(path)
     values = f" ({', '.join(map(repr, spec.enum))})" if spec.enum else ""
-    article = "an" if spec.type[0] in "aeiou" else "a"
     always = "false" if op == "eq" else "true"
     example = (
         repr(spec.enum[0])
@@ -949,7 +951,7 @@ def _check_pair(
     )
     ck.problem(
         f"`{name} {_NEVER[op]} {_jinja_literal(value)}` is always {always}: '{name}' is "
-        f"{article} {spec.type} field{values} and {why}, so the two are never equal. Compare "
+        f"{_a_field(spec)}{values} and {why}, so the two are never equal. Compare "
         f"it with {example}",
         owner,
         fld,
@@ -966,7 +968,8 @@ def _gated_reads(
 ) -> Iterable[tuple[str, str]]:
     """(node, field) for every `node.field` read of a node in `gated` (by the names its
     `when` reads) that nothing guards: an `if`, `a if c else b` or `x and …` whose test
-    names the node or all of its when's names, `| default`, `is defined`/`is none`."""
+    names the node or all of its when's names (`x or …` too: `not v or v.x`), `| default`,
+    `is defined`/`is none`."""
 
     def safe(name: str) -> bool:
         return name in guards or (bool(gated[name]) and gated[name] <= guards)
@@ -982,7 +985,7 @@ def _gated_reads(
             if child is not ast.test:
                 yield from _gated_reads(child, gated, inner)
         return
-    if isinstance(ast, nodes.And):
+    if isinstance(ast, nodes.And | nodes.Or):  # `v and v.x`, `not v or v.x`
         yield from _gated_reads(ast.left, gated, guards)
         yield from _gated_reads(ast.right, gated, guards | _names(ast.left))
         return

@@ -196,6 +196,8 @@ def test_a_template_reading_a_gated_node_is_told_it_may_be_skipped() -> None:
         ("{% if verifier is not none %}{{ verifier.verdict }}{% else %}-{% endif %}", {}),
         ("{{ verifier.verdict if verifier else 'none' }}", {}),
         ("{{ verifier and verifier.verdict }}", {}),
+        ("{{ not verifier or verifier.verdict == 'yes' }}", {}),
+        ("{{ verifier.verdict | default('-') }}", {}),
         ("{% if gate.relevant %}{{ verifier.verdict }}{% endif %}", {}),
         ("{{ verifier.verdict }}", {"when": "gate.relevant"}),
         ("{{ verifier.verdict }}", {"when": "verifier is not none"}),
