@@ -96,8 +96,8 @@ class RunResult:
             numbers = {line.id: line.number for line in reader.inputs()}
         else:
             return []
-        # A failed line names its row; an ok line is found by its id (ids are unique but for
-        # a repeated id, whose second row fails as such).
+        # A failed line names its row; an ok line is found by its id (ids are unique: data
+        # with a repeated id is refused before the run starts).
         last = len(numbers) + 1
         return sorted(lines, key=lambda line: line.row or numbers.get(line.id, last))
 
@@ -193,6 +193,7 @@ async def arun(
     trust: bool = False,
     allow_servers: list[str] | tuple[str, ...] = (),
     resample: Resample | None = None,
+    prompts_dir: str | Path | None = None,
 ) -> RunResult:
     """Run `graph` over `data` (a path, list of dicts, pandas/polars DataFrame or Hugging
     Face Dataset). With `out`, results go to a resumable run folder; without, they stay
@@ -214,9 +215,19 @@ async def arun(
     `params`); `trust=True` (or a graph loaded with it) trusts the graph's servers, modules
     and prompts folder (docs/RELIABILITY.md, threat model).
     `resample` re-asks nodes under fresh sample indices (what `orc.retest` runs with).
+    `prompts_dir` is where a graph given as a path reads its templates (see `load_graph`).
     What it raises on purpose is an `OrchestratorError` (the tree: orchestrator/errors.py):
     a disk that fails a file of `out` is a `StorageError` naming the file, never OSError."""
-    compiled = graph if isinstance(graph, CompiledGraph) else load_graph(graph, trust=trust)
+    if isinstance(graph, CompiledGraph):
+        if prompts_dir is not None:
+            # Its templates were read when it was compiled: the folder would be ignored.
+            raise ConfigurationError(
+                "prompts_dir= applies to a graph file given by path; this graph is compiled "
+                "already: load it with orc.load_graph(path, prompts_dir=...)"
+            )
+        compiled = graph
+    else:
+        compiled = load_graph(graph, prompts_dir=prompts_dir, trust=trust)
     if base_url is None and transport is not None:
         base_url = FAKE_BASE_URL  # a transport of its own needs no server to be found
     if provider is not None:

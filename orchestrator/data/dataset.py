@@ -3,7 +3,11 @@
 A row that cannot be used becomes a failed example whose error names the file and line; it
 never stops the run. That covers bad JSON, a line that is not a JSON object, bytes that are
 not UTF-8, malformed CSV quoting, a CSV row with more values than the header has columns,
-a duplicate id, and a field the graph reads that is missing or null.
+and a field the graph reads that is missing or null. What makes the whole file unusable
+stops the run instead (a DatasetError naming file and line, before any request: the run
+reads every row once first): an id used twice, which would give one example two result
+lines, and a line longer than MAX_ROW_BYTES, past which no row is read into memory (a
+3 GB file without line breaks would be read whole).
 
 Values are otherwise passed through as they are: numbers, lists and objects are legitimate
 inputs (profiles, candidate lists), and a template that prints one gets Jinja's rendering of
@@ -20,16 +24,21 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
 from ..errors import DatasetError
 from ..paths import sha256_file
 
+# The longest line (a CSV record: the lines it spans) a row may take: far past any text a
+# judge reads (the tests send 8 MB ones), and what bounds the memory reading one row takes.
+MAX_ROW_BYTES = 64 * 2**20
+# A .json file is one document, parsed whole: past this, JSON Lines is the way to read it.
+MAX_JSON_BYTES = 256 * 2**20
 # A CSV cell may hold a whole document; the csv module's default cap (128 KiB) would turn a
-# long text into an error, and JSONL lines have no cap either. 2**31 - 1 fits a C long
-# everywhere.
+# long text into an error. Records are bounded by MAX_ROW_BYTES instead (`_Lines`), so the
+# module's cap is only raised; 2**31 - 1 fits a C long everywhere.
 _CSV_FIELD_LIMIT = 2**31 - 1
 # What `surrogateescape` decodes each byte of an invalid UTF-8 sequence to.
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
@@ -60,25 +69,27 @@ def row_id(data: dict[str, Any], number: int) -> tuple[str, bool]:
 
 
 def unique_ids(rows: Iterable[Row], location: str) -> Iterator[Row]:
-    """Rows as given, except that a row whose id was already used fails: two examples under
-    one id would mix their results. A made-up `row-N` clashing with a real id says so."""
+    """Rows as given, until an id comes a second time: a DatasetError naming both lines.
+    Two examples under one id would give it two result lines, counted twice by the summary
+    and matched to either by `compare` and `export`. A made-up `row-N` clashing with a real
+    id says so."""
     # id -> line of its first row, negated when that id was made up. Memory grows by one id
     # string and one int a row (no tuple), which a file of millions of rows can afford.
     seen: dict[str, int] = {}
     for row in rows:
-        if row.error is None and row.id in seen:
+        if row.id in seen:
             first = abs(seen[row.id])
             if row.auto_id or seen[row.id] < 0:
-                row.error = (
+                raise DatasetError(
                     f"{location}:{row.number}: id '{row.id}' is used twice (line {first} and "
                     f"line {row.number}), once as the made-up id of a row without one; give "
                     "every row its own id"
                 )
-            else:
-                row.error = (
-                    f"{location}:{row.number}: duplicate id '{row.id}' (first on line {first})"
-                )
-        seen.setdefault(row.id, -row.number if row.auto_id else row.number)
+            raise DatasetError(
+                f"{location}:{row.number}: duplicate id '{row.id}' (first on line {first}); "
+                "give every row its own id"
+            )
+        seen[row.id] = -row.number if row.auto_id else row.number
         yield row
 
 
@@ -98,6 +109,49 @@ def check_data_path(path: Path) -> None:
         )
 
 
+class _Lines:
+    """The lines of an open file (bytes or text), numbered from 1, none read past
+    MAX_ROW_BYTES: a longer line is a DatasetError naming the file and line, found after
+    reading at most that much. For CSV (`records`), so is a record longer than that: the
+    lines read since `new_record` (a quote left open takes every later line into one cell,
+    which the csv module would hold whole)."""
+
+    def __init__(self, handle: IO[Any], path: Path, records: bool = False) -> None:
+        self.handle = handle
+        self.path = path
+        self.number = 0
+        self.records = records
+        self.record_start = 1
+        self.record_size = 0
+
+    def new_record(self) -> None:
+        """The next line read starts a record."""
+        self.record_start = self.number + 1
+        self.record_size = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        # A generator rather than __next__: a third of the cost a line.
+        readline, records, limit = self.handle.readline, self.records, MAX_ROW_BYTES
+        while line := readline(limit + 1):
+            self.number += 1
+            if len(line) > limit and line[-1:] not in ("\n", "\r", b"\n"):
+                raise DatasetError(
+                    f"{self.path}:{self.number}: line {self.number} is longer than "
+                    f"{limit // 2**20} MiB, more than a row may hold; is this a file of rows (a "
+                    "binary file, or one without line breaks, is not)? Split or shorten it"
+                )
+            if records:
+                self.record_size += len(line)
+                if self.record_size > limit:
+                    start = self.record_start
+                    raise DatasetError(
+                        f"{self.path}:{start}: the CSV record from line {start} runs past "
+                        f"{limit // 2**20} MiB by line {self.number}, more than a row may "
+                        "hold: is a quote left open?"
+                    )
+            yield line
+
+
 def _json_problem(line: bytes, exc: orjson.JSONDecodeError) -> str:
     """Why a JSONL line was rejected: bad UTF-8 is named as such, not as bad JSON."""
     try:
@@ -110,7 +164,9 @@ def _json_problem(line: bytes, exc: orjson.JSONDecodeError) -> str:
 
 def _jsonl(path: Path) -> Iterator[Row]:
     with path.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
+        lines = _Lines(handle, path)
+        for line in lines:
+            number = lines.number
             if number == 1 and line.startswith(_BOM):
                 line = line[len(_BOM) :]  # written by some Windows tools; not part of the row
             if not line.strip():
@@ -130,6 +186,13 @@ def _jsonl(path: Path) -> Iterator[Row]:
 
 def _json_array(path: Path) -> Iterator[Row]:
     """A .json file holding one array of row objects (read whole: JSON has no lines)."""
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise DatasetError(
+            f"{path}: a .json file is one document, read whole, and this one is {size:,} "
+            f"bytes, over {MAX_JSON_BYTES // 2**20} MiB: write the rows as JSON Lines "
+            "(.jsonl, one object a line), which is read row by row"
+        )
     try:
         items = orjson.loads(path.read_bytes().removeprefix(_BOM))
     except orjson.JSONDecodeError as exc:
@@ -159,13 +222,18 @@ def _one_json_document(path: Path) -> bool:
     """A .json file that is one document over several lines (not JSON Lines): its first
     line does not parse alone, the whole file does. (A JSON Lines file with a broken first
     line stays JSON Lines: that row fails, the others run.)"""
-    with path.open("rb") as handle:
-        first = next((line for line in handle if line.strip()), b"")
+    try:
+        with path.open("rb") as handle:
+            first = next((line for line in _Lines(handle, path) if line.strip()), b"")
+    except DatasetError:
+        return True  # only one document can have a line that long: `_json_array` judges it
     try:
         orjson.loads(first.removeprefix(_BOM))
         return False
     except orjson.JSONDecodeError:
         pass
+    if path.stat().st_size > MAX_JSON_BYTES:
+        return True  # too big to parse whole: `_json_array` says so
     try:
         orjson.loads(path.read_bytes().removeprefix(_BOM))
     except orjson.JSONDecodeError:
@@ -211,7 +279,8 @@ def _csv(path: Path) -> Iterator[Row]:
     # whole file; utf-8-sig drops a byte-order mark in front of the header.
     with path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as handle:
         # strict: a quote left open would otherwise swallow every later line into one cell.
-        reader = csv.reader(handle, strict=True)
+        lines = _Lines(handle, path, records=True)
+        reader = csv.reader(lines, strict=True)
         try:
             header = next(reader, None)
         except csv.Error as exc:
@@ -225,6 +294,7 @@ def _csv(path: Path) -> Iterator[Row]:
         # Numbers are lines as an editor shows them: a record starts after the previous one.
         start = reader.line_num + 1
         while True:
+            lines.new_record()
             try:
                 values = next(reader)
             except StopIteration:
@@ -259,6 +329,13 @@ def read_rows(path: Path, limit: int | None = None) -> Iterator[Row]:
         if limit is not None and count >= limit:
             return
         yield row
+
+
+def count_lines(path: Path) -> int:
+    """The file's non-blank lines, read as `read_rows` reads them (none past the row
+    limit): a quick count of its rows for progress."""
+    with path.open("rb") as handle:
+        return sum(1 for line in _Lines(handle, path) if line.strip())
 
 
 def check_fields(row: Row, required: list[str], path: Path | str) -> None:

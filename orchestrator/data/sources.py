@@ -12,6 +12,7 @@ import hashlib
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -19,7 +20,15 @@ import orjson
 
 from ..errors import DatasetError
 from ..shipped import pip_install
-from .dataset import Row, file_hash, read_rows, row_id, unique_ids
+from .dataset import (
+    Row,
+    check_fields,
+    count_lines,
+    file_hash,
+    read_rows,
+    row_id,
+    unique_ids,
+)
 
 CHUNK = 1000  # DataFrame rows converted to dicts at a time
 _HASH_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
@@ -140,8 +149,7 @@ class FileSource:
                     return _capped(handle.metadata.num_rows, limit)
             if not self.path.is_file():
                 return None
-            with self.path.open("rb") as handle:
-                total = sum(1 for line in handle if line.strip())
+            total = count_lines(self.path)
         if self.path.suffix.lower() == ".csv":
             total = max(total - 1, 0)
         return _capped(total, limit)
@@ -254,6 +262,42 @@ class HFSource:
         if not self.streaming:
             info["rows"] = len(self.dataset)
         return info
+
+
+@dataclass
+class DataScan:
+    """What one read of every row, before the first request, found."""
+
+    rows: int  # rows the run reads (its limit applied)
+    sample: list[dict[str, Any]]  # the fields of the first readable rows
+    failing: int = 0  # rows that fail before any node runs (unreadable, a field missing)
+    first_failure: str | None = None
+
+
+def scan_rows(
+    source: RowSource, limit: int | None, required: list[str], sample_size: int
+) -> DataScan:
+    """Every row of `source` read once, streamed, before a request is made: what would
+    stop the run midway (an id used twice, a line too long to be a row) or leave it with
+    nothing to do (no rows) is a DatasetError now, and the rows that will fail are known.
+    Only the first `sample_size` readable rows are kept."""
+    scan = DataScan(rows=0, sample=[])
+    for row in source.rows(limit):
+        scan.rows += 1
+        check_fields(row, required, source.location)
+        if row.error is not None:
+            scan.failing += 1
+            scan.first_failure = scan.first_failure or row.error
+        elif len(scan.sample) < sample_size:
+            scan.sample.append(row.data)
+    if scan.rows == 0:
+        if limit is not None and limit < 1:
+            raise DatasetError(f"limit {limit} leaves no row of {source.location} to run")
+        raise DatasetError(
+            f"{source.location} holds no rows: nothing to run (JSON Lines: one object a line; "
+            "CSV: a header line, then one row a line)"
+        )
+    return scan
 
 
 def _import(module: str, package: str, what: str) -> Any:

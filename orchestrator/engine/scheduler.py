@@ -22,7 +22,7 @@ from ..graph.compiled import CompiledGraph, CompiledNode
 from ..graph.once import ONCE_EXAMPLE, once_order, row_order
 from ..kinds.base import RunServices, evaluate
 from ..store.flight import CURRENT as CURRENT_FLIGHT
-from ..store.records import Counts, ResultLine
+from ..store.records import Counts, ResultLine, unstorable
 from ..store.trace import WHOLE, NodeRecord, TraceRecorder
 from .groups import GroupRuns
 from .plan import Resample
@@ -263,10 +263,21 @@ class Engine:
         return self._outputs({**base, **values})
 
     def _outputs(self, ctx: dict[str, Any]) -> dict[str, Any]:
-        return {
+        outputs = {
             key: evaluate(expr, ctx, f"outputs.{key}", "output")
             for key, expr in self.graph.outputs.items()
         }
+        for key, value in outputs.items():
+            # Refused here, the row fails with the reason; found by the store's writer, it
+            # stopped the run after every request was paid for, and every re-run again.
+            problem = unstorable(value)
+            if problem is not None:
+                source = self.graph.outputs[key].source
+                raise NodeError(
+                    f"outputs.{key}",
+                    f"outputs.{key} `{source}` gives what a result line cannot hold: {problem}",
+                )
+        return outputs
 
     async def _run_node(self, cn: CompiledNode, ctx: dict[str, Any], example: str) -> Any:
         found, value = self.trace.finished_value(example, cn.name)

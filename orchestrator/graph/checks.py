@@ -308,11 +308,12 @@ def _path_spec(ck: Checker, path: tuple[str, ...], items: dict[str, FieldSpec]) 
     return spec
 
 
-def item_specs(ck: Checker, name: str, foreach: Expression | None) -> dict[str, FieldSpec]:
+def item_specs(ck: Checker, name: str, foreach: Expression | str | None) -> dict[str, FieldSpec]:
     """The schema of node `name`'s `foreach` element when it walks a declared list field
     (`foreach: claims.claims`), by the name it is bound to; else nothing."""
     node = ck.spec.nodes[name]
-    path = plain_path(foreach.source) if foreach is not None else None
+    source = foreach.source if isinstance(foreach, Expression) else foreach
+    path = plain_path(source) if source else None
     spec = _path_spec(ck, path, {}) if path else None
     if spec is None or spec.type != "list" or spec.items is None:
         return {}
@@ -387,6 +388,69 @@ def check_skipped_read(ck: Checker, key: str, expr: Expression) -> None:
     )
 
 
+def _result_dicts(ast: nodes.Expr) -> Iterable[nodes.Dict]:
+    """The mapping literals whose keys end up in an expression's value: the value itself,
+    inside list and mapping literals, and either branch of `a if c else b` (a mapping that
+    is only looked up in, `{1: 'low'}[x]`, is not one)."""
+    if isinstance(ast, nodes.Dict):
+        yield ast
+        for pair in ast.items:
+            yield from _result_dicts(pair.value)
+    elif isinstance(ast, nodes.List | nodes.Tuple):
+        for item in ast.items:
+            yield from _result_dicts(item)
+    elif isinstance(ast, nodes.CondExpr):
+        yield from _result_dicts(ast.expr1)
+        if ast.expr2 is not None:
+            yield from _result_dicts(ast.expr2)
+
+
+def _non_text_key(ck: Checker, key: nodes.Expr) -> str | None:
+    """What a mapping key is when it is known now not to be text, else None."""
+    if isinstance(key, nodes.Const):
+        value = key.value
+        if isinstance(value, str):
+            return None
+        if value is None:
+            return "null"
+        if isinstance(value, bool):
+            return f"the boolean {str(value).lower()}"
+        return f"the number {value!r}" if isinstance(value, int | float) else None
+    path = _ast_path(key)
+    spec = _path_spec(ck, path, {}) if path else None
+    if spec is None or spec.type in ("string", "list", "object"):
+        return None
+    return f"'{'.'.join(path or ())}', {_a_field(spec)}"
+
+
+def _a_field(spec: FieldSpec) -> str:
+    """'an integer field', 'a string field': how messages name a declared type."""
+    return f"{'an' if spec.type == 'integer' else 'a'} {spec.type} field"
+
+
+def check_output_keys(ck: Checker, key: str, expr: Expression) -> None:
+    """An output that builds a mapping keyed by something known not to be text (a number,
+    an integer field): a result line is JSON, whose keys are text, so every row would fail
+    once its calls are paid for."""
+    try:
+        ast = parse_expression(ck.env, expr.source)
+    except (TemplateSyntaxError, RecursionError):
+        return  # reported where the expression was parsed
+    for mapping in _result_dicts(ast):
+        for pair in mapping.items:
+            what = _non_text_key(ck, pair.key)
+            if what is None:
+                continue
+            ck.problem(
+                f"'{shorten(expr.source)}' builds a mapping keyed by {what}: a result line is "
+                "JSON, whose keys are text, so no row's result could be written. Make the "
+                "key text with `| string` (e.g. {judge.score | string: ...})",
+                None,
+                f"outputs.{key}",
+            )
+            return
+
+
 def _kind(value: Any) -> str:
     names = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
     return names.get(type(value), "a mapping" if isinstance(value, dict) else "not a list")
@@ -409,6 +473,16 @@ def check_names(
         if missing == "id" and "results" not in known:  # a row's scope, not an aggregate's
             # Every row has an id, but a graph reads only the fields it declares.
             hint = " (to read the row's id, list `id` in `inputs:`; every row must then have one)"
+        if missing in ck.spec.nodes and "results" in known:
+            # It exists: "not provided by any node" would send the author looking for it.
+            ck.problem(
+                f"'{missing}' is a node, and an aggregate reads the result lines, not nodes: "
+                f"give what it needs an output (outputs: {{NAME: {missing}.FIELD}}), then read "
+                "results | map(attribute='NAME') | list",
+                node,
+                field,
+            )
+            continue
         ck.problem(
             f"variable '{missing}' is not provided by the dataset inputs, params or any node{hint}",
             node,
@@ -720,6 +794,7 @@ def check_arguments(
         ck.problem(message, node, f"{where}.{arg}" if arg in args else where)
     check_answer_map(ck, function, args, node, where)
     check_language(ck, function, args, node, where)
+    check_argument_fields(ck, function, args, node, where)
     for arg in function.reads_files if not ck.trusted else ():
         if arg not in args:
             continue
@@ -744,6 +819,225 @@ def check_arguments(
             )
 
 
+_SAMPLES: dict[str, Any] = {"string": "text", "integer": 1, "number": 1.0, "boolean": True}
+
+
+def _sample(spec: FieldSpec) -> Any:
+    """A value of the declared type (the first of its enum), to try an argument with."""
+    if spec.enum:
+        return spec.enum[0]
+    if spec.type == "list":
+        return [_sample(spec.items)] if spec.items is not None else []
+    if spec.type == "object":
+        return {name: _sample(inner) for name, inner in (spec.fields or {}).items()}
+    return _SAMPLES[spec.type]
+
+
+def _conversion(function: ComputeFunction, argument: str) -> str:
+    """The filter that would make a value fit the argument, as advice."""
+    for sample, fix in (("text", "| string"), (1.0, "| float"), (1, "| int")):
+        if function.value_problem(argument, sample) is None:
+            return f"; convert it in the expression (`{fix}`)"
+    return ""
+
+
+def check_argument_fields(
+    ck: Checker,
+    function: ComputeFunction,
+    args: dict[str, Expression | Any],
+    node: str | None,
+    where: str,
+) -> None:
+    """An argument given a declared field of a type the function does not take (`rouge`
+    on an integer field): every row would fail in the function, after its calls."""
+    spec_node = ck.spec.nodes.get(node) if node is not None else None
+    if node is None or spec_node is None:
+        return  # an aggregate's: it reads the result lines, whose fields are not declared
+    items = item_specs(ck, node, spec_node.foreach)
+    for arg, value in args.items():
+        path = plain_path(value.source) if isinstance(value, Expression) else None
+        spec = _path_spec(ck, path, items) if path else None
+        if spec is None or path is None:
+            continue
+        problem = function.value_problem(arg, _sample(spec))
+        if problem is None:
+            continue
+        ck.problem(
+            f"'{'.'.join(path)}' is {_a_field(spec)}, which '{function.name}' does "
+            f"not take for '{arg}' ({problem}){_conversion(function, arg)}",
+            node,
+            f"{where}.{arg}",
+        )
+
+
+_NEVER = {"eq": "==", "ne": "!="}
+
+
+def _literal_value(ast: nodes.Expr) -> tuple[bool, Any]:
+    """(True, value) for a literal (`'yes'`, `false`, `-1`), else (False, None)."""
+    if isinstance(ast, nodes.Const) or (
+        isinstance(ast, nodes.Neg | nodes.Pos) and isinstance(ast.node, nodes.Const)
+    ):
+        try:
+            return True, ast.as_const()
+        except nodes.Impossible:
+            return False, None
+    return False, None
+
+
+def _jinja_literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "none" if value is None else repr(value)
+
+
+def _never_equal(spec: FieldSpec, value: Any) -> str | None:
+    """Why a field of this declared type never equals `value`, or None when it can (a
+    number and true/false compare as Python does: true == 1)."""
+    if value is None or spec.type in ("list", "object"):
+        return None
+    text = isinstance(value, str)
+    if (spec.type == "string") != text:
+        return f"{_jinja_literal(value)} is {'text' if text else 'no text'}"
+    if spec.enum is not None and value not in spec.enum:
+        return f"{_jinja_literal(value)} is not one of its values"
+    return None
+
+
+def check_comparisons(
+    ck: Checker, owner: str | None, sources: list[tuple[str, str]], items: dict[str, FieldSpec]
+) -> None:
+    """`==` or `!=` between a declared field and a literal it can never equal (an enum of
+    'yes'/'no' against false, an integer against '3'): always false (or true), silently,
+    on every row. `items`: the fields of a `foreach` element, by its name."""
+    for fld, source in sources:
+        try:
+            compares = list(ck.env.parse(source).find_all(nodes.Compare))
+        except (TemplateSyntaxError, RecursionError):
+            continue  # reported where the source was first parsed
+        for compare in compares:
+            left = compare.expr
+            for operand in compare.ops:
+                right = operand.expr
+                if operand.op in _NEVER:
+                    for field_ast, literal_ast in ((left, right), (right, left)):
+                        _check_pair(ck, owner, fld, operand.op, field_ast, literal_ast, items)
+                left = right
+
+
+def _check_pair(
+    ck: Checker,
+    owner: str | None,
+    fld: str,
+    op: str,
+    field_ast: nodes.Expr,
+    literal_ast: nodes.Expr,
+    items: dict[str, FieldSpec],
+) -> None:
+    is_literal, value = _literal_value(literal_ast)
+    path = _ast_path(field_ast) if is_literal else None
+    spec = _path_spec(ck, path, items) if path else None
+    why = _never_equal(spec, value) if spec is not None else None
+    if why is None or spec is None or path is None:
+        return
+    name = ".".join(path)
+    values = f" ({', '.join(map(repr, spec.enum))})" if spec.enum else ""
+    always = "false" if op == "eq" else "true"
+    example = (
+        repr(spec.enum[0])
+        if spec.enum
+        else {"boolean": "true", "string": "'text'"}.get(spec.type, "a number")
+    )
+    ck.problem(
+        f"`{name} {_NEVER[op]} {_jinja_literal(value)}` is always {always}: '{name}' is "
+        f"{_a_field(spec)}{values} and {why}, so the two are never equal. Compare "
+        f"it with {example}",
+        owner,
+        fld,
+    )
+
+
+def _names(ast: nodes.Node) -> set[str]:
+    found = {name.name for name in ast.find_all(nodes.Name)}
+    return found | ({ast.name} if isinstance(ast, nodes.Name) else set())
+
+
+def _gated_reads(
+    ast: nodes.Node, gated: dict[str, set[str]], guards: set[str]
+) -> Iterable[tuple[str, str]]:
+    """(node, field) for every `node.field` read of a node in `gated` (by the names its
+    `when` reads) that nothing guards: an `if`, `a if c else b` or `x and …` whose test
+    names the node or all of its when's names (`x or …` too: `not v or v.x`), `| default`,
+    `is defined`/`is none`."""
+
+    def safe(name: str) -> bool:
+        return name in guards or (bool(gated[name]) and gated[name] <= guards)
+
+    if isinstance(ast, nodes.Getattr) and isinstance(ast.node, nodes.Name):
+        if ast.node.name in gated and not safe(ast.node.name):
+            yield ast.node.name, ast.attr
+        return
+    if isinstance(ast, nodes.If | nodes.CondExpr):
+        yield from _gated_reads(ast.test, gated, guards)
+        inner = guards | _names(ast.test)
+        for child in ast.iter_child_nodes():
+            if child is not ast.test:
+                yield from _gated_reads(child, gated, inner)
+        return
+    if isinstance(ast, nodes.And | nodes.Or):  # `v and v.x`, `not v or v.x`
+        yield from _gated_reads(ast.left, gated, guards)
+        yield from _gated_reads(ast.right, gated, guards | _names(ast.left))
+        return
+    if isinstance(ast, nodes.Filter) and ast.name == "default":
+        return
+    if isinstance(ast, nodes.Test) and ast.name in ("defined", "undefined", "none"):
+        return
+    for child in ast.iter_child_nodes():
+        yield from _gated_reads(child, gated, guards)
+
+
+def check_gated_reads(ck: Checker, owner: str | None, sources: list[tuple[str, str]]) -> None:
+    """A template or expression that reads a field of a node `when` may skip, unguarded:
+    on a skipped row that node's value is null, and the read fails the row. Said as that,
+    with the guard to write (a bare output is `check_skipped_read`'s)."""
+    gated: dict[str, set[str]] = {}
+    for name, node in ck.spec.nodes.items():
+        if node.when and not node.foreach and name != owner:
+            try:
+                gated[name] = _names(parse_expression(ck.env, node.when))
+            except (TemplateSyntaxError, RecursionError):
+                continue  # reported where it was first parsed
+    own = ck.spec.nodes[owner].when if owner is not None else None
+    try:
+        own_names = _names(parse_expression(ck.env, own)) if own else set()
+    except (TemplateSyntaxError, RecursionError):
+        own_names = set()
+    said: set[tuple[str, str]] = set()
+    for fld, source in sources:
+        if owner is None and plain_path(source.removeprefix("{{ ").removesuffix(" }}")):
+            continue  # a bare output: check_skipped_read says it, with its own fix
+        try:
+            ast = ck.env.parse(source)
+        except (TemplateSyntaxError, RecursionError):
+            continue
+        # The node's own when guards the rest of it (it runs only where that holds).
+        guards = set() if fld == "when" else own_names
+        for name, attr in _gated_reads(ast, gated, guards):
+            if (fld, name) in said:
+                continue
+            said.add((fld, name))
+            when = shorten(ck.spec.nodes[name].when or "")
+            also = f", or give node '{owner}' a when that implies it" if owner else ""
+            ck.problem(
+                f"'{name}.{attr}' reads a field of node '{name}', which is skipped on rows "
+                f"where its when '{when}' is false; its value there is null, so the read fails "
+                f"those rows. Guard it ({{% if {name} %}}…{{% endif %}} in a template, "
+                f"`{name}.{attr} if {name} else none` in an expression){also}",
+                owner,
+                fld,
+            )
+
+
 def _not_loaded(**_: Any) -> Any:
     raise RuntimeError("this graph was compiled for reading only; its functions are not loaded")
 
@@ -758,7 +1052,8 @@ def check_input_types(
     a number, an object): refused before any request with one error naming the node and
     the input, instead of failing every row. Inputs have no declared type, so their first
     rows (`rows`, the first SAMPLE_ROWS that could be read) are what is known; a mix of
-    lists and others is left to each row."""
+    lists and others is left to each row. A compute argument reading an input of a type its
+    function does not take is refused the same way."""
     sample = rows[:SAMPLE_ROWS]
     inputs = set(graph.spec.inputs) | set(graph.spec.optional_inputs)
     problems = []
@@ -781,8 +1076,44 @@ def check_input_types(
                 "foreach",
             )
         )
+    problems += _input_argument_problems(graph, sample, location, inputs)
     if problems:
         raise GraphError(problems)
+
+
+def _input_argument_problems(
+    graph: CompiledGraph, sample: Sequence[Mapping[str, Any]], location: str, inputs: set[str]
+) -> list[Problem]:
+    """A compute node's argument that reads a dataset input straight (`reference: answer`)
+    which, in every one of the first rows that has it, holds a value of a type the function
+    does not take (`rouge` on numbers): every row would fail there, after its calls. A mix
+    is left to each row."""
+    problems = []
+    for name, cn in graph.nodes.items():
+        function = getattr(cn, "function", None)  # a compute node's (graph/ names no kind)
+        if not isinstance(function, ComputeFunction):
+            continue
+        for arg, value in getattr(cn, "args", {}).items():
+            path = plain_path(value.source) if isinstance(value, Expression) else None
+            if path is None or path[0] not in inputs:
+                continue
+            seen = [v for row in sample if (v := _walk_row(row, path)) is not None]
+            found = [(v, function.value_problem(arg, v)) for v in seen]
+            if not found or any(problem is None for _, problem in found):
+                continue
+            example, problem = found[0]
+            problems.append(
+                Problem(
+                    graph.label,
+                    f"'{function.name}' does not take input '{'.'.join(path)}' for '{arg}': it "
+                    f"holds {shorten(repr(example), 40)} ({type(example).__name__}) in the first "
+                    f"{len(sample)} row(s) of {location} ({problem})"
+                    f"{_conversion(function, arg)}",
+                    name,
+                    f"args.{arg}",
+                )
+            )
+    return problems
 
 
 def _walk_row(row: Mapping[str, Any], path: tuple[str, ...]) -> Any:

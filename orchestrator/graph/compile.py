@@ -23,10 +23,13 @@ from .checks import (
     NodeScope,
     check_arguments,
     check_attributes,
+    check_comparisons,
     check_cycles,
     check_foreach,
+    check_gated_reads,
     check_list_reads,
     check_names,
+    check_output_keys,
     check_sampling,
     check_skipped_read,
     check_when,
@@ -217,6 +220,9 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
             check_attributes(ck, None, [(f"outputs.{key}", "{{ " + source + " }}")])
             check_list_reads(ck, None, [(f"outputs.{key}", "{{ " + source + " }}")])
             check_skipped_read(ck, key, expr)
+            check_output_keys(ck, key, expr)
+            check_comparisons(ck, None, [(f"outputs.{key}", "{{ " + source + " }}")], {})
+            check_gated_reads(ck, None, [(f"outputs.{key}", "{{ " + source + " }}")])
             outputs[key] = expr
     if not spec.outputs:
         ck.problem("the graph declares no outputs", field="outputs")
@@ -321,6 +327,8 @@ def _compile_node(
     sources = node_sources(ck, cn, scope)
     check_attributes(ck, name, sources)
     check_list_reads(ck, name, sources)
+    check_comparisons(ck, name, sources, item_specs(ck, name, cn.foreach))
+    check_gated_reads(ck, name, sources)
     return cn
 
 

@@ -109,6 +109,11 @@ def _annotation(
         base: Any = Literal[tuple(choices)]
     elif spec.type in _SCALARS:
         base = _SCALARS[spec.type]
+        if spec.type == "number":
+            # JSON has no NaN or infinity, yet replies carry them (`NaN`, `Infinity`, `1e400`,
+            # "inf"): stored they become null and leave the means in silence. Invalid here,
+            # so the reply is re-asked; the schema sent to the server is the same.
+            kwargs["allow_inf_nan"] = False
         if spec.min is not None:
             kwargs["ge"] = int(spec.min) if spec.type == "integer" else spec.min
         if spec.max is not None:

@@ -33,6 +33,7 @@ def effective_params(graph: CompiledGraph, overrides: dict[str, Any]) -> dict[st
         problems.append(
             "required param(s) not given: " + ", ".join(missing) + " (--param NAME=VALUE)"
         )
+    problems.extend(_retyped(declared, overrides))
     params = {**declared, **overrides}
     problems.extend(_misfits(graph, params))
     if problems:
@@ -41,6 +42,24 @@ def effective_params(graph: CompiledGraph, overrides: dict[str, Any]) -> dict[st
             f"graph '{graph.name}': {'; '.join(problems)}. Its params are: {listed}."
         )
     return params
+
+
+def _retyped(declared: dict[str, Any], overrides: dict[str, Any]) -> list[str]:
+    """Overrides of a number or true/false param by a value of another type (`--param
+    threshold=high`): the graph's expressions would fail on every row, after its calls."""
+    problems = []
+    for name, value in overrides.items():
+        default = declared.get(name)
+        if isinstance(default, bool):
+            kind, fits = "true or false", isinstance(value, bool)
+        elif isinstance(default, int | float):
+            kind = "a number"
+            fits = isinstance(value, int | float) and not isinstance(value, bool)
+        else:
+            continue  # text, lists, mappings and params without a default take any value
+        if not fits:
+            problems.append(f"param '{name}' is {kind} (default {default!r}), not {value!r}")
+    return problems
 
 
 _PARAM = re.compile(r"\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*")

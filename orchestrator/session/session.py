@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import itertools
 import logging
 import platform
 import sqlite3
 import time
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,7 +30,7 @@ from ..calls.outage import ServerGone
 from ..calls.registry import server_urls
 from ..compute.languages import forget_warnings
 from ..data.dataset import Row, check_fields
-from ..data.sources import RowSource
+from ..data.sources import RowSource, scan_rows
 from ..engine.flush import Flusher, drive, fewer_gc_passes
 from ..engine.plan import RunPlan
 from ..engine.runtime import ProcessRuntime, build_runtime
@@ -79,6 +78,7 @@ class _Run:
     resuming: bool
     manifest: Manifest = field(default_factory=Manifest)
     earlier: list[RunPart] = field(default_factory=list)  # the parts this one resumes
+    total: int | None = None  # the rows it reads, as counted before the first request
 
 
 async def run_session(
@@ -96,22 +96,24 @@ async def run_session(
     # A misspelt or missing param is refused before the folder or a server is touched.
     given = frozenset(plan.params)  # the user's own: a server one names is the user's
     plan = replace(plan, params=effective_params(graph, plan.params))
-    check_input_types(graph, _first_rows(source, plan.limit), source.location)
+    # Every row is read once first (streamed), even for --workers: a repeated id, a line
+    # too long to be a row, or no rows at all stop the run here, not midway through it.
+    scan = scan_rows(source, plan.limit, graph.spec.inputs, SAMPLE_ROWS)
+    if scan.failing:
+        log.warning(
+            "%d of %d rows of %s cannot run and are recorded as failed (first: %s)",
+            scan.failing,
+            scan.rows,
+            source.location,
+            scan.first_failure,
+        )
+    # What the first readable rows hold: a `foreach` over a text is refused up front.
+    check_input_types(graph, scan.sample, source.location)
     with _locked(store, plan.overwrite):
         static_key = _check_static_key(graph, source, store, plan)
         run = await _plan(graph, source, store, plan, static_key, given)
+        run.total = scan.rows
         return await _execute(run, console)
-
-
-def _first_rows(source: RowSource, limit: int | None) -> list[dict[str, Any]]:
-    """The fields of the first rows that can be read: what the inputs are known to hold
-    before any request (a `foreach` over a text is refused up front, not per row)."""
-    rows = source.rows(limit)
-    try:
-        return [row.data for row in itertools.islice(rows, SAMPLE_ROWS) if row.error is None]
-    finally:
-        if isinstance(rows, Generator):
-            rows.close()  # the file is closed now, not when the generator is collected
 
 
 @contextmanager
@@ -340,7 +342,7 @@ async def _run_rows(
             work,
             flush,
             run.runtime.stats,
-            run.source.count(plan.limit),
+            run.total if run.total is not None else run.source.count(plan.limit),
             console,
             client.servers.limits_text,
             events=client.events,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import NodeError
 from ..graph.compiled import CompiledAggregate, CompiledGraph
 from ..graph.templates import Expression
-from ..store.records import ABSTAIN_NOTE
+from ..store.records import ABSTAIN_NOTE, unstorable
 
 if TYPE_CHECKING:
     from ..store.reader import RunReader
@@ -71,12 +71,20 @@ def _aggregate(name: str, agg: CompiledAggregate, context: dict[str, Any]) -> An
         else:
             kwargs[arg] = value
     try:
-        return agg.function.fn(**kwargs)
+        value = agg.function.fn(**kwargs)
     except Exception as exc:
         kind = type(exc).__name__
         raise NodeError(
             f"aggregates.{name}", f"function '{agg.spec.function}' raised {kind}: {exc}"
         ) from exc
+    problem = unstorable(value)
+    if problem is not None:
+        # Kept, it would stop summary.json from being written at all.
+        raise NodeError(
+            f"aggregates.{name}",
+            f"function '{agg.spec.function}' gave what summary.json cannot hold: {problem}",
+        )
+    return value
 
 
 def run_aggregates(

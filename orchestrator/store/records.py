@@ -305,6 +305,43 @@ def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def unstorable(value: Any) -> str | None:
+    """Why `value` cannot be written as JSON into a result line or summary.json (a mapping
+    keyed by numbers, an integer past 64 bits, nesting past orjson's limit), naming where
+    in the value; None when it can. Values JSON has no type for are written as their text
+    (`default=str`), so they are storable."""
+    try:
+        orjson.dumps(value, default=str)
+    except TypeError as exc:  # orjson.JSONEncodeError is one
+        return _unstorable_part(value) or str(exc)
+    return None
+
+
+def _unstorable_part(value: Any) -> str | None:
+    """The first part of `value` orjson refuses, walked without recursion (the value may
+    nest past Python's own limit)."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        where = f" at {path}" if path else ""
+        if isinstance(item, dict):
+            for key, inner in reversed(item.items()):
+                if not isinstance(key, str):
+                    return (
+                        f"key {key!r} ({type(key).__name__}){where} is not text, and a JSON "
+                        "object's keys must be: make it text (`| string`)"
+                    )
+                stack.append((f"{path}.{key}" if path else key, inner))
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{path}[{i}]", inner) for i, inner in reversed(list(enumerate(item))))
+        else:
+            try:
+                orjson.dumps(item, default=str)
+            except TypeError as exc:
+                return f"{exc}{where}"
+    return None
+
+
 @pydantic_dataclass(slots=True)
 class Counts:
     """What a run did: examples by outcome, requests, cache hits, shares, retries, tokens.

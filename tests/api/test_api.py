@@ -159,14 +159,18 @@ def test_no_output_and_no_lasting_global_changes(quiet_home: Path, capsys: pytes
 
 def test_bad_rows_fail_alone_with_their_place(quiet_home: Path):
     graph = orc.Graph.from_dict(spec(), PROMPTS)
-    rows = [{"id": "a", "text": "x"}, {"id": "b"}, {"id": "a", "text": "y"}, "not a row"]
+    rows = [{"id": "a", "text": "x"}, {"id": "b"}, "not a row"]
     with FakeServer() as server:
         result = orc.run(graph, rows, base_url=server.base_url)
+        # An id used twice is no bad row but bad data: refused whole, before any request.
+        asked = len(server.requests)
+        with pytest.raises(orc.DatasetError, match=r"rows:4: duplicate id 'a'"):
+            orc.run(graph, [*rows, {"id": "a", "text": "y"}], base_url=server.base_url)
+        assert len(server.requests) == asked
     by_row = {line.row: line for line in result.failed}
     assert result.ok[0].id == "a"
     assert "rows:2:" in (by_row[2].error or "") and "text" in (by_row[2].error or "")
-    assert "duplicate id 'a'" in (by_row[3].error or "")
-    assert "not a mapping" in (by_row[4].error or "")
+    assert "not a mapping" in (by_row[3].error or "")
 
 
 def test_one_shot_iterator_is_refused_with_advice(quiet_home: Path):

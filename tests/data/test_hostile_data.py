@@ -2,7 +2,8 @@
 its file:line or the node, and text reaches the model byte for byte as it was written.
 
 What a row holds is decided here (dataset.py documents it): a missing or null field the
-graph reads fails the row; numbers, lists and objects are passed through and print as
+graph reads fails the row (an id used twice stops the whole run before its first request:
+tests/data/test_whole_data_checks.py); numbers, lists and objects are passed through and print as
 Jinja prints them (`str(value)`); text is never rendered as a template, so Jinja syntax and
 prompt-injection text are sent literally.
 """
@@ -118,7 +119,6 @@ def jsonl_cases() -> list[Case]:
     cases += [
         Case("missing", jsonl({"id": "missing", "other": "x"}), reason="lacks field(s) text"),
         Case("null", jsonl({"id": "null", "text": None}), reason="has null in field(s) text"),
-        Case("plain", jsonl({"id": "plain", "text": "again"}), reason="duplicate id 'plain'"),
         Case(
             "", b'{"id": "bad-utf8", "text": "caf\xe9 \xff"}', reason="not valid UTF-8 (byte 0xe9"
         ),
@@ -169,7 +169,6 @@ def csv_cases() -> list[Case]:
     cases += [
         Case("short", csv_record("short"), reason="lacks field(s) text"),
         Case("long", csv_record("long", "x", "extra"), reason="3 values but the header has 2"),
-        Case("plain", csv_record("plain", "again"), reason="duplicate id 'plain'"),
         Case("bad-utf8", b"bad-utf8,caf\xe9 au lait\n", reason="not valid UTF-8 (byte 0xe9"),
         Case("", b'bad-quote,"closed"then more\n', reason="not valid CSV"),
     ]
@@ -241,7 +240,7 @@ def test_hostile_rows_end_ok_or_failed_and_text_stays_literal(
     figure(
         f"hostile {kind.upper()} rows",
         f"{len(cases)} records: missing/null/extra fields, numbers, lists, objects, invalid "
-        "UTF-8, NUL, non-object lines, duplicate id, bad quoting, Jinja syntax, prompt "
+        "UTF-8, NUL, non-object lines, bad quoting, Jinja syntax, prompt "
         "injection, the ExPerT suffix, a 1 MB text",
         runs=2,
         lost=len(cases) - len(first),

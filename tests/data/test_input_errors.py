@@ -17,6 +17,7 @@ from fakeserver import FakeServer
 from helpers import judge_graph, orchestrator_command, results, write_graph, write_rows
 
 from orchestrator.data.dataset import read_rows
+from orchestrator.errors import DatasetError
 from orchestrator.store.cache import ResponseCache, open_cache
 
 pytestmark = pytest.mark.reliability
@@ -77,15 +78,14 @@ def test_json_file_with_one_object_says_what_to_do(graph: Path, tmp_path: Path):
 
 
 def test_made_up_id_that_clashes_with_a_real_one(graph: Path, tmp_path: Path):
-    """Line 1 is called "row-2"; line 2 has no id, so it would be "row-2" too."""
+    """Line 1 is called "row-2"; line 2 has no id, so it would be "row-2" too: the run is
+    refused before any request, naming both lines (issue 35: one id, two result lines)."""
     data = write_rows(tmp_path / "rows.jsonl", [{"id": "row-2", "text": "a"}, {"text": "b"}])
     with FakeServer() as server:
         done = run_cli(graph, data, tmp_path / "run", server.base_url, "--no-cache")
-    assert done.returncode == 2
-    lines = [json.loads(x) for x in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
-    failed = [line for line in lines if line["status"] == "failed"]
-    assert len(failed) == 1 and failed[0]["row"] == 2
-    assert "line 1 and line 2" in failed[0]["error"] and "made-up id" in failed[0]["error"]
+        assert server.requests == []
+    assert done.returncode == 1
+    one_clean_line(done.stderr, f"{data}:2:", "line 1 and line 2", "made-up id")
 
 
 def test_damaged_cache_is_named_and_the_run_goes_on(graph: Path, tmp_path: Path):
@@ -200,13 +200,19 @@ def test_real_id_after_a_made_up_one_names_both_lines(
 ) -> None:
     data = tmp_path / "rows.jsonl"
     data.write_text(f'{{"id": "x", "text": "0"}}\n{first}\n{second}\n')
-    rows = list(read_rows(data))
-    assert rows[2].id == "row-2" and rows[2].error is not None
-    assert "line 2 and line 3" in rows[2].error and "made-up id" in rows[2].error
+    with pytest.raises(DatasetError) as refused:
+        list(read_rows(data))
+    message = str(refused.value)
+    assert message.startswith(f"{data}:3: id 'row-2' is used twice")
+    assert "line 2 and line 3" in message and "made-up id" in message
 
 
 def test_duplicate_explicit_ids_name_both_lines(tmp_path: Path) -> None:
+    """An id used twice stops the reading (issue 35: it used to fail the second row only,
+    leaving results.jsonl two lines for one id)."""
     data = write_rows(tmp_path / "rows.jsonl", [{"id": 7, "text": "a"}, {"id": "7", "text": "b"}])
-    rows = list(read_rows(data))
-    assert rows[0].error is None
-    assert rows[1].error == f"{data}:2: duplicate id '7' (first on line 1)"
+    with pytest.raises(DatasetError) as refused:
+        list(read_rows(data))
+    assert str(refused.value) == (
+        f"{data}:2: duplicate id '7' (first on line 1); give every row its own id"
+    )
