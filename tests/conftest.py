@@ -19,6 +19,12 @@ for _folder in [TESTS, *sorted(p for p in TESTS.iterdir() if p.is_dir() and p.na
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
 
+# pytest-xdist's workers start with COLUMNS=80 in their environment, which a single
+# process does not have; the CLI honours COLUMNS (a user's terminal width), so its output
+# would wrap at 80 columns under `make test` only. A test that wants a width sets it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+
 # Where reliability tests' figures go (bench/reliability_table.py sets it and builds the
 # table of docs/RELIABILITY.md from the file); unset, figures are only asserted on.
 FIGURES_ENV = "ORCHESTRATOR_RELIABILITY_FIGURES"

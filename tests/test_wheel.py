@@ -158,7 +158,9 @@ def test_the_wheel_installs_with_its_dependencies_into_a_new_venv_and_runs(
         [orchestrator, "examples"], cwd=work, env=env, capture_output=True, text=True
     )
     assert listed.returncode == 0, listed.stderr
-    assert f"orchestrator run pointwise --data {env_dir}" in listed.stdout
+    # The shipped folder inside the new venv, named once, and a short --data per graph.
+    assert f"(to copy from): {env_dir}" in listed.stdout
+    assert "orchestrator run pointwise --data pointwise.jsonl\n" in listed.stdout
     command = [orchestrator, "run", "pointwise", "--data", "pointwise.jsonl", "--out", "out"]
     with FakeServer(schema_responder) as server:
         ran = subprocess.run(

@@ -560,16 +560,17 @@ def test_scores_too_large_to_compute_with_are_refused_naming_run_and_field(
     with pytest.raises(orc.ConfigurationError, match=where):
         paired_examples(orc.compare(fine, fine), runs=[a, b])
 
-    def infinite(request: FakeRequest) -> str:
-        i = int(request.messages[0]["content"].split("#")[1])
-        return '{"score": Infinity}' if i == 3 else json.dumps({"score": i})
+    def scored(request: FakeRequest) -> str:
+        return json.dumps({"score": int(request.messages[0]["content"].split("#")[1])})
 
+    # A reply of Infinity is re-asked now (item 9), so the infinite score comes from an
+    # output expression that overflows, which a run keeps in memory.
     spec = {**SPEC, "nodes": {"judge": {**SPEC["nodes"]["judge"], "output": {"score": "number"}}}}
-    spec["outputs"] = {"score": "judge.score"}
+    spec["outputs"] = {"score": "judge.score if judge.score != 3 else 1e308 * 10"}
     kept = orc.run(
         orc.Graph.from_dict(spec, prompts=PROMPTS),
         rows("x", range(10)),
-        transport=orc.FakeTransport(infinite, models=["judge-a"]),
+        transport=orc.FakeTransport(scored, models=["judge-a"]),
     )
     with pytest.raises(orc.ConfigurationError, match=r"^run2: output 'score' of example 'e03'"):
         orc.compare(fine, kept)
