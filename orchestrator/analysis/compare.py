@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..compute.statistics import cohen_kappa
 from ..errors import ConfigurationError
+from ..stats import finite, kendall_tau_b, pearson, spearman
 from ..store.records import Manifest, ResultLine
 from . import paired
 from .comparison import (
@@ -365,9 +366,9 @@ def _pair(
     found.effect_size = paired.cohens_dz(differences)
     if s.judge:
         found.agreement = Correlation(
-            pearson=paired.pearson(a, b),
-            spearman=paired.spearman(a, b),
-            kendall_tau_b=paired.kendall_tau_b(a, b),
+            pearson=finite(pearson(a, b)),
+            spearman=finite(spearman(a, b)),
+            kendall_tau_b=finite(kendall_tau_b(a, b)),
         )
     return found
 

@@ -19,6 +19,7 @@ from typing import Any
 from ..compute.distilled import CARD_FILE, SCORER_FILE, compose
 from ..compute.distilled import Scorer as Scorer  # what `distill` trains, read back
 from ..compute.distilled import load_scorer as load_scorer
+from ..stats import finite, spearman
 from ..store.reader import RunReader
 from .groups import estimate, ids_by_group, key_text
 
@@ -118,11 +119,8 @@ def held_out_by(
 
 
 def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
-    from scipy.stats import spearmanr
-
-    if len(set(a)) < 2 or len(set(b)) < 2:
-        return None  # undefined when either side is constant
-    return float(spearmanr(a, b).statistic)
+    """Spearman's ρ of the held-out labels and predictions; None when either is constant."""
+    return finite(spearman(a, b))
 
 
 def distill(

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from ..compute.statistics import krippendorff_alpha
+from ..stats import finite, kendall_tau_b, pearson, spearman
 from .groups import cluster_labels
 
 Statistic = Callable[[np.ndarray], float | None]
 SLICE_CELLS = 4_000_000  # index cells drawn at once, so memory stays bounded
-SHORT_SERIES = 400  # Kendall by all pairs up to this length
 
 
 @dataclass(frozen=True)
@@ -108,32 +108,14 @@ def _both(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x[keep], y[keep]
 
 
-def _ranks(values: np.ndarray) -> np.ndarray:
-    """Ranks from 1, ties sharing their average rank (as scipy's rankdata)."""
-    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    return (np.cumsum(counts) - (counts - 1) / 2.0)[inverse]
-
-
-def _kendall(x: np.ndarray, y: np.ndarray) -> float:
-    """Kendall tau-b; over every pair for short series (fast per resample), else scipy's."""
-    if len(x) > SHORT_SERIES:
-        from scipy import stats
-
-        return float(stats.kendalltau(x, y).statistic)
-    sx, sy = np.sign(x[:, None] - x[None, :]), np.sign(y[:, None] - y[None, :])
-    return float((sx * sy).sum() / math.sqrt(np.count_nonzero(sx) * np.count_nonzero(sy)))
-
-
 def correlation(kind: str, x: np.ndarray, y: np.ndarray) -> float | None:
     """Pearson, Spearman or Kendall tau-b; None under 3 pairs or for a constant series."""
     x, y = _both(x, y)
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return None
     if kind == "kendall":
-        return _kendall(x, y)
-    if kind == "spearman":
-        x, y = _ranks(x), _ranks(y)
-    return float(np.corrcoef(x, y)[0, 1])
+        return finite(kendall_tau_b(x, y))
+    return finite(spearman(x, y) if kind == "spearman" else pearson(x, y))
 
 
 def mae(x: np.ndarray, y: np.ndarray) -> float | None:

@@ -1,6 +1,6 @@
 """Statistics of two runs scored on the same examples: paired difference, sign-flip test
-and the interval that inverts it, Holm's correction, effect size, and the correlations two
-judges are compared with.
+and the interval that inverts it, Holm's correction and effect size (the correlations two
+judges are compared with are `orchestrator.stats`').
 
 Each function takes plain sequences of floats (already matched by example) and uses numpy
 (scipy for the binomial weights of ties); `paired_interval`, the BCa bootstrap compare
@@ -384,59 +384,3 @@ def win_tie_loss(a: ArrayLike, b: ArrayLike) -> tuple[int, int, int]:
     wins = int((second > first).sum())
     ties = int((second == first).sum())
     return wins, ties, int(first.size) - wins - ties
-
-
-def pearson(x: ArrayLike, y: ArrayLike) -> float | None:
-    """Pearson's r; None with fewer than two pairs or when either side is constant."""
-    import numpy as np
-
-    a, b = _array(x), _array(y)
-    if a.size < 2:
-        return None
-    a, b = a - a.mean(), b - b.mean()
-    scale = float(np.sqrt((a * a).sum() * (b * b).sum()))
-    if scale == 0.0:
-        return None
-    return max(-1.0, min(1.0, float((a * b).sum()) / scale))
-
-
-def ranks(values: ArrayLike) -> Any:
-    """Ranks from 1, tied values sharing the mean of the ranks they span."""
-    import numpy as np
-
-    _, inverse, counts = np.unique(_array(values), return_inverse=True, return_counts=True)
-    last = np.cumsum(counts)
-    return (last - (counts - 1) / 2.0)[inverse]
-
-
-def spearman(x: ArrayLike, y: ArrayLike) -> float | None:
-    """Spearman's ρ: Pearson's r of the (average-tie) ranks."""
-    return pearson(ranks(x), ranks(y))
-
-
-def kendall_tau_b(x: ArrayLike, y: ArrayLike) -> float | None:
-    """Kendall's τ-b (ties in either variable corrected for); None when either is constant."""
-    import numpy as np
-
-    a, b = _array(x), _array(y)
-    n = a.size
-    if n < 2:
-        return None
-    # Σ over ordered pairs of sign(Δx)·sign(Δy) is twice concordant minus discordant.
-    score = 0.0
-    rows = max(1, 4_000_000 // n)
-    for start in range(0, n, rows):
-        stop = min(start + rows, n)
-        dx = np.sign(a[start:stop, None] - a[None, :])
-        dy = np.sign(b[start:stop, None] - b[None, :])
-        score += float((dx * dy).sum())
-    pairs = n * (n - 1) / 2.0
-
-    def tied(values: Any) -> float:
-        counts = np.unique(values, return_counts=True)[1]
-        return float((counts * (counts - 1) / 2.0).sum())
-
-    denominator = float(np.sqrt((pairs - tied(a)) * (pairs - tied(b))))
-    if denominator == 0.0:
-        return None
-    return max(-1.0, min(1.0, score / 2.0 / denominator))

@@ -17,10 +17,10 @@ import numpy as np
 
 from ...compute.bias import position_bias as position_tables
 from ...compute.ratings import ALL
+from ...stats import correlation_p, spearman, spearman_interval
 from ..groups import cluster_labels
 from .record import LengthBias, PositionBias, PreferLonger, SelfPreference
 from .stats import (
-    BOOTSTRAP_UP_TO,
     Array,
     bootstrap,
     bootstrap_p,
@@ -29,13 +29,11 @@ from .stats import (
     percentile_interval,
     resampled,
     sign_flip_p,
-    spearman,
-    spearman_interval,
-    spearman_p,
     welch_p,
 )
 
 DECISIVE = ("first", "second")
+BOOTSTRAP_UP_TO = 1000  # examples; above, Spearman's interval is the Fisher-z one
 
 
 def length_bias(
@@ -57,7 +55,7 @@ def length_bias(
     y = np.asarray(lengths, dtype=float)
     n = int(x.size)
     rho = float(spearman(x, y)) if n >= 3 else float("nan")
-    p = float(spearman_p(np.asarray(rho), n)) if np.isfinite(rho) else float("nan")
+    p = float(correlation_p(rho, n)) if np.isfinite(rho) else float("nan")
     if clusters is not None and n >= 3 and np.isfinite(rho):
         values = resampled(lambda idx: spearman(x[idx], y[idx]), n, seed=seed, clusters=clusters)
         ci, p = percentile_interval(values), bootstrap_p(values)

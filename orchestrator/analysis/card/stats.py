@@ -16,44 +16,6 @@ Array = NDArray[np.float64]
 DRAWS = 4000  # sign vectors of the Monte-Carlo sign-flip test
 RESAMPLES = 2000
 _CELLS = 1 << 22  # array cells a chunk of sign vectors or resamples may take
-BOOTSTRAP_UP_TO = 1000  # examples; above, Spearman's interval is the Fisher-z one
-
-
-def spearman(x: Array, y: Array) -> Array:
-    """Spearman's rho along the last axis (average ranks for ties); NaN for a constant series."""
-    from scipy.stats import rankdata
-
-    rx = rankdata(x, axis=-1)
-    ry = rankdata(y, axis=-1)
-    rx = rx - rx.mean(axis=-1, keepdims=True)
-    ry = ry - ry.mean(axis=-1, keepdims=True)
-    denominator = np.sqrt((rx * rx).sum(axis=-1) * (ry * ry).sum(axis=-1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(np.where(denominator > 0, (rx * ry).sum(axis=-1) / denominator, np.nan))
-
-
-def spearman_interval(rho: float, n: int, confidence: float = 0.95) -> Interval | None:
-    """Fisher-z interval of Spearman's rho with Bonett and Wright's (2000) standard error
-    sqrt((1 + rho²/2) / (n − 3)): for large n, where re-ranking every resample is slow."""
-    from scipy.stats import norm
-
-    if n < 4 or not np.isfinite(rho) or abs(rho) >= 1.0:
-        return None
-    half = norm.ppf(0.5 + confidence / 2.0) * np.sqrt((1.0 + rho * rho / 2.0) / (n - 3))
-    z = np.arctanh(rho)
-    return Interval(low=float(np.tanh(z - half)), high=float(np.tanh(z + half)))
-
-
-def spearman_p(rho: Array, n: int) -> Array:
-    """Two-sided p of rho = 0 by the t-approximation with n − 2 degrees of freedom (as scipy)."""
-    from scipy.stats import t
-
-    if n < 3:
-        return np.full(np.shape(rho), np.nan)
-    r = np.clip(np.asarray(rho, dtype=float), -1.0, 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        stat = r * np.sqrt((n - 2) / ((1.0 - r) * (1.0 + r)))
-    return np.asarray(2.0 * t.sf(np.abs(stat), n - 2))
 
 
 def sign_flip_p(differences: Array, draws: int = DRAWS, seed: int = 0) -> Array:

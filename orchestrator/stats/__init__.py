@@ -1,0 +1,97 @@
+"""The package's statistics, in one place: ranks and correlations, the bootstrap
+(percentile, BCa, whole clusters), the sign-flip test and the interval that inverts it
+(plain and clustered), and one-number intervals and tests (Wilson, the exact binomial
+tail, Holm, Welch). Compute functions, compare, the judge card, align, calibrate, power
+and meta-eval all call these; import them from here, not from the modules.
+
+The bottom layer but for `errors`: numpy and scipy only (scipy imported where used, so that
+importing the compute functions stays cheap).
+"""
+
+from .bootstrap import (
+    RESAMPLES,
+    bca_interval,
+    bootstrap,
+    bootstrap_p,
+    cluster_draws,
+    cluster_index,
+    draw_counts,
+    draws,
+    mean_interval,
+    percentile_interval,
+    percentile_intervals,
+    resampled,
+)
+from .intervals import (
+    Interval,
+    binomial_tail,
+    cohens_dz,
+    finite,
+    holm,
+    welch_p,
+    wilson,
+)
+from .ranks import (
+    Method,
+    correlation_p,
+    correlation_test,
+    kendall_tau_b,
+    pearson,
+    ranks,
+    spearman,
+    spearman_interval,
+)
+from .signflip import (
+    DRAWS,
+    EXACT_UP_TO,
+    PERMUTATIONS,
+    ClusterSignFlip,
+    SignFlip,
+    SignFlipInterval,
+    cluster_sign_flip,
+    cluster_sums,
+    sign_flip_interval,
+    sign_flip_p,
+    sign_flip_test,
+)
+
+__all__ = [
+    "DRAWS",
+    "EXACT_UP_TO",
+    "PERMUTATIONS",
+    "RESAMPLES",
+    "ClusterSignFlip",
+    "Interval",
+    "Method",
+    "SignFlip",
+    "SignFlipInterval",
+    "bca_interval",
+    "binomial_tail",
+    "bootstrap",
+    "bootstrap_p",
+    "cluster_draws",
+    "cluster_index",
+    "cluster_sign_flip",
+    "cluster_sums",
+    "cohens_dz",
+    "correlation_p",
+    "correlation_test",
+    "draw_counts",
+    "draws",
+    "finite",
+    "holm",
+    "kendall_tau_b",
+    "mean_interval",
+    "pearson",
+    "percentile_interval",
+    "percentile_intervals",
+    "ranks",
+    "resampled",
+    "sign_flip_interval",
+    "sign_flip_p",
+    "sign_flip_test",
+    "spearman",
+    "spearman_interval",
+    "welch_p",
+    "wilson",
+]
