@@ -16,7 +16,7 @@ from helpers import scripted_run
 from typer.testing import CliRunner
 
 import orchestrator as orc
-from orchestrator.analysis import paired
+from orchestrator import stats
 from orchestrator.analysis.power import SIGN_FLIP_MINIMUM, one_way_icc, required_n
 from orchestrator.cli import app
 from orchestrator.errors import ConfigurationError
@@ -58,7 +58,7 @@ def pilot(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _power_of_sign_flip(data: np.ndarray) -> float:
     """Share of simulated data sets (rows) where compare's test gives p < 0.05."""
-    hits = sum(paired.sign_flip_test(row, DRAWS, seed, 0).p < 0.05 for seed, row in enumerate(data))
+    hits = sum(stats.sign_flip_test(row, DRAWS, seed, 0).p < 0.05 for seed, row in enumerate(data))
     return hits / len(data)
 
 

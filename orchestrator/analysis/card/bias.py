@@ -17,19 +17,23 @@ import numpy as np
 
 from ...compute.bias import position_bias as position_tables
 from ...compute.ratings import ALL
-from ...stats import correlation_p, spearman, spearman_interval
+from ...stats import (
+    cluster_sums,
+    correlation_p,
+    sign_flip_p,
+    spearman,
+    spearman_interval,
+    welch_p,
+)
 from ..groups import cluster_labels
 from .record import LengthBias, PositionBias, PreferLonger, SelfPreference
 from .stats import (
     Array,
     bootstrap,
     bootstrap_p,
-    cluster_sums,
     finite,
     percentile_interval,
     resampled,
-    sign_flip_p,
-    welch_p,
 )
 
 DECISIVE = ("first", "second")

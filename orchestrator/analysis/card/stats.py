@@ -13,56 +13,13 @@ from numpy.typing import NDArray
 from .record import Interval
 
 Array = NDArray[np.float64]
-DRAWS = 4000  # sign vectors of the Monte-Carlo sign-flip test
 RESAMPLES = 2000
 _CELLS = 1 << 22  # array cells a chunk of sign vectors or resamples may take
-
-
-def sign_flip_p(differences: Array, draws: int = DRAWS, seed: int = 0) -> Array:
-    """Two-sided sign-flip p of mean 0 along the last axis: exact over all 2^n sign vectors
-    when there are no more of them than `draws`, else Monte Carlo, (hits + 1) / (draws + 1).
-
-    The same sign vectors serve every row, so a batch costs matrix products; they are made
-    in chunks so that memory stays bounded however many units there are.
-    """
-    d = np.asarray(differences, dtype=float)
-    n = d.shape[-1]
-    exact = 2**n <= draws
-    total = 2**n if exact else draws
-    rng = np.random.default_rng(seed)
-    observed = np.abs(d.sum(axis=-1))
-    hits = np.zeros(observed.shape)
-    chunk = max(1, _CELLS // max(n, 1))
-    for start in range(0, total, chunk):
-        stop = min(start + chunk, total)
-        if exact:
-            signs = ((np.arange(start, stop)[:, None] >> np.arange(n)) & 1) * 2.0 - 1.0
-        else:
-            signs = rng.integers(0, 2, size=(stop - start, n)) * 2.0 - 1.0
-        flipped = np.abs(d @ signs.T)  # (..., sign vectors of this chunk)
-        # Sums equal to the observed one up to rounding count as reaching it.
-        hits += (flipped >= observed[..., None] * (1 - 1e-12)).sum(axis=-1)
-    if exact:
-        return np.asarray(hits / float(total))
-    return np.asarray((hits + 1.0) / (draws + 1.0))
-
-
-def welch_p(a: Array, b: Array) -> Array:
-    """Two-sided Welch t-test p of equal means along the last axis (NaN when undefined)."""
-    from scipy.stats import ttest_ind
-
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(ttest_ind(a, b, axis=-1, equal_var=False).pvalue)
 
 
 def cluster_index(labels: Sequence[str]) -> NDArray[np.intp]:
     """Each unit's cluster as an integer 0..C−1 (clusters in sorted order of their labels)."""
     return np.unique(np.asarray([str(label) for label in labels]), return_inverse=True)[1]
-
-
-def cluster_sums(values: Array, labels: Sequence[str]) -> Array:
-    """The sum of `values` over each cluster: the units a clustered sign-flip test flips."""
-    return np.asarray(np.bincount(cluster_index(labels), weights=np.asarray(values, float)))
 
 
 def _cluster_draws(
