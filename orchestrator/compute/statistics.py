@@ -352,8 +352,7 @@ def bootstrap_mean_ci(
     value at all (every row left out, say), n is 0 and the mean and interval are null: an
     aggregate over no scored row reports that rather than failing the run's summary.
     """
-    import numpy as np
-    from scipy.special import ndtr, ndtri
+    from ..stats import mean_interval
 
     if method not in ("bca", "percentile"):
         raise ValueError(f"method must be 'bca' or 'percentile', got {method!r}")
@@ -363,50 +362,24 @@ def bootstrap_mean_ci(
         raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
-    data = np.asarray(_numbers(values, "values"), dtype=float)
-    n = int(data.size)
-    estimate = float(data.mean()) if n else 0.0
-    shown = estimate if n else None
+    data = _numbers(values, "values")
     result: dict[str, Any] = {
-        "mean": shown,
-        "ci_low": shown,
-        "ci_high": shown,
+        "mean": None,
+        "ci_low": None,
+        "ci_high": None,
         "level": level,
         "method": method,
-        "n": n,
+        "n": len(data),
         "resamples": resamples,
         "seed": seed,
     }
-    if n == 0 or float(data.max() - data.min()) == 0.0:
-        return result  # nothing to resample, or every resample has the same mean
-
-    rng = np.random.default_rng(seed)
-    means = np.empty(resamples)
-    # Draw the index matrix in slices of about 4 million cells so memory stays bounded;
-    # a data set that fits in one slice gets exactly scipy's resamples for the same seed.
-    rows = max(1, 4_000_000 // n)
-    for start in range(0, resamples, rows):
-        stop = min(start + rows, resamples)
-        means[start:stop] = data[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
-
-    tail = (1.0 - level) / 2.0
-    if method == "percentile":
-        probabilities = np.array([tail, 1.0 - tail])
-    else:
-        # Bias: how far the resampled means sit off the estimate (ties count half).
-        below = np.count_nonzero(means < estimate) + np.count_nonzero(means <= estimate)
-        bias = ndtri(below / (2.0 * resamples))
-        # Acceleration: the skew of the leave-one-out means (the jackknife).
-        leave_one_out = (data.sum() - data) / (n - 1)
-        influence = leave_one_out.mean() - leave_one_out
-        acceleration = (influence**3).sum() / (6.0 * ((influence**2).sum()) ** 1.5)
-        z = ndtri(np.array([tail, 1.0 - tail]))
-        probabilities = ndtr(bias + (bias + z) / (1.0 - acceleration * (bias + z)))
-        if not np.all(np.isfinite(probabilities)):
-            raise ValueError(
-                "bootstrap_mean_ci: the BCa interval is undefined for these values "
-                "(every resample falls on one side of the mean); use method 'percentile'"
-            )
-    low, high = np.quantile(means, probabilities)
-    result["ci_low"], result["ci_high"] = float(low), float(high)
+    if not data:
+        return result
+    mean, interval = mean_interval(data, level, resamples, seed, method)
+    if interval is None:
+        raise ValueError(
+            "bootstrap_mean_ci: the BCa interval is undefined for these values "
+            "(every resample falls on one side of the mean); use method 'percentile'"
+        )
+    result["mean"], result["ci_low"], result["ci_high"] = mean, interval.low, interval.high
     return result

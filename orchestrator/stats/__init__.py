@@ -17,9 +17,11 @@ from .bootstrap import (
     cluster_index,
     draw_counts,
     draws,
+    generator,
     mean_interval,
     percentile_interval,
     percentile_intervals,
+    resample,
     resampled,
 )
 from .intervals import (
@@ -79,6 +81,7 @@ __all__ = [
     "draw_counts",
     "draws",
     "finite",
+    "generator",
     "holm",
     "kendall_tau_b",
     "mean_interval",
@@ -86,6 +89,7 @@ __all__ = [
     "percentile_interval",
     "percentile_intervals",
     "ranks",
+    "resample",
     "resampled",
     "sign_flip_interval",
     "sign_flip_p",

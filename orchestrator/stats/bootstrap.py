@@ -28,6 +28,12 @@ def generator(seed: Seed) -> np.random.Generator:
     return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
 
+def resample(rng: np.random.Generator, n: int, rows: int) -> Indices:
+    """`rows` bootstrap resamples of n units: a (rows, n) array of indices drawn with
+    replacement, the one draw every resample here is made of."""
+    return rng.integers(0, n, size=(rows, n))
+
+
 def draws(n: int, resamples: int, seed: Seed = 0, width: int = 0) -> Iterator[Indices]:
     """Bootstrap resamples of n units, as (rows, n) arrays of unit indices drawn with
     replacement; `width` is how many more cells a resample costs its statistic (a second
@@ -35,7 +41,7 @@ def draws(n: int, resamples: int, seed: Seed = 0, width: int = 0) -> Iterator[In
     rng = generator(seed)
     rows = max(1, CELLS // max(n + width, 1))
     for start in range(0, resamples, rows):
-        yield rng.integers(0, n, size=(min(rows, resamples - start), n))
+        yield resample(rng, n, min(rows, resamples - start))
 
 
 def draw_counts(n: int, resamples: int, seed: Seed = 0) -> NDArray[np.int64]:
@@ -143,18 +149,18 @@ def mean_interval(
     resamples: int = 9999,
     seed: Seed = 0,
     method: str = "bca",
-) -> Interval | None:
-    """The bootstrap interval ("bca" or "percentile") of the mean of one or more values;
+) -> tuple[float, Interval | None]:
+    """The mean of one or more values and its bootstrap interval ("bca" or "percentile"):
     zero-width when they are all equal, None when BCa is undefined for them."""
     data = np.asarray(values, dtype=float)
     n = int(data.size)
     estimate = float(data.mean())
     if float(data.max() - data.min()) == 0.0:
-        return Interval(estimate, estimate)  # every resample has the same mean
+        return estimate, Interval(estimate, estimate)  # every resample has the same mean
     means = np.concatenate([data[rows].mean(axis=1) for rows in draws(n, resamples, seed)])
     if method == "percentile":
-        return percentile_interval(means, level)
-    return bca_interval(means, estimate, (data.sum() - data) / (n - 1), level)
+        return estimate, percentile_interval(means, level)
+    return estimate, bca_interval(means, estimate, (data.sum() - data) / (n - 1), level)
 
 
 def bootstrap(

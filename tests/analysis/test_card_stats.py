@@ -108,7 +108,7 @@ def test_planted_position_and_length_preference_are_found() -> None:
 
 def test_large_samples_use_a_fisher_interval_close_to_the_bootstrap() -> None:
     from orchestrator.analysis.card.bias import BOOTSTRAP_UP_TO, length_bias
-    from orchestrator.analysis.card.stats import bootstrap
+    from orchestrator.stats import bootstrap
 
     rng = np.random.default_rng(8)
     n = BOOTSTRAP_UP_TO + 200

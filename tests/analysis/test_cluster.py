@@ -1,66 +1,14 @@
-"""Clustered statistics (`--cluster FIELD`) on simulated nested data: 40 users × 5 examples
-with a user effect as large as the noise (ICC 0.5). The examples-as-independent interval
-under-covers clearly; the cluster-level sign-flip test holds its 5% level, its interval
-covers about 95%, and a planted shift is still found. Then the same for the judge card's
-cluster sign-flip and cluster bootstrap, and meta-eval's cluster bootstrap."""
+"""Clustered statistics (`--cluster FIELD`) where the judge card and meta-eval use them:
+position bias and self-preference resample and flip whole users, meta-eval's bootstrap
+draws whole clusters. The clustered test, interval and bootstrap themselves are checked by
+simulation in tests/stats/ (test_sign_flip_cluster.py, test_bootstrap.py)."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-import pytest
 
-from orchestrator.analysis.card import stats
 from orchestrator.analysis.card.bias import position_bias
 from orchestrator.analysis.metaeval_stats import Bootstrap, intervals
-
-USERS, PER_USER = 40, 5
-LABELS = [f"u{u:02d}" for u in np.repeat(np.arange(USERS), PER_USER)]
-
-
-def _nested(rng: np.random.Generator, sims: int, shift: float = 0.0) -> np.ndarray:
-    """Per-example paired differences: shift + a user effect (sd 1) + noise (sd 1)."""
-    users = rng.normal(0.0, 1.0, (sims, USERS))
-    return (
-        shift + np.repeat(users, PER_USER, axis=1) + rng.normal(0.0, 1.0, (sims, USERS * PER_USER))
-    )
-
-
-def _tolerance(rate: float, sims: int) -> float:
-    return 4.0 * math.sqrt(rate * (1.0 - rate) / sims)
-
-
-def test_card_cluster_bootstrap_draws_whole_clusters_and_covers() -> None:
-    sizes = np.array([1, 2, 3, 4, 5, 6])
-    labels = [f"c{c}" for c in np.repeat(np.arange(6), sizes)]
-    seen: list[np.ndarray] = []
-
-    def record(idx: np.ndarray) -> np.ndarray:
-        seen.append(idx)
-        return np.zeros(idx.shape[0])
-
-    stats.resampled(record, len(labels), resamples=300, seed=0, clusters=labels)
-    assert sum(batch.shape[0] for batch in seen) == 300
-    owner = np.repeat(np.arange(6), sizes)
-    for batch in seen:
-        for row in batch:
-            drawn, counts = np.unique(owner[row], return_counts=True)
-            assert np.array_equal(counts % sizes[drawn], np.zeros_like(drawn))
-    # Coverage of the mean under ICC 0.5: per-example bootstrap well below 95%, the
-    # cluster bootstrap near it (percentile intervals over 40 clusters run a little short).
-    data = _nested(np.random.default_rng(3), 200)
-    naive = clustered = 0
-    for seed, row in enumerate(data):
-        naive_ci = stats.bootstrap(lambda i, r=row: r[i].mean(axis=1), row.size, 1000, seed)
-        cluster_ci = stats.bootstrap(
-            lambda i, r=row: r[i].mean(axis=1), row.size, 1000, seed, clusters=LABELS
-        )
-        assert naive_ci is not None and cluster_ci is not None
-        naive += naive_ci.low <= 0.0 <= naive_ci.high
-        clustered += cluster_ci.low <= 0.0 <= cluster_ci.high
-    assert naive / 200 < 0.85
-    assert clustered / 200 == pytest.approx(0.95, abs=_tolerance(0.95, 200) + 0.02)
 
 
 def test_position_bias_takes_clusters() -> None:

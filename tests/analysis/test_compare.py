@@ -3,7 +3,6 @@ id; every statistic checked against scipy/statsmodels; the test's error rate mea
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import re
@@ -19,12 +18,11 @@ from typer.testing import CliRunner
 
 import orchestrator as orc
 from orchestrator import stats
-from orchestrator.analysis import paired
 from orchestrator.analysis.comparison import format_number
 from orchestrator.analysis.examples import paired_examples
 from orchestrator.cli import app
 from orchestrator.cli.app import console
-from orchestrator.compute.statistics import bootstrap_mean_ci, cohen_kappa
+from orchestrator.compute.statistics import cohen_kappa
 from orchestrator.providers.fake import FakeRequest
 
 N = 40
@@ -119,47 +117,7 @@ def test_no_difference_gives_a_p_that_is_not_small(tmp_path: Path) -> None:
     assert pair.p is not None and pair.p > 0.2
 
 
-# -- each statistic against scipy / statsmodels -----------------------------------------
-
-
-def _paired(n: int, seed: int, shift: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    a = rng.integers(1, 11, n).astype(float)
-    return a, np.clip(a + np.round(rng.normal(shift, 1.2, n)), 1, 10)
-
-
-def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> Any:
-    return np.mean(x - y, axis=axis)
-
-
-def _seeded(seed: int) -> dict[str, Any]:
-    """scipy's seed argument: `rng` since 1.15 (a Generator from the seed), before that
-    `random_state`, given the same Generator so both draw the same stream."""
-    if "rng" in inspect.signature(scipy.stats.bootstrap).parameters:
-        return {"rng": seed}
-    return {"random_state": np.random.default_rng(seed)}
-
-
-@pytest.mark.parametrize("method", ["bca", "percentile"])
-def test_paired_bootstrap_ci_equals_scipy_paired_bootstrap(method: str) -> None:
-    """BCa by default; scipy's `paired=True` resamples the same example indices."""
-    a, b = _paired(35, seed=11)
-    if method == "bca":
-        ours = paired.paired_interval(list(b - a), 0.95, 4999, 42)
-    else:
-        ours = bootstrap_mean_ci(list(b - a), 0.95, 4999, 42, method="percentile")
-    assert ours["method"] == method
-    ref = scipy.stats.bootstrap(
-        (b, a),
-        _mean_difference,
-        paired=True,
-        n_resamples=4999,
-        **_seeded(42),
-        method=method,
-        vectorized=True,
-    )
-    assert ours["ci_low"] == pytest.approx(ref.confidence_interval.low, abs=1e-9)
-    assert ours["ci_high"] == pytest.approx(ref.confidence_interval.high, abs=1e-9)
+# -- each statistic against scipy / statsmodels: tests/stats/ ---------------------------
 
 
 def test_compare_ci_is_the_sign_flip_interval(shifted: tuple[Path, Path]) -> None:

@@ -14,12 +14,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ...compute.bias import position_bias as position_tables
 from ...compute.ratings import ALL
 from ...stats import (
+    RESAMPLES,
+    bootstrap,
+    bootstrap_p,
     cluster_sums,
     correlation_p,
+    finite,
+    generator,
+    percentile_interval,
+    resample,
+    resampled,
     sign_flip_p,
     spearman,
     spearman_interval,
@@ -27,15 +36,8 @@ from ...stats import (
 )
 from ..groups import cluster_labels
 from .record import LengthBias, PositionBias, PreferLonger, SelfPreference
-from .stats import (
-    Array,
-    bootstrap,
-    bootstrap_p,
-    finite,
-    percentile_interval,
-    resampled,
-)
 
+Array = NDArray[np.float64]
 DECISIVE = ("first", "second")
 BOOTSTRAP_UP_TO = 1000  # examples; above, Spearman's interval is the Fisher-z one
 
@@ -62,7 +64,7 @@ def length_bias(
     p = float(correlation_p(rho, n)) if np.isfinite(rho) else float("nan")
     if clusters is not None and n >= 3 and np.isfinite(rho):
         values = resampled(lambda idx: spearman(x[idx], y[idx]), n, seed=seed, clusters=clusters)
-        ci, p = percentile_interval(values), bootstrap_p(values)
+        ci, p = percentile_interval(values, least=RESAMPLES / 2), bootstrap_p(values)
     elif n > BOOTSTRAP_UP_TO:
         ci = spearman_interval(rho, n)
     else:
@@ -240,13 +242,13 @@ def self_preference(
                 )
 
         values = resampled(cluster_gaps, int(x.size), seed=seed, clusters=clusters)
-        ci, p = percentile_interval(values), bootstrap_p(values)
+        ci, p = percentile_interval(values, least=RESAMPLES / 2), bootstrap_p(values)
     elif own.size >= 2 and others.size >= 2:
         # The other generators' texts are resampled on their own, as many times as the own.
-        rng = np.random.default_rng(seed + 1)
+        second = generator(seed + 1)
 
         def gaps(idx: Any) -> Array:
-            picks = rng.integers(0, others.size, size=(idx.shape[0], others.size))
+            picks = resample(second, others.size, idx.shape[0])
             return np.asarray(own[idx].mean(axis=1) - others[picks].mean(axis=1))
 
         ci = bootstrap(gaps, int(own.size), seed=seed, width=int(others.size))

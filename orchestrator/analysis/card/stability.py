@@ -29,6 +29,7 @@ import numpy as np
 
 from ...graph.compiled import CompiledGraph
 from ...graph.spec import FieldSpec
+from ...stats import cluster_index, draw_counts, percentile_interval
 from ...store.reader import RunReader
 from ..metaeval_stats import Bootstrap, alpha, code, codes
 
@@ -255,22 +256,15 @@ def alpha_bootstrap(
     """Percentile bootstrap interval of α, drawing whole clusters (a row with its foreach
     items) with replacement, and the one-sided p of α < RELIABLE_ALPHA from the same
     resamples (the test the interval inverts); (None, None) when no resample has α."""
-    names = {name: i for i, name in enumerate(dict.fromkeys(clusters))}
-    member = np.asarray([names[c] for c in clusters])
-    groups = len(names)
-    rng = np.random.default_rng(boot.seed)
-    draws = rng.integers(0, groups, size=(boot.resamples, groups))
-    offsets = np.arange(boot.resamples)[:, None] * groups
-    drawn = np.bincount((draws + offsets).ravel(), minlength=boot.resamples * groups)
-    weights = drawn.reshape(boot.resamples, groups)[:, member].astype(float)
-    found = weighted_alpha(matrix, level, weights)
+    member = cluster_index(clusters, sort=False)
+    drawn = draw_counts(int(member.max()) + 1, boot.resamples, boot.seed)
+    found = weighted_alpha(matrix, level, drawn[:, member].astype(float))
     found = found[np.isfinite(found)]
-    if not len(found):
+    interval = percentile_interval(found, boot.confidence)
+    if interval is None:
         return None, None
-    tail = (1.0 - boot.confidence) / 2.0
-    low, high = np.quantile(found, [tail, 1.0 - tail])
     p = (1.0 + float((found >= RELIABLE_ALPHA).sum())) / (1.0 + len(found))
-    return (float(low), float(high)), p
+    return (interval.low, interval.high), p
 
 
 def stability_of(
