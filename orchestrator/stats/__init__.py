@@ -1,8 +1,10 @@
-"""The package's statistics, in one place: ranks and correlations, the bootstrap
-(percentile, BCa, whole clusters), the sign-flip test and the interval that inverts it
-(plain and clustered), and one-number intervals and tests (Wilson, the exact binomial
-tail, Holm, Welch). Compute functions, compare, the judge card, align, calibrate, power
-and meta-eval all call these; import them from here, not from the modules.
+"""The package's statistics, in one place: ranks and correlations (`ranks.py`), the
+bootstrap with percentile, BCa and whole-cluster resamples (`bootstrap.py`), the sign-flip
+test and the interval that inverts it, plain and clustered (`signflip.py`), one-number
+intervals and tests: Wilson, the exact binomial tail, Holm, Welch (`intervals.py`), and the
+t-test's power with the intra-cluster correlation (`power.py`). Compute functions, compare,
+the judge card, align, calibrate, power and meta-eval all call these; import them from
+here, not from the modules.
 
 The bottom layer but for `errors`: numpy and scipy only (scipy imported where used, so that
 importing the compute functions stays cheap).
@@ -33,6 +35,7 @@ from .intervals import (
     welch_p,
     wilson,
 )
+from .power import one_way_icc, t_power
 from .ranks import (
     Method,
     correlation_p,
@@ -85,6 +88,7 @@ __all__ = [
     "holm",
     "kendall_tau_b",
     "mean_interval",
+    "one_way_icc",
     "pearson",
     "percentile_interval",
     "percentile_intervals",
@@ -96,6 +100,7 @@ __all__ = [
     "sign_flip_test",
     "spearman",
     "spearman_interval",
+    "t_power",
     "welch_p",
     "wilson",
 ]

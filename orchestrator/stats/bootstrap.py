@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .intervals import Array, Interval
+from .intervals import Array, Interval, check_level
 
 CELLS = 4_000_000  # index cells drawn at once
 RESAMPLES = 2000
@@ -152,6 +152,7 @@ def mean_interval(
 ) -> tuple[float, Interval | None]:
     """The mean of one or more values and its bootstrap interval ("bca" or "percentile"):
     zero-width when they are all equal, None when BCa is undefined for them."""
+    check_level(level)
     data = np.asarray(values, dtype=float)
     n = int(data.size)
     estimate = float(data.mean())

@@ -5,6 +5,7 @@ t-test, and the paired effect size."""
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,12 @@ class Interval:
     high: float
 
 
+def check_level(level: float) -> None:
+    """A confidence level strictly between 0 and 1, else a ValueError naming it."""
+    if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0.0 < level < 1.0:
+        raise ValueError(f"level must be between 0 and 1, got {level!r}")
+
+
 def finite(value: Any) -> float | None:
     """A float for a record, None for NaN or infinity (a statistic that is undefined)."""
     number = float(value)
@@ -33,6 +40,7 @@ def wilson(successes: float, n: int, level: float = 0.95) -> Interval:
     [0, 1] and keeps a width when every trial succeeds or none does."""
     from scipy.special import ndtri
 
+    check_level(level)
     z = float(ndtri(1.0 - (1.0 - level) / 2.0))
     share = successes / n
     scale = 1.0 + z * z / n

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .bootstrap import CELLS, cluster_index
-from .intervals import Array
+from .intervals import Array, check_level
 
 EXACT_UP_TO = 20  # non-zero differences (or clusters) the test enumerates all 2^n signs of
 PERMUTATIONS = 10_000
@@ -65,11 +65,6 @@ def _check_permutations(permutations: object) -> None:
     """The Monte-Carlo draw count: a positive integer (True is not one)."""
     if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
         raise ValueError(f"permutations must be a positive integer, got {permutations!r}")
-
-
-def _check_level(level: float) -> None:
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be between 0 and 1, got {level!r}")
 
 
 def drawn_signs(k: int, draws: int, seed: int) -> Iterator[Any]:
@@ -212,7 +207,7 @@ def sign_flip_interval(
     """
     from scipy.stats import binom
 
-    _check_level(level)
+    check_level(level)
     data = np.asarray(differences, dtype=float)
     alpha = round(1.0 - level, 12)  # 1 − 0.95 is 0.05000000000000004 in floating point
     nonzero = data[data != 0.0]
@@ -291,7 +286,7 @@ def cluster_sign_flip(
     observed signs counted as one more, (hits + 1) / (draws + 1)); the test and the
     interval use the same vectors, so the interval excludes 0 exactly when p < 1 − level.
     """
-    _check_level(level)
+    check_level(level)
     data = np.asarray(differences, dtype=float)
     if len(clusters) != data.size:
         raise ValueError(f"{data.size} differences but {len(clusters)} cluster labels")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
+from scipy.stats import binom
 
 from orchestrator import stats
 
@@ -32,3 +33,31 @@ def test_welch_matches_scipy() -> None:
     for row in range(4):
         expected = scipy_stats.ttest_ind(a[row], b[row], equal_var=False).pvalue
         assert stats.welch_p(a, b)[row] == pytest.approx(expected)
+
+
+def test_binomial_tail_is_the_exact_binomial_cdf() -> None:
+    n = np.array([1, 5, 20, 50, 200, 200, 300])
+    k = np.array([0, 1, 0, 3, 10, 25, 12])
+    for risk in (0.05, 0.1, 0.3):
+        assert stats.binomial_tail(k, n, risk) == pytest.approx(binom.cdf(k, n, risk), rel=1e-10)
+    assert stats.binomial_tail(5, 5, 0.1) == 1.0  # every answer wrong: no evidence
+    assert stats.binomial_tail(0, 0, 0.1) == 1.0  # nothing answered: no evidence
+
+
+def test_wilson_equals_statsmodels() -> None:
+    proportion = pytest.importorskip("statsmodels.stats.proportion")
+    for successes, n, level in ((7, 10, 0.95), (0, 5, 0.9), (20, 20, 0.99), (1, 1, 0.95)):
+        low, high = proportion.proportion_confint(successes, n, 1 - level, method="wilson")
+        found = stats.wilson(successes, n, level)
+        assert (found.low, found.high) == pytest.approx((low, high), abs=1e-12)
+
+
+@pytest.mark.parametrize("level", [95, 0.0, 1.0, float("nan"), True])
+def test_a_level_outside_zero_and_one_is_refused_naming_it(level: float) -> None:
+    for compute in (
+        lambda: stats.wilson(3, 10, level),
+        lambda: stats.mean_interval([1.0, 2.0, 4.0], level),
+        lambda: stats.sign_flip_interval([1.0, 2.0, 4.0], level),
+    ):
+        with pytest.raises(ValueError, match="level must be between 0 and 1, got"):
+            compute()
