@@ -18,7 +18,9 @@ undefined on usable data: every rating in one category leaves nothing to tell ag
 from chance. Anything that is neither a value nor missing (a string among numbers, a
 nested list) is a ValueError naming the argument and the position.
 
-numpy/scipy are imported inside the functions so that importing the package stays cheap.
+The arithmetic is `orchestrator.stats`' (agreement, bootstrap); these check and code what
+a graph hands them. numpy and scipy are imported inside the functions so that importing
+the package stays cheap.
 """
 
 from __future__ import annotations
@@ -189,7 +191,7 @@ def cohen_kappa(
     (default: the numeric ratings seen, sorted) for ordinal scales. Null when chance
     agreement is already perfect (both raters always give one and the same label).
     """
-    import numpy as np
+    from ..stats import cohen_kappa_codes
 
     first = _as_list(rater_a, "rater_a")
     second = _as_list(rater_b, "rater_b")
@@ -215,25 +217,9 @@ def cohen_kappa(
         [v for pair in both for v in pair], allowed, weights is not None, f"weights={weights!r}"
     )
     index = {value: i for i, value in enumerate(domain)}
-    k = len(domain)
-    observed = np.zeros((k, k))
-    for x, y in both:
-        observed[index[x], index[y]] += 1
-    observed /= len(both)
-    # Chance: the two raters' own label frequencies, combined as if independent.
-    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0))
-    positions = np.arange(k)
-    distance = np.abs(positions[:, None] - positions[None, :]).astype(float)
-    if weights is None:
-        penalty = (distance > 0).astype(float)
-    elif weights == "linear":
-        penalty = distance
-    else:
-        penalty = distance**2
-    chance_disagreement = float((penalty * expected).sum())
-    if chance_disagreement == 0.0:
-        return None
-    return 1.0 - float((penalty * observed).sum()) / chance_disagreement
+    first_codes = [index[x] for x, _ in both]
+    second_codes = [index[y] for _, y in both]
+    return cohen_kappa_codes(first_codes, second_codes, len(domain), weights)
 
 
 def _item_values(item: Any, position: int) -> list[tuple[Any, str]]:
@@ -268,6 +254,8 @@ def krippendorff_alpha(
     """
     import numpy as np
 
+    from ..stats import krippendorff_alpha_counts
+
     if level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
     allowed = _checked_categories(categories)
@@ -293,42 +281,7 @@ def krippendorff_alpha(
     for row, unit in enumerate(units):
         for value in unit:
             counts[row, index[value]] += 1
-    pairable = counts.sum(axis=1)
-    # Coincidences: every ordered pair of ratings within an item, each item weighted
-    # 1/(m − 1) so that it contributes as many coincidences as it has ratings.
-    weighted = counts / (pairable - 1)[:, None]
-    coincidence = weighted.T @ counts - np.diag(weighted.sum(axis=0))
-    marginal = coincidence.sum(axis=1)
-    total = float(marginal.sum())
-    distance = _alpha_distance(level, domain, marginal)
-    observed = float((coincidence * distance).sum()) / total
-    expected = float((np.outer(marginal, marginal) * distance).sum()) / (total * (total - 1))
-    if expected == 0.0:
-        return None
-    return 1.0 - observed / expected
-
-
-def _alpha_distance(level: str, domain: list[Any], marginal: Any) -> Any:
-    """The squared difference δ² between every two categories for a level of measurement."""
-    import numpy as np
-
-    k = len(domain)
-    if level == "nominal":
-        return 1.0 - np.eye(k)
-    if level == "ordinal":
-        # Between ranks c ≤ k: the ratings from c to k, counting the two ends half.
-        through = np.cumsum(marginal)
-        low = np.minimum.outer(np.arange(k), np.arange(k))
-        high = np.maximum.outer(np.arange(k), np.arange(k))
-        between = through[high] - through[low] + marginal[low]
-        return (between - (marginal[low] + marginal[high]) / 2.0) ** 2
-    values = np.asarray(domain, dtype=float)
-    difference = values[:, None] - values[None, :]
-    if level == "interval":
-        return difference**2
-    total = values[:, None] + values[None, :]
-    safe = np.where(total == 0.0, 1.0, total)  # only 0 vs 0 sums to 0, and its δ is 0
-    return (difference / safe) ** 2
+    return krippendorff_alpha_counts(counts, level, domain)
 
 
 # -- bootstrap ---------------------------------------------------------------------------

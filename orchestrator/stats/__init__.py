@@ -1,4 +1,5 @@
-"""The package's statistics, in one place: ranks and correlations (`ranks.py`), the
+"""The package's statistics, in one place: ranks and correlations (`ranks.py`), agreement
+beyond chance: Cohen's and Fleiss' κ, Krippendorff's α (`agreement.py`), the
 bootstrap with percentile, BCa and whole-cluster resamples (`bootstrap.py`), the sign-flip
 test and the interval that inverts it, plain and clustered (`signflip.py`), one-number
 intervals and tests: Wilson, the exact binomial tail, Holm, Welch (`intervals.py`), and the
@@ -10,6 +11,12 @@ The bottom layer but for `errors`: numpy and scipy only (scipy imported where us
 importing the compute functions stays cheap).
 """
 
+from .agreement import (
+    cohen_kappa_codes,
+    fleiss_kappa,
+    krippendorff_alpha_counts,
+    weighted_alpha,
+)
 from .bootstrap import (
     RESAMPLES,
     bca_interval,
@@ -78,15 +85,18 @@ __all__ = [
     "cluster_index",
     "cluster_sign_flip",
     "cluster_sums",
+    "cohen_kappa_codes",
     "cohens_dz",
     "correlation_p",
     "correlation_test",
     "draw_counts",
     "draws",
     "finite",
+    "fleiss_kappa",
     "generator",
     "holm",
     "kendall_tau_b",
+    "krippendorff_alpha_counts",
     "mean_interval",
     "one_way_icc",
     "pearson",
@@ -101,6 +111,7 @@ __all__ = [
     "spearman",
     "spearman_interval",
     "t_power",
+    "weighted_alpha",
     "welch_p",
     "wilson",
 ]
