@@ -118,11 +118,6 @@ def held_out_by(
     return found
 
 
-def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Spearman's ρ of the held-out labels and predictions; None when either is constant."""
-    return finite(spearman(a, b))
-
-
 def distill(
     run_dir: Path,
     out: Path,
@@ -195,7 +190,7 @@ def distill(
                 float(f1_score(truth, predicted, average="macro", labels=classes, zero_division=0)),
                 4,
             ),
-            "spearman": _spearman(truth, predicted),
+            "spearman": finite(spearman(truth, predicted)),  # None when either is constant
         },
         # PerQ asks whether quality differs among languages: so may the scorer's accuracy.
         "held_out_by_language": held_out_by(rows, test, truth, predicted),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import ConfigurationError
-from ..stats import one_way_icc, t_power
+from ..stats import normal_n, one_way_icc, t_power
 from .compare import (
     _is_numeric,
     _missing,
@@ -73,17 +73,12 @@ def required_n(sd: float, diff: float, alpha: float, power: float) -> tuple[int,
     from the normal formula and steps up until the noncentral t reaches the power; never
     below SIGN_FLIP_MINIMUM, the smallest n at which compare's test can reject at all.
     """
-    from scipy.stats import norm
-
     if diff == 0 or not math.isfinite(diff):
         raise ConfigurationError(f"diff must be a non-zero number, got {diff!r}")
     if sd == 0:
         return SIGN_FLIP_MINIMUM, 0.0, 1.0
     effect = abs(diff) / sd
-    try:
-        normal = ((float(norm.ppf(1.0 - alpha / 2.0)) + float(norm.ppf(power))) / effect) ** 2
-    except (OverflowError, ZeroDivisionError):
-        normal = math.inf
+    normal = normal_n(effect, alpha, power)
     if not math.isfinite(normal):
         raise ConfigurationError(
             f"diff {diff!r} is too small against the pilot's σ of the differences "

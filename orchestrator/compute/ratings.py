@@ -180,6 +180,8 @@ def elo_ratings(
     """
     import numpy as np
 
+    from ..stats import resample as draw
+
     if replicates < 1:
         raise ValueError("replicates must be at least 1")
     rng = np.random.default_rng(seed)
@@ -188,7 +190,7 @@ def elo_ratings(
         names, a, b, s = _encode(group, score)
         count = len(group)
         if resample:
-            order = rng.integers(0, count, size=(replicates, count))
+            order = draw(rng, count, replicates)  # the bootstrap's draw (stats.resample)
         else:
             order = np.argsort(rng.random((replicates, count)), axis=1)
         ratings = _elo_runs(a, b, s, len(names), order, k, initial)

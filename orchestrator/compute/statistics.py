@@ -19,8 +19,8 @@ from chance. Anything that is neither a value nor missing (a string among number
 nested list) is a ValueError naming the argument and the position.
 
 The arithmetic is `orchestrator.stats`' (agreement, bootstrap); these check and code what
-a graph hands them. numpy and scipy are imported inside the functions so that importing
-the package stays cheap.
+a graph hands them. It and numpy are imported inside the functions so that importing the
+package stays cheap.
 """
 
 from __future__ import annotations

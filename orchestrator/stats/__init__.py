@@ -42,7 +42,7 @@ from .intervals import (
     welch_p,
     wilson,
 )
-from .power import one_way_icc, t_power
+from .power import normal_n, one_way_icc, t_power
 from .ranks import (
     Method,
     correlation_p,
@@ -98,6 +98,7 @@ __all__ = [
     "kendall_tau_b",
     "krippendorff_alpha_counts",
     "mean_interval",
+    "normal_n",
     "one_way_icc",
     "pearson",
     "percentile_interval",

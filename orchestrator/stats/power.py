@@ -1,5 +1,6 @@
-"""What a sample size buys: the paired t-test's power, and the intra-cluster correlation
-that discounts nested examples (the design effect 1 + (m − 1)·ICC)."""
+"""What a sample size buys: the paired t-test's power (and the normal approximation's
+sample size), and the intra-cluster correlation that discounts nested examples (the
+design effect 1 + (m − 1)·ICC)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,17 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .bootstrap import cluster_index
+
+
+def normal_n(effect: float, alpha: float, power: float) -> float:
+    """((z₁₋α/₂ + z_power) / effect)²: the observations a two-sided z-test of effect Δ/σ
+    needs for `power`, the t-test's sample size to first order; infinity past a float."""
+    from scipy.stats import norm
+
+    try:
+        return ((float(norm.ppf(1.0 - alpha / 2.0)) + float(norm.ppf(power))) / effect) ** 2
+    except (OverflowError, ZeroDivisionError):
+        return math.inf
 
 
 def t_power(n: int, effect: float, alpha: float) -> float:
