@@ -1,6 +1,7 @@
-"""The judge card's tests, checked by seeded, vectorised simulation: they agree with scipy
-and with the exact sign-flip test, an unbiased judge's card raises a flag at most 5% of the
-time (family-wise, Holm across the card), and planted effects are found."""
+"""The judge card's tests, checked by seeded, vectorised simulation: an unbiased judge's
+card raises a flag at most 5% of the time (family-wise, Holm across the card), and planted
+effects are found (that each test agrees with scipy and the exact sign-flip test is
+checked in tests/stats/)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """`orchestrator compare` / `orc.compare` (issue 18): runs of one graph matched by example
-id; every statistic checked against scipy/statsmodels; the test's error rate measured."""
+id, its statistics as stats/ computes them (checked against scipy/statsmodels, and the
+test's error rate measured, in tests/stats/)."""
 
 from __future__ import annotations
 
