@@ -25,7 +25,8 @@ def ranks(values: ArrayLike) -> Array:
     span (scipy's `rankdata`, method "average")."""
     data = np.asarray(values, dtype=float)
     n = data.shape[-1]
-    order = np.argsort(data, axis=-1, kind="stable")
+    # Tied values share their average rank, so the order among them does not matter.
+    order = np.argsort(data, axis=-1)
     ordered = np.take_along_axis(data, order, axis=-1)
     position = np.arange(1, n + 1, dtype=float)
     starts = np.ones(ordered.shape, dtype=bool)
@@ -35,8 +36,8 @@ def ranks(values: ArrayLike) -> Array:
     # Each value's tie run spans from the last run start at or before it to the first run
     # end at or after it; the average rank is the midpoint.
     first = np.maximum.accumulate(np.where(starts, position, 0.0), axis=-1)
-    backwards = np.flip(np.where(ends, position, np.inf), axis=-1)
-    last = np.flip(np.minimum.accumulate(backwards, axis=-1), axis=-1)
+    backwards = np.where(ends, position, np.inf)[..., ::-1]
+    last = np.minimum.accumulate(backwards, axis=-1)[..., ::-1]
     found = np.empty_like(ordered)
     np.put_along_axis(found, order, (first + last) / 2.0, axis=-1)
     return found
