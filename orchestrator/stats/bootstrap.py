@@ -47,9 +47,9 @@ def draws(n: int, resamples: int, seed: Seed = 0, width: int = 0) -> Iterator[In
 def draw_counts(n: int, resamples: int, seed: Seed = 0) -> NDArray[np.int64]:
     """The resamples of `draws` as counts: how often each of the n units is drawn in each
     resample, a (resamples, n) array (a statistic linear in its units takes them as weights)."""
-    drawn = np.concatenate(list(draws(n, resamples, seed))) if resamples else np.zeros((0, n))
+    drawn = np.concatenate([np.zeros((0, n), dtype=np.intp), *draws(n, resamples, seed)])
     offsets = np.arange(resamples)[:, None] * n
-    counts = np.bincount((drawn + offsets).ravel().astype(np.intp), minlength=resamples * n)
+    counts = np.bincount((drawn + offsets).ravel(), minlength=resamples * n)
     return counts.reshape(resamples, n)
 
 

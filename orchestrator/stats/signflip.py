@@ -67,7 +67,7 @@ def _check_permutations(permutations: object) -> None:
         raise ValueError(f"permutations must be a positive integer, got {permutations!r}")
 
 
-def drawn_signs(k: int, draws: int, seed: int) -> Iterator[Any]:
+def _drawn_signs(k: int, draws: int, seed: int) -> Iterator[Any]:
     """`draws` seeded random sign vectors of length k (rows of ±1), in chunks."""
     rng = np.random.default_rng(seed)
     rows = max(1, CELLS // max(k, 1))
@@ -105,7 +105,7 @@ def sign_flip_p(
                 sums += np.where((masks >> bit) & 1, -value, value)
             hits += (np.abs(sums) >= threshold[..., None]).sum(axis=-1)
         return np.asarray(hits / float(total))
-    for signs in drawn_signs(n, draws, seed):
+    for signs in _drawn_signs(n, draws, seed):
         # One series is multiplied as a vector (gemv), a batch as a matrix.
         flipped = signs @ d if d.ndim == 1 else d @ signs.T
         hits += (np.abs(flipped) >= threshold[..., None]).sum(axis=-1)
@@ -233,7 +233,7 @@ def sign_flip_interval(
     else:
         _check_permutations(permutations)
         sums, sizes = [], []
-        for signs in drawn_signs(k, permutations, seed):  # as sign_flip_test draws them
+        for signs in _drawn_signs(k, permutations, seed):  # as sign_flip_test draws them
             # The plus group's sum and size from the signed sum: (Σ s·d + Σ d) / 2.
             sums.append((signs.astype(float) @ nonzero + nonzero.sum()) / 2.0)
             sizes.append((signs.sum(axis=1) + k) // 2)
@@ -315,7 +315,7 @@ def cluster_sign_flip(
         p = sign_flip_p(sums, permutations, seed, exact=False)
         test = SignFlip(float(p), "monte-carlo", permutations)
         signed_sums, signed_sizes = [], []
-        for signs in drawn_signs(count_clusters, permutations, seed):  # the test's vectors
+        for signs in _drawn_signs(count_clusters, permutations, seed):  # the test's vectors
             signed_sums.append(signs.astype(float) @ sums)
             signed_sizes.append(signs.astype(float) @ sizes.astype(float))
         # The plus group's sum and size from the signed ones, (Σ s·x + Σ x) / 2; the

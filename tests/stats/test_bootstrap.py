@@ -98,3 +98,18 @@ def test_card_cluster_bootstrap_draws_whole_clusters_and_covers() -> None:
         clustered += cluster_ci.low <= 0.0 <= cluster_ci.high
     assert naive / 200 < 0.85
     assert clustered / 200 == pytest.approx(0.95, abs=_tolerance(0.95, 200) + 0.02)
+
+
+def test_draws_are_scipys_resamples_whatever_the_chunks_and_counts_are_the_same_draws() -> None:
+    # A width of ~CELLS splits 300 resamples into chunks of one row: the stream is the same.
+    whole = np.random.default_rng(4).integers(0, 7, size=(300, 7))
+    chunked = list(stats.draws(7, 300, 4, width=3_999_990))
+    assert len(chunked) == 300 and np.array_equal(np.concatenate(chunked), whole)
+    counts = stats.draw_counts(7, 300, 4)
+    assert np.array_equal(counts, np.stack([np.bincount(row, minlength=7) for row in whole]))
+
+
+def test_cluster_numbering_is_sorted_or_first_seen() -> None:
+    labels = ["b", "a", "b", "c", "a"]
+    assert stats.cluster_index(labels).tolist() == [1, 0, 1, 2, 0]
+    assert stats.cluster_index(labels, sort=False).tolist() == [0, 1, 0, 2, 1]
