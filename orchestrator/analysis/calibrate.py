@@ -2,10 +2,11 @@
 
 Learn then Test (Angelopoulos, Bates, Candès, Jordan, Lei, 2021): each candidate threshold
 t is a null hypothesis "the error rate among examples with confidence ≥ t exceeds R",
-tested with the exact binomial tail p = P(Binomial(n_t, R) ≤ errors_t). Fixed-sequence
-testing walks the candidates from the most confident down and stops at the first that it
-cannot reject at level δ; since the order is fixed before the data are seen, the chance of
-keeping any threshold whose true risk exceeds R is at most δ (no monotonicity needed).
+tested with the exact binomial tail p = P(Binomial(n_t, R) ≤ errors_t), `stats.binomial_tail`.
+Fixed-sequence testing walks the candidates from the most confident down and stops at the
+first that it cannot reject at level δ; since the order is fixed before the data are seen,
+the chance of keeping any threshold whose true risk exceeds R is at most δ (no
+monotonicity needed).
 
 Confidence per example is `compute.confidence.judged`, what an `abstain:` key applies at run
 time: the probability of the token where the judge wrote its answer (when the node asked for
@@ -20,19 +21,18 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
-from scipy.special import betainc
 
 from ..compute.confidence import ASK_FOR_CONFIDENCE, judged, wrong_answer
 from ..errors import CalibrationError, LabelError
+from ..stats import binomial_tail
 from ..store.reader import RunReader, TraceReader
 from .metaeval import annotated, judge_value, label_truth, read_labels
 from .metaeval_stats import Bootstrap
 
-__all__ = ["Calibration", "binomial_tail", "calibrate", "select_threshold"]
+__all__ = ["Calibration", "calibrate", "select_threshold"]
 log = logging.getLogger(__name__)
 
 NO_CONFIDENCE = (
@@ -58,20 +58,6 @@ class Calibration(BaseModel):
     source: str  # "logprobs" or "samples": where the confidence came from
     method: str = "Learn then Test, fixed-sequence, exact binomial tail"
     message: str | None = None
-
-
-def binomial_tail(errors: Any, n: Any, risk: float) -> np.ndarray:
-    """P(Binomial(n, risk) ≤ errors), elementwise: the p-value of "risk > R" given the count.
-
-    Through the regularised incomplete beta, I_{1−R}(n − k, k + 1); 1 where k ≥ n and
-    where nothing was answered (no evidence against the null).
-    """
-    k = np.asarray(errors, dtype=float)
-    m = np.asarray(n, dtype=float)
-    inside = (k < m) & (m > 0)
-    a = np.where(inside, m - k, 1.0)
-    out = betainc(a, k + 1.0, 1.0 - risk)
-    return np.where(inside, out, 1.0)
 
 
 def _least_answered(risk: float, delta: float) -> int:

@@ -14,8 +14,22 @@ from typing import TYPE_CHECKING, Any
 
 from ..compute.statistics import cohen_kappa
 from ..errors import ConfigurationError
+from ..stats import (
+    EXACT_UP_TO,
+    PERMUTATIONS,
+    SignFlip,
+    SignFlipInterval,
+    cluster_sign_flip,
+    cohens_dz,
+    finite,
+    holm,
+    kendall_tau_b,
+    pearson,
+    sign_flip_interval,
+    sign_flip_test,
+    spearman,
+)
 from ..store.records import Manifest, ResultLine
-from . import paired
 from .comparison import (
     Comparison,
     Correlation,
@@ -314,22 +328,29 @@ class _Settings:
 
 def _sign_flip(
     differences: list[float], ids: list[str], s: _Settings
-) -> tuple[paired.SignFlip, paired.SignFlipInterval, int | None]:
+) -> tuple[SignFlip, SignFlipInterval, int | None]:
     """The sign-flip test and the interval inverting it, over examples or, with
     `cluster=`, over whole clusters; and how many clusters there were."""
     if s.clusters is not None:
-        found = paired.cluster_sign_flip(
+        found = cluster_sign_flip(
             differences, cluster_labels(ids, s.clusters), s.level, s.permutations, s.seed
         )
         return found.test, found.interval, found.clusters
     # The interval inverts the test below with the same sign vectors, so it excludes 0
     # exactly when p < 1 − level (a bootstrap interval disagreed with it at small n).
-    interval = paired.sign_flip_interval(differences, s.level, s.permutations, s.seed)
+    interval = sign_flip_interval(differences, s.level, s.permutations, s.seed)
     # Where ties are too many for the interval to enumerate, the test draws too: with the
     # same draws the two still agree.
-    exact_up_to = paired.EXACT_UP_TO if interval.method == "exact" else 0
-    test = paired.sign_flip_test(differences, s.permutations, s.seed, exact_up_to)
+    exact_up_to = EXACT_UP_TO if interval.method == "exact" else 0
+    test = sign_flip_test(differences, s.permutations, s.seed, exact_up_to)
     return test, interval, None
+
+
+def _win_tie_loss(a: list[float], b: list[float]) -> tuple[int, int, int]:
+    """Examples where b scored higher, the same, and lower than a."""
+    wins = sum(y > x for x, y in zip(a, b, strict=True))
+    ties = sum(y == x for x, y in zip(a, b, strict=True))
+    return wins, ties, len(a) - wins - ties
 
 
 def _pair(
@@ -347,7 +368,7 @@ def _pair(
     differences = [y - x for x, y in zip(a, b, strict=True)]
     found.mean_a, found.mean_b = sum(a) / n, sum(b) / n
     found.difference = sum(differences) / n
-    found.wins, found.ties, found.losses = paired.win_tie_loss(a, b)
+    found.wins, found.ties, found.losses = _win_tie_loss(a, b)
     if n < 2:
         return found
     test, interval, found.clusters = _sign_flip(differences, ids or [], s)
@@ -362,12 +383,12 @@ def _pair(
             seed=s.seed,
         )
     found.p, found.p_method, found.p_count = test.p, test.method, test.count
-    found.effect_size = paired.cohens_dz(differences)
+    found.effect_size = cohens_dz(differences)
     if s.judge:
         found.agreement = Correlation(
-            pearson=paired.pearson(a, b),
-            spearman=paired.spearman(a, b),
-            kendall_tau_b=paired.kendall_tau_b(a, b),
+            pearson=finite(pearson(a, b)),
+            spearman=finite(spearman(a, b)),
+            kendall_tau_b=finite(kendall_tau_b(a, b)),
         )
     return found
 
@@ -388,7 +409,7 @@ def _numeric(
         ids = [key for key, _, _ in matched]
         pairs.append(_pair(fa, fb, (runs[i].info.label, runs[j].info.label), s, ids))
     tested = [pair for pair in pairs if pair.p is not None]
-    for pair, adjusted in zip(tested, paired.holm([pair.p or 0.0 for pair in tested]), strict=True):
+    for pair, adjusted in zip(tested, holm([pair.p or 0.0 for pair in tested]), strict=True):
         pair.p_holm = adjusted
     return OutputComparison(output=name, means=means, counts=counts, pairs=pairs)
 
@@ -444,9 +465,7 @@ def _by_group(
         tested = [
             pair for group in groups for pair in group.output(name).pairs if pair.p is not None
         ]
-        for pair, adjusted in zip(
-            tested, paired.holm([pair.p or 0.0 for pair in tested]), strict=True
-        ):
+        for pair, adjusted in zip(tested, holm([pair.p or 0.0 for pair in tested]), strict=True):
             pair.p_holm = adjusted
     every = {key for run in runs for key in run.lines}
     return groups, len(every - set(keys))
@@ -495,7 +514,7 @@ def compare(
     labels: Sequence[str] | None = None,
     kind: Kind | None = None,
     resamples: int = 2000,
-    permutations: int = paired.PERMUTATIONS,
+    permutations: int = PERMUTATIONS,
     seed: int = 0,
     level: float = 0.95,
     by: str | None = None,
@@ -510,8 +529,8 @@ def compare(
     kept, such as `language`): the numeric outputs are then also compared within each of
     its values (`groups`). `cluster` names the row field examples are nested in (a user
     id): the test and its interval then flip the signs of whole clusters (see
-    `paired.cluster_sign_flip`), as nested examples are not independent. The interval
-    inverts the sign-flip test (see `paired.sign_flip_interval`), so `resamples` no longer
+    `stats.cluster_sign_flip`), as nested examples are not independent. The interval
+    inverts the sign-flip test (see `stats.sign_flip_interval`), so `resamples` no longer
     shapes it; it is still checked and recorded, for callers that pass it. Raises
     ConfigurationError for runs that cannot be compared.
     """

@@ -19,6 +19,7 @@ from typing import Any
 from ..compute.distilled import CARD_FILE, SCORER_FILE, compose
 from ..compute.distilled import Scorer as Scorer  # what `distill` trains, read back
 from ..compute.distilled import load_scorer as load_scorer
+from ..stats import finite, spearman
 from ..store.reader import RunReader
 from .groups import estimate, ids_by_group, key_text
 
@@ -117,14 +118,6 @@ def held_out_by(
     return found
 
 
-def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
-    from scipy.stats import spearmanr
-
-    if len(set(a)) < 2 or len(set(b)) < 2:
-        return None  # undefined when either side is constant
-    return float(spearmanr(a, b).statistic)
-
-
 def distill(
     run_dir: Path,
     out: Path,
@@ -197,7 +190,7 @@ def distill(
                 float(f1_score(truth, predicted, average="macro", labels=classes, zero_division=0)),
                 4,
             ),
-            "spearman": _spearman(truth, predicted),
+            "spearman": finite(spearman(truth, predicted)),  # None when either is constant
         },
         # PerQ asks whether quality differs among languages: so may the scorer's accuracy.
         "held_out_by_language": held_out_by(rows, test, truth, predicted),

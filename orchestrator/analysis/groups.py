@@ -19,8 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import ConfigurationError
+from ..stats import mean_interval, wilson
 from ..store.records import ResultLine
-from .paired import paired_interval
 
 logger = logging.getLogger(__name__)
 
@@ -182,17 +182,6 @@ def rows_by_group(
     return {value: [by_id[i] for i in ids] for value, ids in ids_by_group(keys).items()}
 
 
-def _wilson(successes: float, n: int, level: float) -> tuple[float, float]:
-    from scipy.special import ndtri
-
-    z = float(ndtri(1.0 - (1.0 - level) / 2.0))
-    share = successes / n
-    scale = 1.0 + z * z / n
-    centre = (share + z * z / (2 * n)) / scale
-    half = z * math.sqrt(share * (1.0 - share) / n + z * z / (4 * n * n)) / scale
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def is_proportion(values: Iterable[float]) -> bool:
     """Every value is 0 or 1: the mean is a share of rows."""
     return all(v in (0.0, 1.0) for v in values)
@@ -217,14 +206,20 @@ def estimate(
         proportion = is_proportion(values)
     if proportion:
         # Wilson is defined from one row on: a single right answer is [0.21, 1] at 95%.
-        found.low, found.high = _wilson(sum(values), n, level)
+        share = wilson(sum(values), n, level)
+        found.low, found.high = share.low, share.high
         found.method = "wilson"
         return found
     if n < 2:
         return found
-    interval = paired_interval(list(values), level, resamples, seed)
-    found.low, found.high = float(interval["ci_low"]), float(interval["ci_high"])
-    found.method = interval["method"]
+    # BCa, or the percentile interval where BCa is undefined (every resample on one side).
+    found.method = "bca"
+    _, interval = mean_interval(values, level, resamples, seed, "bca")
+    if interval is None:
+        found.method = "percentile"
+        _, interval = mean_interval(values, level, resamples, seed, "percentile")
+    if interval is not None:
+        found.low, found.high = interval.low, interval.high
     return found
 
 

@@ -23,6 +23,7 @@ import orjson
 from ..compute.confidence import field_value
 from ..compute.statistics import LEVELS
 from ..errors import LabelError
+from ..stats import Method, correlation_test, finite
 from ..store.reader import RunReader
 from .groups import cluster_keys, run_inputs
 from .metaeval_stats import (
@@ -148,14 +149,8 @@ def _same(predicted: Any, truth: Any) -> bool:
     return str(predicted).strip().casefold() == str(truth).strip().casefold()
 
 
-def _finite(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
-
-
 def correlations(predicted: list[float], truth: list[float]) -> dict[str, Any]:
     """Pearson, Spearman and Kendall (tau-b) with p-values, plus the mean absolute error."""
-    from scipy import stats
-
     n = len(predicted)
     out: dict[str, Any] = {"n": n}
     out["mae"] = (sum(abs(p - t) for p, t in zip(predicted, truth, strict=True)) / n) if n else None
@@ -165,13 +160,10 @@ def correlations(predicted: list[float], truth: list[float]) -> dict[str, Any]:
         for name in ("pearson", "spearman", "kendall"):
             out[name] = {"r": None, "p": None}
         return out
-    for name, fn in (
-        ("pearson", stats.pearsonr),
-        ("spearman", stats.spearmanr),
-        ("kendall", stats.kendalltau),
-    ):
-        result = fn(predicted, truth)
-        out[name] = {"r": _finite(result.statistic), "p": _finite(result.pvalue)}
+    methods: tuple[Method, ...] = ("pearson", "spearman", "kendall")
+    for name in methods:
+        r, p = correlation_test(name, predicted, truth)
+        out[name] = {"r": finite(r), "p": finite(p)}
     return out
 
 

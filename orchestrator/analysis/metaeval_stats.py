@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 
 from ..compute.statistics import krippendorff_alpha
+from ..stats import finite, kendall_tau_b, pearson, percentile_intervals, spearman
 from .groups import cluster_labels
 
 Statistic = Callable[[np.ndarray], float | None]
-SLICE_CELLS = 4_000_000  # index cells drawn at once, so memory stays bounded
-SHORT_SERIES = 400  # Kendall by all pairs up to this length
 
 
 @dataclass(frozen=True)
@@ -58,46 +57,18 @@ class Bootstrap:
         return cluster_labels(ids, self.clusters)
 
 
-def _draws(clusters: int, boot: Bootstrap) -> Iterator[np.ndarray]:
-    """Resampled cluster indices, one row per resample, drawn as scipy.stats.bootstrap does."""
-    rng = np.random.default_rng(boot.seed)
-    rows = max(1, SLICE_CELLS // max(clusters, 1))
-    for start in range(0, boot.resamples, rows):
-        yield from rng.integers(0, clusters, size=(min(rows, boot.resamples - start), clusters))
-
-
 def intervals(
     ids: Sequence[str], statistics: dict[str, Statistic], boot: Bootstrap
 ) -> dict[str, list[float] | None]:
     """A percentile interval per statistic, drawing records that share an id (or, with
-    `boot.clusters`, an example's cluster) together.
+    `boot.clusters`, an example's cluster) together (`stats.percentile_intervals`).
 
     Resamples where a statistic is undefined (None) are left out; none left gives None.
     """
-    groups: dict[str, list[int]] = {}
-    for position, key in enumerate(boot.units(ids)):
-        groups.setdefault(key, []).append(position)
-    members = [np.asarray(v) for v in groups.values()]
-    single = all(len(m) == 1 for m in members)
-    lookup = np.concatenate(members) if members else np.empty(0, dtype=int)
-    values: dict[str, list[float]] = {name: [] for name in statistics}
-    if not members:
-        return dict.fromkeys(statistics)
-    for drawn in _draws(len(members), boot):
-        picked = lookup[drawn] if single else np.concatenate([members[i] for i in drawn])
-        for name, statistic in statistics.items():
-            value = statistic(picked)
-            if value is not None and math.isfinite(value):
-                values[name].append(value)
-    tail = (1.0 - boot.confidence) / 2.0
-    out: dict[str, list[float] | None] = {}
-    for name, found in values.items():
-        if not found:
-            out[name] = None
-            continue
-        low, high = np.quantile(np.asarray(found), [tail, 1.0 - tail])
-        out[name] = [float(low), float(high)]
-    return out
+    found = percentile_intervals(
+        boot.units(ids), statistics, boot.resamples, boot.seed, boot.confidence
+    )
+    return {name: None if ci is None else [ci.low, ci.high] for name, ci in found.items()}
 
 
 # -- statistics of two aligned series (NaN = not rated) -----------------------------------
@@ -108,32 +79,14 @@ def _both(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x[keep], y[keep]
 
 
-def _ranks(values: np.ndarray) -> np.ndarray:
-    """Ranks from 1, ties sharing their average rank (as scipy's rankdata)."""
-    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    return (np.cumsum(counts) - (counts - 1) / 2.0)[inverse]
-
-
-def _kendall(x: np.ndarray, y: np.ndarray) -> float:
-    """Kendall tau-b; over every pair for short series (fast per resample), else scipy's."""
-    if len(x) > SHORT_SERIES:
-        from scipy import stats
-
-        return float(stats.kendalltau(x, y).statistic)
-    sx, sy = np.sign(x[:, None] - x[None, :]), np.sign(y[:, None] - y[None, :])
-    return float((sx * sy).sum() / math.sqrt(np.count_nonzero(sx) * np.count_nonzero(sy)))
-
-
 def correlation(kind: str, x: np.ndarray, y: np.ndarray) -> float | None:
     """Pearson, Spearman or Kendall tau-b; None under 3 pairs or for a constant series."""
     x, y = _both(x, y)
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return None
     if kind == "kendall":
-        return _kendall(x, y)
-    if kind == "spearman":
-        x, y = _ranks(x), _ranks(y)
-    return float(np.corrcoef(x, y)[0, 1])
+        return finite(kendall_tau_b(x, y))
+    return finite(spearman(x, y) if kind == "spearman" else pearson(x, y))
 
 
 def mae(x: np.ndarray, y: np.ndarray) -> float | None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ..errors import ConfigurationError
+from ..stats import normal_n, one_way_icc, t_power
 from .compare import (
     _is_numeric,
     _missing,
@@ -32,8 +32,6 @@ from .compare import (
 from .groups import cluster_keys
 
 if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
-
     from ..api.run import RunResult
 
 log = logging.getLogger(__name__)
@@ -68,24 +66,6 @@ class PowerEstimate(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def t_power(n: int, effect: float, alpha: float) -> float:
-    """The two-sided one-sample t-test's power at n observations and effect Δ/σ."""
-    from scipy import stats
-
-    if n < 2:
-        return 0.0
-    df = n - 1
-    critical = float(stats.t.ppf(1.0 - alpha / 2.0, df))
-    shift = abs(effect) * math.sqrt(n)
-    found = float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
-    if math.isfinite(found):
-        return found
-    # scipy's noncentral t gives nan far out (a shift or df in the millions), where the t
-    # statistic is the normal one: its power is the normal test's.
-    z = float(stats.norm.ppf(1.0 - alpha / 2.0))
-    return float(stats.norm.sf(z - shift) + stats.norm.cdf(-z - shift))
-
-
 def required_n(sd: float, diff: float, alpha: float, power: float) -> tuple[int, float, float]:
     """The fewest observations whose paired t-test detects `diff` with the given power.
 
@@ -93,17 +73,12 @@ def required_n(sd: float, diff: float, alpha: float, power: float) -> tuple[int,
     from the normal formula and steps up until the noncentral t reaches the power; never
     below SIGN_FLIP_MINIMUM, the smallest n at which compare's test can reject at all.
     """
-    from scipy.stats import norm
-
     if diff == 0 or not math.isfinite(diff):
         raise ConfigurationError(f"diff must be a non-zero number, got {diff!r}")
     if sd == 0:
         return SIGN_FLIP_MINIMUM, 0.0, 1.0
     effect = abs(diff) / sd
-    try:
-        normal = ((float(norm.ppf(1.0 - alpha / 2.0)) + float(norm.ppf(power))) / effect) ** 2
-    except (OverflowError, ZeroDivisionError):
-        normal = math.inf
+    normal = normal_n(effect, alpha, power)
     if not math.isfinite(normal):
         raise ConfigurationError(
             f"diff {diff!r} is too small against the pilot's σ of the differences "
@@ -117,27 +92,6 @@ def required_n(sd: float, diff: float, alpha: float, power: float) -> tuple[int,
         n += 1
         reached = t_power(n, effect, alpha)
     return n, normal, reached
-
-
-def one_way_icc(values: ArrayLike, groups: Sequence[Any]) -> tuple[float, int, float]:
-    """The intra-cluster correlation by one-way ANOVA (clipped at 0), the number of
-    clusters and their mean size; unequal sizes use the usual adjusted size n₀."""
-    import numpy as np
-
-    data = np.asarray(values, dtype=float)
-    labels, index = np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)
-    k, total = len(labels), data.size
-    sizes = np.bincount(index, minlength=k).astype(float)
-    mean_size = total / k
-    if k < 2 or total <= k:
-        return 0.0, k, mean_size
-    means = np.bincount(index, weights=data, minlength=k) / sizes
-    between = float((sizes * (means - data.mean()) ** 2).sum()) / (k - 1)
-    within = float(((data - means[index]) ** 2).sum()) / (total - k)
-    n0 = (total - float((sizes**2).sum()) / total) / (k - 1)
-    denominator = between + (n0 - 1.0) * within
-    icc = (between - within) / denominator if denominator > 0 else 0.0
-    return max(0.0, icc), k, mean_size
 
 
 def _pick_output(values: list[dict[str, dict[str, Any]]], output: str | None) -> str:

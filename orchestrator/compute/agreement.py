@@ -1,4 +1,5 @@
-"""Jury labels and inter-judge agreement (PerQ): label rules, Fleiss' kappa, pairwise agreement."""
+"""Jury labels and inter-judge agreement (PerQ): label rules, Fleiss' kappa (the arithmetic
+is `orchestrator.stats.fleiss_kappa`), pairwise agreement."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from itertools import combinations
 from statistics import fmean
 from typing import Any
 
+from ..stats import fleiss_kappa
 from .registry import register
 
 
@@ -51,30 +53,6 @@ def jury_label(judges: Mapping[str, Any], field: str = "score") -> dict[str, Any
     scores = {name: judge_score(value, field) for name, value in judges.items()}
     label, rule = label_from_votes(list(scores.values()))
     return {"label": label, "rule": rule, "scores": scores}
-
-
-def fleiss_kappa(table: Sequence[Sequence[int]]) -> float | None:
-    """Fleiss' kappa from an items x categories count table (same raters per item).
-
-    None when it is undefined: no items, fewer than two raters, or chance agreement of 1
-    (every rating in one category).
-    """
-    rows = [list(map(int, r)) for r in table if sum(r) > 0]
-    if not rows:
-        return None
-    raters = sum(rows[0])
-    if raters < 2 or any(sum(r) != raters for r in rows):
-        if raters >= 2:
-            raise ValueError("Fleiss' kappa needs the same number of ratings for every item")
-        return None
-    items = len(rows)
-    categories = len(rows[0])
-    agreement = fmean((sum(c * c for c in r) - raters) / (raters * (raters - 1)) for r in rows)
-    shares = [sum(r[j] for r in rows) / (items * raters) for j in range(categories)]
-    chance = sum(p * p for p in shares)
-    if chance >= 1.0:
-        return None
-    return (agreement - chance) / (1.0 - chance)
 
 
 def rating_table(ratings: Sequence[Sequence[int]], categories: Sequence[int]) -> list[list[int]]:

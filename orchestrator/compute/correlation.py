@@ -3,7 +3,8 @@
 What a two-judge protocol reports as its agreement on a numeric scale (judge A's scores
 against judge B's, a judge against human labels), as an aggregate over `results` or as a
 compute node over two lists of one example. `compare` correlates across runs; these work
-on the values of one run.
+on the values of one run. Each checks its arguments and shapes the record; the arithmetic
+is `orchestrator.stats.correlation_test`, the one compare and meta-eval use.
 
 Missing values: `x[i]` and `y[i]` are one item; an item where either is None (or a float
 NaN, how pandas spells a gap) is dropped, as scipy's `nan_policy='omit'` would drop it for
@@ -17,7 +18,6 @@ ValueError naming the argument.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -55,25 +55,15 @@ def _pairs(x: Any, y: Any) -> tuple[list[float], list[float]]:
 
 def _correlate(method: Method, x: Any, y: Any) -> dict[str, Any]:
     """The statistic and its p-value over the complete pairs of x and y."""
-    from scipy import stats
+    from ..stats import correlation_test, finite
 
     xs, ys = _pairs(x, y)
     n = len(xs)
     if len(set(xs)) == 1 or len(set(ys)) == 1:
-        # A constant list has no spread to correlate (scipy warns and returns NaN).
+        # A constant list has no spread to correlate.
         return {"statistic": None, "p_value": None, "n": n}
-    if method == "pearson":
-        result = stats.pearsonr(xs, ys)
-    elif method == "spearman":
-        result = stats.spearmanr(xs, ys)
-    else:
-        result = stats.kendalltau(xs, ys, variant="b")
-    statistic, p_value = float(result.statistic), float(result.pvalue)
-    return {
-        "statistic": None if math.isnan(statistic) else statistic,
-        "p_value": None if math.isnan(p_value) else p_value,
-        "n": n,
-    }
+    statistic, p_value = correlation_test(method, xs, ys)
+    return {"statistic": finite(statistic), "p_value": finite(p_value), "n": n}
 
 
 @register("pearson")

@@ -59,12 +59,12 @@ def _encode(matches: list[dict[str, Any]], score: str) -> tuple[list[str], Any, 
     return names, a, b, s
 
 
-def _interval(values: Any, level: float) -> tuple[float, float]:
-    import numpy as np
+def _interval(values: Any, level: float) -> tuple[float | None, float | None]:
+    """The percentile interval of the bootstrap replicates; (None, None) without one."""
+    from ..stats import percentile_interval
 
-    tail = (1.0 - level) / 2.0 * 100.0
-    low, high = np.percentile(values, [tail, 100.0 - tail])
-    return float(low), float(high)
+    found = percentile_interval(values, level)
+    return (None, None) if found is None else (found.low, found.high)
 
 
 def _ranking(players: dict[str, dict[str, Any]], key: str) -> list[str]:
@@ -180,6 +180,8 @@ def elo_ratings(
     """
     import numpy as np
 
+    from ..stats import resample as draw
+
     if replicates < 1:
         raise ValueError("replicates must be at least 1")
     rng = np.random.default_rng(seed)
@@ -188,7 +190,7 @@ def elo_ratings(
         names, a, b, s = _encode(group, score)
         count = len(group)
         if resample:
-            order = rng.integers(0, count, size=(replicates, count))
+            order = draw(rng, count, replicates)  # the bootstrap's draw (stats.resample)
         else:
             order = np.argsort(rng.random((replicates, count)), axis=1)
         ratings = _elo_runs(a, b, s, len(names), order, k, initial)
@@ -197,7 +199,7 @@ def elo_ratings(
         players: dict[str, dict[str, Any]] = {}
         for i, name in enumerate(names):
             kept = ratings[~absent[:, i], i]
-            low, high = _interval(kept, level) if kept.size else (None, None)
+            low, high = _interval(kept, level)
             players[name] = {
                 "rating": float(np.median(kept)) if kept.size else None,
                 "ci_low": low,
@@ -371,7 +373,7 @@ def bradley_terry(
         players = {}
         for i, name in enumerate(names):
             rated = initial + to_rating * boot[:, i]
-            low, high = _interval(rated, level) if rated.size else (None, None)
+            low, high = _interval(rated, level)
             players[name] = {
                 "rating": float(initial + to_rating * full[i]),
                 "strength": float(full[i]),

@@ -18,7 +18,9 @@ undefined on usable data: every rating in one category leaves nothing to tell ag
 from chance. Anything that is neither a value nor missing (a string among numbers, a
 nested list) is a ValueError naming the argument and the position.
 
-numpy/scipy are imported inside the functions so that importing the package stays cheap.
+The arithmetic is `orchestrator.stats`' (agreement, bootstrap); these check and code what
+a graph hands them. It and numpy are imported inside the functions so that importing the
+package stays cheap.
 """
 
 from __future__ import annotations
@@ -189,7 +191,7 @@ def cohen_kappa(
     (default: the numeric ratings seen, sorted) for ordinal scales. Null when chance
     agreement is already perfect (both raters always give one and the same label).
     """
-    import numpy as np
+    from ..stats import cohen_kappa_codes
 
     first = _as_list(rater_a, "rater_a")
     second = _as_list(rater_b, "rater_b")
@@ -215,25 +217,9 @@ def cohen_kappa(
         [v for pair in both for v in pair], allowed, weights is not None, f"weights={weights!r}"
     )
     index = {value: i for i, value in enumerate(domain)}
-    k = len(domain)
-    observed = np.zeros((k, k))
-    for x, y in both:
-        observed[index[x], index[y]] += 1
-    observed /= len(both)
-    # Chance: the two raters' own label frequencies, combined as if independent.
-    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0))
-    positions = np.arange(k)
-    distance = np.abs(positions[:, None] - positions[None, :]).astype(float)
-    if weights is None:
-        penalty = (distance > 0).astype(float)
-    elif weights == "linear":
-        penalty = distance
-    else:
-        penalty = distance**2
-    chance_disagreement = float((penalty * expected).sum())
-    if chance_disagreement == 0.0:
-        return None
-    return 1.0 - float((penalty * observed).sum()) / chance_disagreement
+    first_codes = [index[x] for x, _ in both]
+    second_codes = [index[y] for _, y in both]
+    return cohen_kappa_codes(first_codes, second_codes, len(domain), weights)
 
 
 def _item_values(item: Any, position: int) -> list[tuple[Any, str]]:
@@ -268,6 +254,8 @@ def krippendorff_alpha(
     """
     import numpy as np
 
+    from ..stats import krippendorff_alpha_counts
+
     if level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
     allowed = _checked_categories(categories)
@@ -293,42 +281,7 @@ def krippendorff_alpha(
     for row, unit in enumerate(units):
         for value in unit:
             counts[row, index[value]] += 1
-    pairable = counts.sum(axis=1)
-    # Coincidences: every ordered pair of ratings within an item, each item weighted
-    # 1/(m − 1) so that it contributes as many coincidences as it has ratings.
-    weighted = counts / (pairable - 1)[:, None]
-    coincidence = weighted.T @ counts - np.diag(weighted.sum(axis=0))
-    marginal = coincidence.sum(axis=1)
-    total = float(marginal.sum())
-    distance = _alpha_distance(level, domain, marginal)
-    observed = float((coincidence * distance).sum()) / total
-    expected = float((np.outer(marginal, marginal) * distance).sum()) / (total * (total - 1))
-    if expected == 0.0:
-        return None
-    return 1.0 - observed / expected
-
-
-def _alpha_distance(level: str, domain: list[Any], marginal: Any) -> Any:
-    """The squared difference δ² between every two categories for a level of measurement."""
-    import numpy as np
-
-    k = len(domain)
-    if level == "nominal":
-        return 1.0 - np.eye(k)
-    if level == "ordinal":
-        # Between ranks c ≤ k: the ratings from c to k, counting the two ends half.
-        through = np.cumsum(marginal)
-        low = np.minimum.outer(np.arange(k), np.arange(k))
-        high = np.maximum.outer(np.arange(k), np.arange(k))
-        between = through[high] - through[low] + marginal[low]
-        return (between - (marginal[low] + marginal[high]) / 2.0) ** 2
-    values = np.asarray(domain, dtype=float)
-    difference = values[:, None] - values[None, :]
-    if level == "interval":
-        return difference**2
-    total = values[:, None] + values[None, :]
-    safe = np.where(total == 0.0, 1.0, total)  # only 0 vs 0 sums to 0, and its δ is 0
-    return (difference / safe) ** 2
+    return krippendorff_alpha_counts(counts, level, domain)
 
 
 # -- bootstrap ---------------------------------------------------------------------------
@@ -352,8 +305,7 @@ def bootstrap_mean_ci(
     value at all (every row left out, say), n is 0 and the mean and interval are null: an
     aggregate over no scored row reports that rather than failing the run's summary.
     """
-    import numpy as np
-    from scipy.special import ndtr, ndtri
+    from ..stats import mean_interval
 
     if method not in ("bca", "percentile"):
         raise ValueError(f"method must be 'bca' or 'percentile', got {method!r}")
@@ -363,50 +315,24 @@ def bootstrap_mean_ci(
         raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
-    data = np.asarray(_numbers(values, "values"), dtype=float)
-    n = int(data.size)
-    estimate = float(data.mean()) if n else 0.0
-    shown = estimate if n else None
+    data = _numbers(values, "values")
     result: dict[str, Any] = {
-        "mean": shown,
-        "ci_low": shown,
-        "ci_high": shown,
+        "mean": None,
+        "ci_low": None,
+        "ci_high": None,
         "level": level,
         "method": method,
-        "n": n,
+        "n": len(data),
         "resamples": resamples,
         "seed": seed,
     }
-    if n == 0 or float(data.max() - data.min()) == 0.0:
-        return result  # nothing to resample, or every resample has the same mean
-
-    rng = np.random.default_rng(seed)
-    means = np.empty(resamples)
-    # Draw the index matrix in slices of about 4 million cells so memory stays bounded;
-    # a data set that fits in one slice gets exactly scipy's resamples for the same seed.
-    rows = max(1, 4_000_000 // n)
-    for start in range(0, resamples, rows):
-        stop = min(start + rows, resamples)
-        means[start:stop] = data[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
-
-    tail = (1.0 - level) / 2.0
-    if method == "percentile":
-        probabilities = np.array([tail, 1.0 - tail])
-    else:
-        # Bias: how far the resampled means sit off the estimate (ties count half).
-        below = np.count_nonzero(means < estimate) + np.count_nonzero(means <= estimate)
-        bias = ndtri(below / (2.0 * resamples))
-        # Acceleration: the skew of the leave-one-out means (the jackknife).
-        leave_one_out = (data.sum() - data) / (n - 1)
-        influence = leave_one_out.mean() - leave_one_out
-        acceleration = (influence**3).sum() / (6.0 * ((influence**2).sum()) ** 1.5)
-        z = ndtri(np.array([tail, 1.0 - tail]))
-        probabilities = ndtr(bias + (bias + z) / (1.0 - acceleration * (bias + z)))
-        if not np.all(np.isfinite(probabilities)):
-            raise ValueError(
-                "bootstrap_mean_ci: the BCa interval is undefined for these values "
-                "(every resample falls on one side of the mean); use method 'percentile'"
-            )
-    low, high = np.quantile(means, probabilities)
-    result["ci_low"], result["ci_high"] = float(low), float(high)
+    if not data:
+        return result
+    mean, interval = mean_interval(data, level, resamples, seed, method)
+    if interval is None:
+        raise ValueError(
+            "bootstrap_mean_ci: the BCa interval is undefined for these values "
+            "(every resample falls on one side of the mean); use method 'percentile'"
+        )
+    result["mean"], result["ci_low"], result["ci_high"] = mean, interval.low, interval.high
     return result

@@ -1,5 +1,5 @@
-"""Calibration for abstention: the binomial p-value, Learn then Test's guarantee in
-simulation, and reading confidences from a run's trace."""
+"""Calibration for abstention: Learn then Test's guarantee in simulation, and reading
+confidences from a run's trace (its binomial p-value: tests/stats/test_intervals.py)."""
 
 from __future__ import annotations
 
@@ -11,21 +11,12 @@ import orjson
 import pytest
 from scipy.stats import binom
 
-from orchestrator.analysis.calibrate import binomial_tail, calibrate, select_threshold
+from orchestrator.analysis.calibrate import calibrate, select_threshold
 from orchestrator.errors import CalibrationError
 from orchestrator.store.records import NodeRun
 from orchestrator.store.trace import TraceStore
 
 RISK, DELTA = 0.1, 0.1
-
-
-def test_binomial_tail_is_the_exact_binomial_cdf() -> None:
-    n = np.array([1, 5, 20, 50, 200, 200, 300])
-    k = np.array([0, 1, 0, 3, 10, 25, 12])
-    for risk in (0.05, 0.1, 0.3):
-        assert binomial_tail(k, n, risk) == pytest.approx(binom.cdf(k, n, risk), rel=1e-10)
-    assert binomial_tail(5, 5, 0.1) == 1.0  # every answer wrong: no evidence
-    assert binomial_tail(0, 0, 0.1) == 1.0  # nothing answered: no evidence
 
 
 def _judges(rng: np.random.Generator, shape: tuple[int, ...], informative: bool):

@@ -1,9 +1,9 @@
 """`orchestrator compare` / `orc.compare` (issue 18): runs of one graph matched by example
-id; every statistic checked against scipy/statsmodels; the test's error rate measured."""
+id, its statistics as stats/ computes them (checked against scipy/statsmodels, and the
+test's error rate measured, in tests/stats/)."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import re
@@ -18,12 +18,12 @@ from helpers import orchestrator_command
 from typer.testing import CliRunner
 
 import orchestrator as orc
-from orchestrator.analysis import paired
+from orchestrator import stats
 from orchestrator.analysis.comparison import format_number
 from orchestrator.analysis.examples import paired_examples
 from orchestrator.cli import app
 from orchestrator.cli.app import console
-from orchestrator.compute.statistics import bootstrap_mean_ci, cohen_kappa
+from orchestrator.compute.statistics import cohen_kappa
 from orchestrator.providers.fake import FakeRequest
 
 N = 40
@@ -118,163 +118,16 @@ def test_no_difference_gives_a_p_that_is_not_small(tmp_path: Path) -> None:
     assert pair.p is not None and pair.p > 0.2
 
 
-def test_false_positive_rate_near_the_nominal_level() -> None:
-    """Under no shift, p < 0.05 about 5% of the time (over 400 data sets, both test paths)."""
-    rejected = {"exact": 0, "monte-carlo": 0}
-    for seed in range(200):
-        rng = np.random.default_rng(seed)
-        for n in (15, 40):  # 15: exact enumeration; 40: Monte Carlo
-            # Integer scores, so many differences are zero, as with real 1-10 judges.
-            a = rng.integers(1, 11, n)
-            b = np.clip(a + rng.integers(-2, 3, n), 1, 10)
-            differences = (b - a).astype(float)
-            test = paired.sign_flip_test(differences, permutations=1000, seed=seed)
-            rejected[test.method] += test.p < 0.05
-    # Clipping at 1 and 10 pulls both ways equally; a discrete test stays at or below α.
-    assert 0.01 <= rejected["exact"] / 200 <= 0.09
-    assert 0.02 <= rejected["monte-carlo"] / 200 <= 0.09
-
-
-# -- each statistic against scipy / statsmodels -----------------------------------------
-
-
-def _paired(n: int, seed: int, shift: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    a = rng.integers(1, 11, n).astype(float)
-    return a, np.clip(a + np.round(rng.normal(shift, 1.2, n)), 1, 10)
-
-
-def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> Any:
-    return np.mean(x - y, axis=axis)
-
-
-@pytest.mark.parametrize("n", [6, 12, 16])
-def test_exact_sign_flip_p_equals_scipy_permutation_test(n: int) -> None:
-    a, b = _paired(n, seed=n)
-    test = paired.sign_flip_test(b - a)
-    ref = scipy.stats.permutation_test(
-        (b, a), _mean_difference, permutation_type="samples", n_resamples=np.inf, vectorized=True
-    )
-    # Zero differences are left out of the enumeration: the p-value is the same.
-    assert test.method == "exact" and test.count == 2 ** int(np.count_nonzero(b - a))
-    assert test.p == pytest.approx(ref.pvalue, abs=1e-12)
-
-
-def _seeded(seed: int) -> dict[str, Any]:
-    """scipy's seed argument: `rng` since 1.15 (a Generator from the seed), before that
-    `random_state`, given the same Generator so both draw the same stream."""
-    if "rng" in inspect.signature(scipy.stats.bootstrap).parameters:
-        return {"rng": seed}
-    return {"random_state": np.random.default_rng(seed)}
-
-
-def test_monte_carlo_sign_flip_p_close_to_scipy() -> None:
-    a, b = _paired(60, seed=3, shift=0.5)
-    test = paired.sign_flip_test(b - a, permutations=20_000, seed=1)
-    ref = scipy.stats.permutation_test(
-        (b, a),
-        _mean_difference,
-        permutation_type="samples",
-        n_resamples=20_000,
-        **_seeded(2),
-        vectorized=True,
-    )
-    assert test.method == "monte-carlo" and test.count == 20_000
-    assert 0.001 < ref.pvalue < 0.5  # a p-value where the comparison means something
-    assert test.p == pytest.approx(ref.pvalue, abs=0.01)
-
-
-def test_sign_flip_edge_cases() -> None:
-    assert paired.sign_flip_test([0.0, 0.0, 0.0]).p == 1.0
-    # Four equal positive differences: only the all-plus and all-minus signs reach |sum| 4.
-    assert paired.sign_flip_test([1.0, 1.0, 1.0, 1.0, 0.0]).p == pytest.approx(2 / 16)
-    big = paired.sign_flip_test(np.ones(20))  # 2^20 signs enumerated
-    assert big.method == "exact" and big.p == pytest.approx(2 / 2**20)
-
-
-@pytest.mark.parametrize("method", ["bca", "percentile"])
-def test_paired_bootstrap_ci_equals_scipy_paired_bootstrap(method: str) -> None:
-    """BCa by default; scipy's `paired=True` resamples the same example indices."""
-    a, b = _paired(35, seed=11)
-    if method == "bca":
-        ours = paired.paired_interval(list(b - a), 0.95, 4999, 42)
-    else:
-        ours = bootstrap_mean_ci(list(b - a), 0.95, 4999, 42, method="percentile")
-    assert ours["method"] == method
-    ref = scipy.stats.bootstrap(
-        (b, a),
-        _mean_difference,
-        paired=True,
-        n_resamples=4999,
-        **_seeded(42),
-        method=method,
-        vectorized=True,
-    )
-    assert ours["ci_low"] == pytest.approx(ref.confidence_interval.low, abs=1e-9)
-    assert ours["ci_high"] == pytest.approx(ref.confidence_interval.high, abs=1e-9)
-
-
-def _ends_are_where_the_test_turns(
-    differences: np.ndarray, low: float, high: float, **test: Any
-) -> None:
-    """Just inside each end the sign-flip test of "mean = δ" gives p ≥ 0.05, just outside
-    p < 0.05 (the test itself is checked against scipy above)."""
-    step = 1e-9 * max(1.0, float(np.abs(differences).max()))
-    for end, inward in ((low, step), (high, -step)):
-        inside = paired.sign_flip_test(differences - (end + inward), **test).p
-        outside = paired.sign_flip_test(differences - (end - inward), **test).p
-        assert inside >= 0.05 > outside, (end, inside, outside)
-
-
-def test_sign_flip_interval_is_the_set_the_test_does_not_reject() -> None:
-    rng = np.random.default_rng(8)
-    # Monte Carlo, no zero difference: the test of d − δ draws the very same signs.
-    continuous = rng.normal(0.4, 1.0, 40)
-    interval = paired.sign_flip_interval(continuous, 0.95, 10_000, seed=3)
-    assert interval.method == "monte-carlo" and interval.count == 10_000
-    assert interval.low is not None and interval.high is not None
-    _ends_are_where_the_test_turns(continuous, interval.low, interval.high, seed=3)
-    # Exact, with ties (zero differences count at δ ≠ 0): against all 2^n signs.
-    for _ in range(6):
-        scores = rng.integers(-3, 4, 12).astype(float)
-        interval = paired.sign_flip_interval(scores)
-        assert interval.method == "exact" and interval.low is not None
-        assert interval.high is not None
-        _ends_are_where_the_test_turns(scores, interval.low, interval.high, exact_up_to=30)
-    # Five examples cannot reach p < 0.05 (2/32 at best): nothing is rejected, no ends.
-    assert paired.sign_flip_interval([1.0, 2.0, 3.0, 4.0, 5.0]).low is None
+# -- each statistic against scipy / statsmodels: tests/stats/ ---------------------------
 
 
 def test_compare_ci_is_the_sign_flip_interval(shifted: tuple[Path, Path]) -> None:
     pair = orc.compare(*shifted, seed=5).pair("score")
     differences = (BASE + 1 + NOISE) - BASE
-    expected = paired.sign_flip_interval(differences, 0.95, 10_000, seed=5)
+    expected = stats.sign_flip_interval(differences, 0.95, 10_000, seed=5)
     assert pair.ci is not None and pair.ci.seed == 5
     assert (pair.ci.low, pair.ci.high) == (expected.low, expected.high)
     assert pair.p is not None and (pair.p < 0.05) == (not pair.ci.low <= 0.0 <= pair.ci.high)
-
-
-def test_holm_equals_statsmodels() -> None:
-    multitest = pytest.importorskip("statsmodels.stats.multitest")
-    for p in ([0.01, 0.04, 0.03, 0.2, 0.001], [0.5, 0.5, 0.01], [0.9, 0.8], [0.04]):
-        expected = multitest.multipletests(p, method="holm")[1]
-        assert paired.holm(p) == pytest.approx(list(expected), abs=1e-12)
-    assert paired.holm([]) == []
-
-
-def test_correlations_equal_scipy_with_ties() -> None:
-    a, b = _paired(50, seed=4)
-    assert paired.pearson(a, b) == pytest.approx(scipy.stats.pearsonr(a, b).statistic)
-    assert paired.spearman(a, b) == pytest.approx(scipy.stats.spearmanr(a, b).statistic)
-    assert paired.kendall_tau_b(a, b) == pytest.approx(scipy.stats.kendalltau(a, b).statistic)
-    assert paired.pearson([1, 2, 3], [4, 4, 4]) is None  # a constant side: undefined
-    assert paired.kendall_tau_b([1, 1], [2, 3]) is None
-
-
-def test_effect_size_is_paired_cohens_dz() -> None:
-    d = np.array([1.0, 2.0, 0.0, 3.0, 1.0])
-    assert paired.cohens_dz(d) == pytest.approx(d.mean() / d.std(ddof=1))
-    assert paired.cohens_dz([2.0, 2.0]) is None and paired.cohens_dz([1.0]) is None
 
 
 # -- matching, judge comparisons, refusals ------------------------------------------------

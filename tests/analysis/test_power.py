@@ -16,8 +16,8 @@ from helpers import scripted_run
 from typer.testing import CliRunner
 
 import orchestrator as orc
-from orchestrator.analysis import paired
-from orchestrator.analysis.power import SIGN_FLIP_MINIMUM, one_way_icc, required_n
+from orchestrator import stats
+from orchestrator.analysis.power import SIGN_FLIP_MINIMUM, required_n
 from orchestrator.cli import app
 from orchestrator.errors import ConfigurationError
 
@@ -58,7 +58,7 @@ def pilot(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _power_of_sign_flip(data: np.ndarray) -> float:
     """Share of simulated data sets (rows) where compare's test gives p < 0.05."""
-    hits = sum(paired.sign_flip_test(row, DRAWS, seed, 0).p < 0.05 for seed, row in enumerate(data))
+    hits = sum(stats.sign_flip_test(row, DRAWS, seed, 0).p < 0.05 for seed, row in enumerate(data))
     return hits / len(data)
 
 
@@ -112,17 +112,6 @@ def test_clusters_are_counted_by_the_design_effect(pilot: tuple[Path, Path]) -> 
     half = _power_of_sign_flip(users(found.n_required // 2, rng))
     assert at_n == pytest.approx(0.8, abs=_tolerance(0.8))
     assert half < 0.8 - 3 * _tolerance(0.8)
-
-
-def test_one_way_icc_recovers_a_planted_correlation() -> None:
-    rng = np.random.default_rng(3)
-    groups = np.repeat(np.arange(400), 6)
-    values = rng.normal(0, math.sqrt(0.3), 400)[groups] + rng.normal(0, math.sqrt(0.7), 2400)
-    icc, count, size = one_way_icc(values, list(groups))
-    assert (count, size) == (400, 6.0)
-    assert icc == pytest.approx(0.3, abs=0.05)
-    independent, _, _ = one_way_icc(rng.normal(size=2400), list(groups))
-    assert independent < 0.06  # clipped at 0, never negative
 
 
 def test_one_pilot_run_assumes_a_correlation(pilot: tuple[Path, Path]) -> None:

@@ -15,8 +15,8 @@ import pytest
 from helpers import judge_graph, trace_records, user_text, write_graph, write_rows
 
 import orchestrator as orc
-from orchestrator.analysis.card.stability import Level, stability_of, weighted_alpha
-from orchestrator.analysis.metaeval_stats import Bootstrap, alpha
+from orchestrator.analysis.card.stability import stability_of
+from orchestrator.analysis.metaeval_stats import Bootstrap
 from orchestrator.providers.fake import FakeRequest
 
 ROWS = 30
@@ -212,19 +212,6 @@ def test_alpha_intervals_cover_the_true_reliability_about_95_percent() -> None:
         covered += found.alpha_ci[0] <= truth <= found.alpha_ci[1]
     # 95% nominal; a binomial 3-σ band around it (±4.6 points at 200 simulations).
     assert abs(covered / sims - 0.95) <= 3 * (0.95 * 0.05 / sims) ** 0.5
-
-
-@pytest.mark.parametrize("level", ["nominal", "interval"])
-def test_the_resampled_alpha_is_krippendorffs_alpha_of_the_resample(level: Level) -> None:
-    rng = np.random.default_rng(5)
-    for _ in range(30):
-        matrix = rng.integers(0, 4, size=(12, 4)).astype(float)
-        matrix[rng.random(matrix.shape) < 0.25] = np.nan
-        picked = rng.integers(0, 12, 12)
-        weights = np.stack([np.ones(12), np.bincount(picked, minlength=12).astype(float)])
-        whole, resample = weighted_alpha(matrix, level, weights)
-        for got, want in ((whole, alpha(matrix, level)), (resample, alpha(matrix[picked], level))):
-            assert (want is None and np.isnan(got)) or got == pytest.approx(want, abs=1e-9)
 
 
 def _two_step(root: Path) -> tuple[Path, Path]:

@@ -14,28 +14,32 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ...compute.bias import position_bias as position_tables
 from ...compute.ratings import ALL
-from ..groups import cluster_labels
-from .record import LengthBias, PositionBias, PreferLonger, SelfPreference
-from .stats import (
-    BOOTSTRAP_UP_TO,
-    Array,
+from ...stats import (
+    RESAMPLES,
     bootstrap,
     bootstrap_p,
     cluster_sums,
+    correlation_p,
     finite,
+    generator,
     percentile_interval,
+    resample,
     resampled,
     sign_flip_p,
     spearman,
     spearman_interval,
-    spearman_p,
     welch_p,
 )
+from ..groups import cluster_labels
+from .record import LengthBias, PositionBias, PreferLonger, SelfPreference
 
+Array = NDArray[np.float64]
 DECISIVE = ("first", "second")
+BOOTSTRAP_UP_TO = 1000  # examples; above, Spearman's interval is the Fisher-z one
 
 
 def length_bias(
@@ -57,10 +61,10 @@ def length_bias(
     y = np.asarray(lengths, dtype=float)
     n = int(x.size)
     rho = float(spearman(x, y)) if n >= 3 else float("nan")
-    p = float(spearman_p(np.asarray(rho), n)) if np.isfinite(rho) else float("nan")
+    p = float(correlation_p(rho, n)) if np.isfinite(rho) else float("nan")
     if clusters is not None and n >= 3 and np.isfinite(rho):
         values = resampled(lambda idx: spearman(x[idx], y[idx]), n, seed=seed, clusters=clusters)
-        ci, p = percentile_interval(values), bootstrap_p(values)
+        ci, p = percentile_interval(values, least=RESAMPLES / 2), bootstrap_p(values)
     elif n > BOOTSTRAP_UP_TO:
         ci = spearman_interval(rho, n)
     else:
@@ -238,13 +242,13 @@ def self_preference(
                 )
 
         values = resampled(cluster_gaps, int(x.size), seed=seed, clusters=clusters)
-        ci, p = percentile_interval(values), bootstrap_p(values)
+        ci, p = percentile_interval(values, least=RESAMPLES / 2), bootstrap_p(values)
     elif own.size >= 2 and others.size >= 2:
         # The other generators' texts are resampled on their own, as many times as the own.
-        rng = np.random.default_rng(seed + 1)
+        second = generator(seed + 1)
 
         def gaps(idx: Any) -> Array:
-            picks = rng.integers(0, others.size, size=(idx.shape[0], others.size))
+            picks = resample(second, others.size, idx.shape[0])
             return np.asarray(own[idx].mean(axis=1) - others[picks].mean(axis=1))
 
         ci = bootstrap(gaps, int(own.size), seed=seed, width=int(others.size))

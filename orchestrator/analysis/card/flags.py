@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..paired import holm
+from ...stats import holm
 from .record import Finding, Interval
 
 

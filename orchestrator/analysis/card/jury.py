@@ -6,13 +6,13 @@ from __future__ import annotations
 from itertools import combinations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ...compute.statistics import krippendorff_alpha
 from .record import Jury, JuryPair
-from .stats import Array
 
 
-def effective_jurors(scores: Array) -> float | None:
+def effective_jurors(scores: NDArray[np.float64]) -> float | None:
     """(Σλ)² / Σλ² over the eigenvalues λ of the jurors' Pearson correlation matrix:
     k for k uncorrelated jurors, 1 for k copies; None when a juror's scores are constant."""
     if scores.shape[0] < 3 or scores.shape[1] < 2 or np.any(scores.std(axis=0) == 0):

@@ -7,14 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+# A part's `ci`: a percentile bootstrap interval unless the part says otherwise.
+from ...stats import Interval as Interval
 from .stability import Retest
-
-
-class Interval(BaseModel):
-    """A two-sided confidence interval (percentile bootstrap unless a part says otherwise)."""
-
-    low: float
-    high: float
 
 
 class Reliability(BaseModel):

@@ -7,7 +7,8 @@ folders back and measures, per LLM node and per judged field of its output:
 
 - Krippendorff's α over the repeats (each repeat a rater, each row a unit; nominal for
   booleans and enum strings, interval for numbers; `metaeval_stats.alpha`), with a
-  percentile bootstrap interval over rows computed for all resamples at once;
+  percentile bootstrap interval over rows computed for all resamples at once
+  (`stats.weighted_alpha`);
 - a one-sided p-value for "α is below RELIABLE_ALPHA" from the same resamples, which the
   judge card tests (Holm) with its other findings;
 - the flip rate: the share of rows whose value is not the same in every repeat (with n > 1
@@ -29,6 +30,7 @@ import numpy as np
 
 from ...graph.compiled import CompiledGraph
 from ...graph.spec import FieldSpec
+from ...stats import cluster_index, draw_counts, percentile_interval, weighted_alpha
 from ...store.reader import RunReader
 from ..metaeval_stats import Bootstrap, alpha, code, codes
 
@@ -205,72 +207,21 @@ def flips(matrix: np.ndarray) -> tuple[int, int]:
     return int(rated.sum()), int((rated & (highs > lows)).sum())
 
 
-def _unit_sums(matrix: np.ndarray, level: Level) -> tuple[np.ndarray, ...]:
-    """Per unit, the sums Krippendorff's α is linear in: pairable ratings m, observed
-    disagreement (coincidences × distance), and what the expected disagreement needs
-    (value counts for nominal; Σx and Σx² for interval). Units rated once count zero."""
-    rated = ~np.isnan(matrix)
-    m = rated.sum(axis=1).astype(float)
-    pairable = m >= 2
-    m = np.where(pairable, m, 0.0)
-    values = np.where(rated & pairable[:, None], matrix, np.nan)
-    spread = np.where(pairable, m - 1.0, 1.0)
-    if level == "nominal":
-        domain = np.unique(values[~np.isnan(values)])
-        counts = (values[:, :, None] == domain[None, None, :]).sum(axis=1).astype(float)
-        # Off-diagonal coincidences of a unit: m − (Σ c² − m)/(m − 1).
-        observed = m - ((counts**2).sum(axis=1) - m) / spread
-        return m, observed, counts
-    filled = np.nan_to_num(values)
-    first, second = filled.sum(axis=1), (filled**2).sum(axis=1)
-    # Σ over ordered pairs within a unit of (x_i − x_j)², over m − 1.
-    observed = (2.0 * m * second - 2.0 * first**2) / spread
-    return m, observed, first, second
-
-
-def weighted_alpha(matrix: np.ndarray, level: Level, weights: np.ndarray) -> np.ndarray:
-    """Krippendorff's α of `matrix` for each row of `weights` (times each unit is counted:
-    a bootstrap resample, or ones for the data itself), NaN where α is undefined. Equal to
-    `metaeval_stats.alpha` of the matrix with its rows repeated so (tests check it); done
-    for every resample at once because α over a thousand resamples one by one took ~0.4 s
-    per field."""
-    sums = _unit_sums(matrix, level)
-    m, observed = sums[0], sums[1]
-    n = weights @ m
-    observed_total = weights @ observed
-    if level == "nominal":
-        marginal = weights @ sums[2]
-        expected = n**2 - (marginal**2).sum(axis=1)
-    else:
-        first, second = weights @ sums[2], weights @ sums[3]
-        expected = 2.0 * n * second - 2.0 * first**2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        found = 1.0 - (n - 1.0) * observed_total / expected
-    return np.where((expected > 1e-12 * np.maximum(n, 1.0) ** 2) & (n > 1), found, np.nan)
-
-
 def alpha_bootstrap(
     clusters: Sequence[str], matrix: np.ndarray, level: Level, boot: Bootstrap
 ) -> tuple[tuple[float, float] | None, float | None]:
     """Percentile bootstrap interval of α, drawing whole clusters (a row with its foreach
     items) with replacement, and the one-sided p of α < RELIABLE_ALPHA from the same
     resamples (the test the interval inverts); (None, None) when no resample has α."""
-    names = {name: i for i, name in enumerate(dict.fromkeys(clusters))}
-    member = np.asarray([names[c] for c in clusters])
-    groups = len(names)
-    rng = np.random.default_rng(boot.seed)
-    draws = rng.integers(0, groups, size=(boot.resamples, groups))
-    offsets = np.arange(boot.resamples)[:, None] * groups
-    drawn = np.bincount((draws + offsets).ravel(), minlength=boot.resamples * groups)
-    weights = drawn.reshape(boot.resamples, groups)[:, member].astype(float)
-    found = weighted_alpha(matrix, level, weights)
+    member = cluster_index(clusters, sort=False)
+    drawn = draw_counts(int(member.max()) + 1, boot.resamples, boot.seed)
+    found = weighted_alpha(matrix, level, drawn[:, member].astype(float))
     found = found[np.isfinite(found)]
-    if not len(found):
+    interval = percentile_interval(found, boot.confidence)
+    if interval is None:
         return None, None
-    tail = (1.0 - boot.confidence) / 2.0
-    low, high = np.quantile(found, [tail, 1.0 - tail])
     p = (1.0 + float((found >= RELIABLE_ALPHA).sum())) / (1.0 + len(found))
-    return (float(low), float(high)), p
+    return (interval.low, interval.high), p
 
 
 def stability_of(

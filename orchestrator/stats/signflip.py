@@ -1,28 +1,31 @@
-"""Statistics of two runs scored on the same examples: paired difference, sign-flip test
-and the interval that inverts it, Holm's correction, effect size, and the correlations two
-judges are compared with.
+"""The sign-flip test of a mean difference of 0 and the confidence interval that inverts
+it, over units (examples) or over whole clusters of them.
 
-Each function takes plain sequences of floats (already matched by example) and uses numpy
-(scipy for the binomial weights of ties); `paired_interval`, the BCa bootstrap compare
-used before its interval inverted the test, is `compute.statistics.bootstrap_mean_ci`
-applied to the differences.
+One p-value function, `sign_flip_p`, serves every caller: along the last axis, so one call
+tests one series or thousands of simulated ones; exact over all 2^n sign vectors when
+they are few, else seeded Monte Carlo, (hits + 1) / (draws + 1). `sign_flip_test` is it on
+the non-zero differences with the record `compare` keeps; `sign_flip_interval` and
+`cluster_sign_flip` use the very same sign vectors, so an interval leaves out 0 exactly
+when the test rejects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from ..compute.statistics import bootstrap_mean_ci
+import numpy as np
+from numpy.typing import ArrayLike
 
-if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
+from .bootstrap import CELLS, cluster_index
+from .intervals import Array, check_level
 
-# Up to this many non-zero differences the sign-flip test enumerates all 2^n sign vectors.
-EXACT_UP_TO = 20
+EXACT_UP_TO = 20  # non-zero differences (or clusters) the test enumerates all 2^n signs of
 PERMUTATIONS = 10_000
-_CHUNK = 1 << 16  # sign vectors (or Kendall rows) handled at once, to bound memory
+DRAWS = 4000  # `sign_flip_p`'s default draws: exact while 2^n is no more than these
+_EXACT_ROWS = 1 << 22  # sign patterns × zero splits sign_flip_interval enumerates at most
 
 
 @dataclass(frozen=True)
@@ -32,67 +35,6 @@ class SignFlip:
     p: float
     method: Literal["exact", "monte-carlo"]
     count: int  # sign vectors enumerated (exact) or drawn (Monte Carlo)
-
-
-def _check_permutations(permutations: object) -> None:
-    """The Monte-Carlo tests' draw count: a positive integer (True is not one)."""
-    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-        raise ValueError(f"permutations must be a positive integer, got {permutations!r}")
-
-
-def _array(values: ArrayLike) -> Any:
-    import numpy as np
-
-    return np.asarray(values, dtype=float)
-
-
-def sign_flip_test(
-    differences: ArrayLike,
-    permutations: int = PERMUTATIONS,
-    seed: int = 0,
-    exact_up_to: int = EXACT_UP_TO,
-) -> SignFlip:
-    """Two-sided paired permutation test of mean difference 0: each difference's sign is
-    flipped at random; exact (all 2^n signs) up to `exact_up_to` non-zero differences.
-
-    A zero difference is its own flip, so it adds nothing to any resampled sum and is left
-    out of the enumeration (the p-value is the same). The Monte-Carlo p-value counts the
-    observed sum as one of the draws, (hits + 1) / (draws + 1), so it is never 0.
-    """
-    import numpy as np
-
-    data = _array(differences)
-    nonzero = data[data != 0.0]
-    observed = abs(float(nonzero.sum()))
-    if nonzero.size == 0:
-        return SignFlip(1.0, "exact", 1)
-    # Sums equal to the observed one up to rounding count as reaching it.
-    threshold = observed - observed * np.finfo(float).eps * 100
-    k = int(nonzero.size)
-    if k <= exact_up_to:
-        total = 1 << k
-        hits = 0
-        for start in range(0, total, _CHUNK):
-            masks = np.arange(start, min(start + _CHUNK, total), dtype=np.int64)
-            sums = np.zeros(masks.size)
-            for bit, value in enumerate(nonzero):
-                sums += np.where((masks >> bit) & 1, -value, value)
-            hits += int(np.count_nonzero(np.abs(sums) >= threshold))
-        return SignFlip(hits / total, "exact", total)
-    _check_permutations(permutations)
-    rng = np.random.default_rng(seed)
-    hits = 0
-    rows = max(1, 4_000_000 // k)
-    for start in range(0, permutations, rows):
-        stop = min(start + rows, permutations)
-        signs = rng.integers(0, 2, size=(stop - start, k)) * 2 - 1
-        hits += int(np.count_nonzero(np.abs(signs @ nonzero) >= threshold))
-    return SignFlip((hits + 1) / (permutations + 1), "monte-carlo", permutations)
-
-
-# An exact interval with zero differences weighs each sign pattern of the non-zero ones by
-# how many ways the zeros can split; above this many (pattern, split) rows it draws instead.
-_EXACT_ROWS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -110,6 +52,90 @@ class SignFlipInterval:
     count: int  # sign patterns enumerated (exact) or drawn (Monte Carlo), as SignFlip's
 
 
+@dataclass(frozen=True)
+class ClusterSignFlip:
+    """A sign-flip test and its inverted interval over whole clusters, from the same signs."""
+
+    test: SignFlip
+    interval: SignFlipInterval
+    clusters: int
+
+
+def _check_permutations(permutations: object) -> None:
+    """The Monte-Carlo draw count: a positive integer (True is not one)."""
+    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
+        raise ValueError(f"permutations must be a positive integer, got {permutations!r}")
+
+
+def _drawn_signs(k: int, draws: int, seed: int) -> Iterator[Any]:
+    """`draws` seeded random sign vectors of length k (rows of ±1), in chunks."""
+    rng = np.random.default_rng(seed)
+    rows = max(1, CELLS // max(k, 1))
+    for start in range(0, draws, rows):
+        yield rng.integers(0, 2, size=(min(start + rows, draws) - start, k)) * 2 - 1
+
+
+def sign_flip_p(
+    differences: ArrayLike, draws: int = DRAWS, seed: int = 0, exact: bool | None = None
+) -> Array:
+    """Two-sided sign-flip p of mean 0 along the last axis: `exact` over all 2^n sign
+    vectors (by default when there are no more of them than `draws`), else Monte Carlo
+    over `draws` seeded vectors, (hits + 1) / (draws + 1), never 0.
+
+    The same sign vectors serve every row, so a batch costs matrix products, made in
+    chunks so that memory stays bounded however many units there are. A resampled sum
+    within rounding of the observed one counts as reaching it.
+    """
+    d = np.asarray(differences, dtype=float)
+    n = d.shape[-1]
+    observed = np.abs(d.sum(axis=-1))
+    threshold = observed - observed * np.finfo(float).eps * 100
+    if exact is None:
+        exact = 2**n <= draws
+    hits = np.zeros(observed.shape)
+    if exact:
+        total = 1 << n
+        batch = max(1, int(np.prod(observed.shape)))
+        chunk = max(1, CELLS // batch)
+        for start in range(0, total, chunk):
+            masks = np.arange(start, min(start + chunk, total), dtype=np.int64)
+            sums = np.zeros((*observed.shape, masks.size))
+            for bit in range(n):  # bit set: a minus sign
+                value = d[..., bit, None]
+                sums += np.where((masks >> bit) & 1, -value, value)
+            hits += (np.abs(sums) >= threshold[..., None]).sum(axis=-1)
+        return np.asarray(hits / float(total))
+    for signs in _drawn_signs(n, draws, seed):
+        # One series is multiplied as a vector (gemv), a batch as a matrix.
+        flipped = signs @ d if d.ndim == 1 else d @ signs.T
+        hits += (np.abs(flipped) >= threshold[..., None]).sum(axis=-1)
+    return np.asarray((hits + 1.0) / (draws + 1.0))
+
+
+def sign_flip_test(
+    differences: ArrayLike,
+    permutations: int = PERMUTATIONS,
+    seed: int = 0,
+    exact_up_to: int = EXACT_UP_TO,
+) -> SignFlip:
+    """Two-sided paired permutation test of mean difference 0: each difference's sign is
+    flipped at random; exact (all 2^n signs) up to `exact_up_to` non-zero differences.
+
+    A zero difference is its own flip, so it adds nothing to any resampled sum and is left
+    out of the enumeration (the p-value is the same).
+    """
+    data = np.asarray(differences, dtype=float)
+    nonzero = data[data != 0.0]
+    k = int(nonzero.size)
+    if k == 0:
+        return SignFlip(1.0, "exact", 1)
+    if k <= exact_up_to:
+        return SignFlip(float(sign_flip_p(nonzero, exact=True)), "exact", 1 << k)
+    _check_permutations(permutations)
+    p = float(sign_flip_p(nonzero, permutations, seed, exact=False))
+    return SignFlip(p, "monte-carlo", permutations)
+
+
 def _group_means(sum_plus: Any, size_plus: Any, values: Any, size: int) -> tuple[Any, Any]:
     """Lowest and highest of the two group means each sign row splits the examples into.
 
@@ -117,15 +143,13 @@ def _group_means(sum_plus: Any, size_plus: Any, values: Any, size: int) -> tuple
     group and the rest (of `values`, the non-zero differences) in the other; an empty
     group has no mean, which makes the row agree with every δ (−inf, +inf).
     """
-    import numpy as np
-
     size_minus = size - size_plus
     sum_minus = values.sum() - sum_plus
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_plus = np.where(size_plus > 0, sum_plus / np.maximum(size_plus, 1), np.nan)
         mean_minus = np.where(size_minus > 0, sum_minus / np.maximum(size_minus, 1), np.nan)
     # A group mean within rounding of zero is zero, so a tie at δ = 0 is a tie here as it is
-    # for sign_flip_test (which compares sums with a relative tolerance).
+    # for the test (which compares sums with a relative tolerance).
     scale = float(np.abs(values).sum())
     for means in (mean_plus, mean_minus):
         means[np.abs(means) <= scale * 1e-13] = 0.0
@@ -138,10 +162,6 @@ def _group_means(sum_plus: Any, size_plus: Any, values: Any, size: int) -> tuple
 def _bound(ends: Any, weights: Any | None, needed: float, descending: bool) -> float | None:
     """The first end (in the given direction) by which `needed` weight is reached (each
     row weighing one when `weights` is None)."""
-    import math
-
-    import numpy as np
-
     keyed = -ends if descending else ends
     if weights is None:  # every row weighs one: an order statistic, no full sort needed
         at = min(math.ceil(needed), ends.size) - 1
@@ -158,8 +178,6 @@ def _bound(ends: Any, weights: Any | None, needed: float, descending: bool) -> f
 def _needed(total: float, alpha: float) -> float:
     """The fewest agreeing sign rows (by weight) for p = agreeing / total to reach alpha,
     found with the same floating-point division the p-value uses."""
-    import math
-
     needed = math.ceil(alpha * total)
     while needed > 0 and (needed - 1) / total >= alpha:
         needed -= 1
@@ -187,12 +205,10 @@ def sign_flip_interval(
     Exact while the non-zero differences are at most `exact_up_to` (and the zero ones few
     enough to weigh every split of them), Monte Carlo otherwise.
     """
-    import numpy as np
     from scipy.stats import binom
 
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be between 0 and 1, got {level!r}")
-    data = _array(differences)
+    check_level(level)
+    data = np.asarray(differences, dtype=float)
     alpha = round(1.0 - level, 12)  # 1 − 0.95 is 0.05000000000000004 in floating point
     nonzero = data[data != 0.0]
     k, zeros = int(nonzero.size), int(data.size - nonzero.size)
@@ -216,12 +232,8 @@ def sign_flip_interval(
         count = int(masks.size)
     else:
         _check_permutations(permutations)
-        # The non-zero differences' signs are drawn exactly as sign_flip_test draws them.
-        rng = np.random.default_rng(seed)
-        chunk = max(1, 4_000_000 // k)
         sums, sizes = [], []
-        for start in range(0, permutations, chunk):
-            signs = rng.integers(0, 2, size=(min(start + chunk, permutations) - start, k)) * 2 - 1
+        for signs in _drawn_signs(k, permutations, seed):  # as sign_flip_test draws them
             # The plus group's sum and size from the signed sum: (Σ s·d + Σ d) / 2.
             sums.append((signs.astype(float) @ nonzero + nonzero.sum()) / 2.0)
             sizes.append((signs.sum(axis=1) + k) // 2)
@@ -246,13 +258,11 @@ def sign_flip_interval(
     )
 
 
-@dataclass(frozen=True)
-class ClusterSignFlip:
-    """A sign-flip test and its inverted interval over whole clusters, from the same signs."""
-
-    test: SignFlip
-    interval: SignFlipInterval
-    clusters: int
+def cluster_sums(values: ArrayLike, labels: Sequence[str]) -> Array:
+    """The sum of `values` over each cluster (clusters in sorted order of their labels):
+    the units a clustered sign-flip test flips."""
+    weights = np.asarray(values, dtype=float)
+    return np.asarray(np.bincount(cluster_index(labels), weights=weights))
 
 
 def cluster_sign_flip(
@@ -276,15 +286,12 @@ def cluster_sign_flip(
     observed signs counted as one more, (hits + 1) / (draws + 1)); the test and the
     interval use the same vectors, so the interval excludes 0 exactly when p < 1 − level.
     """
-    import numpy as np
-
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be between 0 and 1, got {level!r}")
-    data = _array(differences)
+    check_level(level)
+    data = np.asarray(differences, dtype=float)
     if len(clusters) != data.size:
         raise ValueError(f"{data.size} differences but {len(clusters)} cluster labels")
-    _, index = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)
-    sums = np.bincount(index, weights=data) if data.size else np.zeros(0)
+    sums = cluster_sums(data, clusters) if data.size else np.zeros(0)
+    index = cluster_index(clusters) if data.size else np.zeros(0, dtype=np.intp)
     sizes = np.bincount(index).astype(np.int64) if data.size else np.zeros(0, dtype=np.int64)
     count_clusters = int(sums.size)
     alpha = round(1.0 - level, 12)
@@ -292,37 +299,28 @@ def cluster_sign_flip(
         return ClusterSignFlip(
             SignFlip(1.0, "exact", 1), SignFlipInterval(0.0, 0.0, level, "exact", 1), 0
         )
-    observed = abs(float(sums.sum()))
-    threshold = observed - observed * np.finfo(float).eps * 100
     method: Literal["exact", "monte-carlo"]
     if count_clusters <= exact_up_to:
         total = 1 << count_clusters
+        test = SignFlip(float(sign_flip_p(sums, exact=True)), "exact", total)
         masks = np.arange(total, dtype=np.int64)
         sum_plus, size_plus = np.zeros(total), np.zeros(total, dtype=np.int64)
-        for bit in range(count_clusters):  # bit set: a minus sign
+        for bit in range(count_clusters):  # bit set: a minus sign, as in the test
             plus = ((masks >> bit) & 1) == 0
             sum_plus += np.where(plus, sums[bit], 0.0)
             size_plus += np.where(plus, sizes[bit], 0)
-        flipped = 2.0 * sum_plus - sums.sum()
-        hits = int(np.count_nonzero(np.abs(flipped) >= threshold))
-        test = SignFlip(hits / total, "exact", total)
         denominator, method, count = float(total), "exact", total
     else:
         _check_permutations(permutations)
-        rng = np.random.default_rng(seed)
-        chunk = max(1, 4_000_000 // count_clusters)
+        p = sign_flip_p(sums, permutations, seed, exact=False)
+        test = SignFlip(float(p), "monte-carlo", permutations)
         signed_sums, signed_sizes = [], []
-        for start in range(0, permutations, chunk):
-            rows = min(start + chunk, permutations) - start
-            signs = (rng.integers(0, 2, size=(rows, count_clusters)) * 2 - 1).astype(float)
-            signed_sums.append(signs @ sums)
-            signed_sizes.append(signs @ sizes.astype(float))
-        flipped = np.concatenate(signed_sums)
-        hits = int(np.count_nonzero(np.abs(flipped) >= threshold))
-        test = SignFlip((hits + 1) / (permutations + 1), "monte-carlo", permutations)
+        for signs in _drawn_signs(count_clusters, permutations, seed):  # the test's vectors
+            signed_sums.append(signs.astype(float) @ sums)
+            signed_sizes.append(signs.astype(float) @ sizes.astype(float))
         # The plus group's sum and size from the signed ones, (Σ s·x + Σ x) / 2; the
         # observed signs (all plus) are one more row, as in the p-value.
-        sum_plus = np.append((flipped + sums.sum()) / 2.0, sums.sum())
+        sum_plus = np.append((np.concatenate(signed_sums) + sums.sum()) / 2.0, sums.sum())
         size_plus = np.append(
             np.rint((np.concatenate(signed_sizes) + sizes.sum()) / 2.0).astype(np.int64),
             sizes.sum(),
@@ -338,105 +336,3 @@ def cluster_sign_flip(
         count,
     )
     return ClusterSignFlip(test, interval, count_clusters)
-
-
-def holm(pvalues: ArrayLike) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given (family-wise error control)."""
-    import numpy as np
-
-    p = _array(pvalues)
-    m = p.size
-    if m == 0:
-        return []
-    order = np.argsort(p, kind="stable")
-    # The i-th smallest is multiplied by (m − i); a later one may not fall below an earlier.
-    stepped = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    adjusted = np.empty(m)
-    adjusted[order] = stepped
-    return [float(x) for x in adjusted]
-
-
-def cohens_dz(differences: ArrayLike) -> float | None:
-    """Paired Cohen's d_z: mean difference over the differences' sample sd (ddof = 1);
-    None with fewer than two differences or when they are all equal."""
-    data = _array(differences)
-    if data.size < 2:
-        return None
-    sd = float(data.std(ddof=1))
-    return None if sd == 0.0 else float(data.mean()) / sd
-
-
-def paired_interval(
-    differences: ArrayLike, level: float = 0.95, resamples: int = 2000, seed: int = 0
-) -> dict[str, Any]:
-    """Bootstrap CI of the mean difference (examples resampled as pairs): BCa, or the
-    percentile interval when BCa is undefined (every resample on one side)."""
-    values = [float(x) for x in _array(differences)]
-    try:
-        return bootstrap_mean_ci(values, level, resamples, seed, method="bca")
-    except ValueError:
-        return bootstrap_mean_ci(values, level, resamples, seed, method="percentile")
-
-
-def win_tie_loss(a: ArrayLike, b: ArrayLike) -> tuple[int, int, int]:
-    """Examples where b scored higher, the same, and lower than a."""
-    first, second = _array(a), _array(b)
-    wins = int((second > first).sum())
-    ties = int((second == first).sum())
-    return wins, ties, int(first.size) - wins - ties
-
-
-def pearson(x: ArrayLike, y: ArrayLike) -> float | None:
-    """Pearson's r; None with fewer than two pairs or when either side is constant."""
-    import numpy as np
-
-    a, b = _array(x), _array(y)
-    if a.size < 2:
-        return None
-    a, b = a - a.mean(), b - b.mean()
-    scale = float(np.sqrt((a * a).sum() * (b * b).sum()))
-    if scale == 0.0:
-        return None
-    return max(-1.0, min(1.0, float((a * b).sum()) / scale))
-
-
-def ranks(values: ArrayLike) -> Any:
-    """Ranks from 1, tied values sharing the mean of the ranks they span."""
-    import numpy as np
-
-    _, inverse, counts = np.unique(_array(values), return_inverse=True, return_counts=True)
-    last = np.cumsum(counts)
-    return (last - (counts - 1) / 2.0)[inverse]
-
-
-def spearman(x: ArrayLike, y: ArrayLike) -> float | None:
-    """Spearman's ρ: Pearson's r of the (average-tie) ranks."""
-    return pearson(ranks(x), ranks(y))
-
-
-def kendall_tau_b(x: ArrayLike, y: ArrayLike) -> float | None:
-    """Kendall's τ-b (ties in either variable corrected for); None when either is constant."""
-    import numpy as np
-
-    a, b = _array(x), _array(y)
-    n = a.size
-    if n < 2:
-        return None
-    # Σ over ordered pairs of sign(Δx)·sign(Δy) is twice concordant minus discordant.
-    score = 0.0
-    rows = max(1, 4_000_000 // n)
-    for start in range(0, n, rows):
-        stop = min(start + rows, n)
-        dx = np.sign(a[start:stop, None] - a[None, :])
-        dy = np.sign(b[start:stop, None] - b[None, :])
-        score += float((dx * dy).sum())
-    pairs = n * (n - 1) / 2.0
-
-    def tied(values: Any) -> float:
-        counts = np.unique(values, return_counts=True)[1]
-        return float((counts * (counts - 1) / 2.0).sum())
-
-    denominator = float(np.sqrt((pairs - tied(a)) * (pairs - tied(b))))
-    if denominator == 0.0:
-        return None
-    return max(-1.0, min(1.0, score / 2.0 / denominator))

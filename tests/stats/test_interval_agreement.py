@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from orchestrator.analysis import paired
+from orchestrator import stats
 
 # Few draws keep the simulation fast; (hits + 1) / (draws + 1) keeps the test exact at any
 # number of draws, and 0.05 · 200 is a whole number of them.
@@ -22,7 +22,7 @@ def _tolerance(rate: float, trials: int) -> float:
     return 4.0 * math.sqrt(rate * (1.0 - rate) / trials)
 
 
-def _excludes(interval: paired.SignFlipInterval, value: float) -> bool:
+def _excludes(interval: stats.SignFlipInterval, value: float) -> bool:
     if interval.low is None or interval.high is None:
         return False  # nothing rejected
     return not interval.low <= value <= interval.high
@@ -34,8 +34,8 @@ def _simulate(data: np.ndarray, truth: float, exact_up_to: int = 0) -> tuple[int
     Returns (intervals excluding 0, data sets with p < 0.05, intervals missing `truth`)."""
     excluded = significant = disagree = missed = 0
     for seed, row in enumerate(data):
-        interval = paired.sign_flip_interval(row, 0.95, DRAWS, seed, exact_up_to)
-        p = paired.sign_flip_test(row, DRAWS, seed, exact_up_to).p
+        interval = stats.sign_flip_interval(row, 0.95, DRAWS, seed, exact_up_to)
+        p = stats.sign_flip_test(row, DRAWS, seed, exact_up_to).p
         out = _excludes(interval, 0.0)
         excluded += out
         significant += p < 0.05
@@ -78,7 +78,7 @@ def test_exact_path_agrees_with_its_test_on_small_tied_samples() -> None:
     rng = np.random.default_rng(12)
     data = (rng.integers(1, 6, size=(300, 12)) - rng.integers(1, 6, size=(300, 12))) + 0.0
     data[:150] += rng.choice([0.0, 1.0], size=(150, 12))  # half with a shift to find
-    rejected, _, _ = _simulate(data, truth=math.nan, exact_up_to=paired.EXACT_UP_TO)
+    rejected, _, _ = _simulate(data, truth=math.nan, exact_up_to=stats.EXACT_UP_TO)
     assert rejected > 20
 
 

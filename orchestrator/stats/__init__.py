@@ -1,0 +1,118 @@
+"""The package's statistics, in one place: ranks and correlations (`ranks.py`), agreement
+beyond chance: Cohen's and Fleiss' κ, Krippendorff's α (`agreement.py`), the
+bootstrap with percentile, BCa and whole-cluster resamples (`bootstrap.py`), the sign-flip
+test and the interval that inverts it, plain and clustered (`signflip.py`), one-number
+intervals and tests: Wilson, the exact binomial tail, Holm, Welch (`intervals.py`), and the
+t-test's power with the intra-cluster correlation (`power.py`). Compute functions, compare,
+the judge card, align, calibrate, power and meta-eval all call these; import them from
+here, not from the modules.
+
+The bottom layer but for `errors`: numpy and scipy only (scipy imported where used, so that
+importing the compute functions stays cheap).
+"""
+
+from .agreement import (
+    cohen_kappa_codes,
+    fleiss_kappa,
+    krippendorff_alpha_counts,
+    weighted_alpha,
+)
+from .bootstrap import (
+    RESAMPLES,
+    bca_interval,
+    bootstrap,
+    bootstrap_p,
+    cluster_draws,
+    cluster_index,
+    draw_counts,
+    draws,
+    generator,
+    mean_interval,
+    percentile_interval,
+    percentile_intervals,
+    resample,
+    resampled,
+)
+from .intervals import (
+    Interval,
+    binomial_tail,
+    cohens_dz,
+    finite,
+    holm,
+    welch_p,
+    wilson,
+)
+from .power import normal_n, one_way_icc, t_power
+from .ranks import (
+    Method,
+    correlation_p,
+    correlation_test,
+    kendall_tau_b,
+    pearson,
+    ranks,
+    spearman,
+    spearman_interval,
+)
+from .signflip import (
+    DRAWS,
+    EXACT_UP_TO,
+    PERMUTATIONS,
+    ClusterSignFlip,
+    SignFlip,
+    SignFlipInterval,
+    cluster_sign_flip,
+    cluster_sums,
+    sign_flip_interval,
+    sign_flip_p,
+    sign_flip_test,
+)
+
+__all__ = [
+    "DRAWS",
+    "EXACT_UP_TO",
+    "PERMUTATIONS",
+    "RESAMPLES",
+    "ClusterSignFlip",
+    "Interval",
+    "Method",
+    "SignFlip",
+    "SignFlipInterval",
+    "bca_interval",
+    "binomial_tail",
+    "bootstrap",
+    "bootstrap_p",
+    "cluster_draws",
+    "cluster_index",
+    "cluster_sign_flip",
+    "cluster_sums",
+    "cohen_kappa_codes",
+    "cohens_dz",
+    "correlation_p",
+    "correlation_test",
+    "draw_counts",
+    "draws",
+    "finite",
+    "fleiss_kappa",
+    "generator",
+    "holm",
+    "kendall_tau_b",
+    "krippendorff_alpha_counts",
+    "mean_interval",
+    "normal_n",
+    "one_way_icc",
+    "pearson",
+    "percentile_interval",
+    "percentile_intervals",
+    "ranks",
+    "resample",
+    "resampled",
+    "sign_flip_interval",
+    "sign_flip_p",
+    "sign_flip_test",
+    "spearman",
+    "spearman_interval",
+    "t_power",
+    "weighted_alpha",
+    "welch_p",
+    "wilson",
+]
