@@ -9,7 +9,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -19,12 +19,11 @@ from .client import LLMClient
 from .registry import Endpoint, server_urls, weights_text
 
 if TYPE_CHECKING:
+    from ..engine.settings import StructuredChoice
     from ..graph.compiled import CompiledGraph
     from ..kinds.base import EndpointWant
 
 log = logging.getLogger(__name__)
-
-StructuredChoice = Literal["auto", "server", "prompt"]
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
 from ..store.records import EventEntry, Manifest, RunPart, Summary, summed_work
-from ..store.runkey import RunKey, json_value, server_components, static_components
+from ..store.runkey import RunKey, server_components, static_components
 from ..store.trace import TraceStore
 from .params import effective_params
 from .summary import abstain_note, output_means, run_aggregates, status_counts
@@ -133,10 +133,9 @@ def _check_static_key(
 ) -> RunKey:
     """Phase 2, key: graph, templates, params and data are compared with the store's run
     before any server is asked (the servers' part is checked once they answered)."""
-    parts = static_components(graph, plan.params, source.fingerprint())
-    if plan.resample is not None:
-        # A retest's replies are other samples than the run's: never the same run.
-        parts["resample"] = json_value(plan.resample.describe())
+    # The settings that shape replies and have parts of their own (a retest's resample:
+    # its replies are other samples than the run's, never the same run).
+    parts = {**static_components(graph, plan.params, source.fingerprint()), **plan.key_parts()}
     static_key = RunKey.from_components(parts)
     store.check_key(static_key, static_only=True)
     return static_key
@@ -216,21 +215,20 @@ async def _plan(
         RunPart(run_id=run_id, started=run.manifest.started, status=run.manifest.status),
     ]
     run.manifest.servers = servers
-    run.manifest.model = plan.servers.model or next((e.model for e in endpoints.values()), None)
+    run.manifest.model = plan.model or next((e.model for e in endpoints.values()), None)
     return run
 
 
 def _server_choice(plan: RunPlan, given_params: frozenset[str]) -> ServerChoice:
     """The servers the user named, as the endpoint choice reads them."""
-    servers = plan.servers
     return ServerChoice(
-        servers.base_url,
-        servers.model,
-        servers.api_key,
-        plan.calls.structured,
+        plan.base_url,
+        plan.model,
+        plan.api_key,
+        plan.structured,
         plan.params,
-        servers.server_id,
-        allowed=None if servers.trust_servers else servers.allow_servers,
+        plan.server_id,
+        allowed=None if plan.trust else plan.allow_servers,
         given_params=given_params,
     )
 
@@ -259,7 +257,7 @@ async def _execute(run: _Run, console: Console | None) -> SessionOutcome:
     """Phase 4, execute: every row through the engine here, or through the workers; how
     it ended goes in the manifest, whatever happens, before phase 5 writes it."""
     flush = Flusher(run.runtime.cache, run.trace, run.store)
-    pool = WorkerPool(run.plan.scale) if run.plan.scale.sharded else None
+    pool = WorkerPool(run.plan) if run.plan.sharded else None
     last_write: BaseException | None = None  # the run's last writes failed (a full disk)
     manifest = run.manifest
     try:
@@ -293,7 +291,7 @@ async def _run_rows(
     run.trace.start_run(
         graph=graph.label,
         model=manifest.model,
-        base_url=" | ".join(server_urls(plan.servers.base_url)),
+        base_url=" | ".join(server_urls(plan.base_url)),
         server=str(run.servers),
         structured=",".join(s["structured_output"] for s in run.servers.values()),
         settings=manifest.parameters,
@@ -483,25 +481,12 @@ def _manifest(
             "hash": run_key.components["data"],
             "inputs": INPUTS,
         },
-        model=plan.servers.model,
+        model=plan.model,
+        # Every setting its record marks for the manifest; the cache as the file opened
+        # (none when it could not be).
         parameters={
-            "concurrency": plan.calls.concurrency or "default",
-            "affinity": plan.calls.affinity,
-            "limit": plan.limit,
-            "params": plan.params,
+            **plan.manifest_section(),
             "cache": str(cache.path) if cache else None,
-            "refresh": plan.cache.refresh,
-            "structured": plan.calls.structured,
-            "timeout": plan.calls.timeout,
-            "server_wait": plan.calls.server_wait,
-            "workers": plan.scale.workers,
-            "executor": plan.scale.executor,
-            **({"resample": plan.resample.describe()} if plan.resample is not None else {}),
-            **(
-                {"transport": type(plan.servers.transport).__name__}
-                if plan.servers.transport is not None
-                else {}
-            ),
         },
         package={
             "name": "orchestrator",
