@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from ..analysis.metaeval_stats import Bootstrap
 from ..calls.reask import FolderServers, reask_servers, recorded_urls
 from ..errors import ConfigurationError, RunFolderError
 from ..graph.compiled import CompiledGraph
-from ..session.plan import Resample
+from ..session.plan import Resample, RunArgs
 from ..store.reader import RunReader
 from ..store.runkey import RunKey
 from .run import _blocking, arun, load_graph
@@ -48,7 +48,7 @@ async def aretest(
     seed: int = 0,
     out: str | Path | None = None,
     resamples: int = 1000,
-    **options: Any,
+    **options: Unpack[RunArgs],
 ) -> Retest:
     """Re-ask `rows` rows of the run in `run_dir` (a seeded choice among the examples that
     finished) `k` times and measure each LLM node's test–retest stability.
@@ -87,18 +87,16 @@ async def aretest(
     repeats = []
     for repeat in range(1, k + 1):
         target = folder / f"repeat-{repeat}"
-        result = await arun(
-            graph,
-            data,
-            out=target,
-            params=params,
-            resample=Resample(
+        settings: RunArgs = {
+            **options,
+            "params": params,
+            "resample": Resample(
                 repeat=repeat,
                 nodes=tuple(nodes) if node is not None else (),
                 temperature=temperature,
             ),
-            **options,
-        )
+        }
+        result = await arun(graph, data, out=target, **settings)
         _check_same_judge(manifest.run_key, result.manifest.run_key, nodes)
         repeats.append(target)
     return Retest(
@@ -176,7 +174,7 @@ def _ask_only_named_servers(
     graph: CompiledGraph,
     params: dict[str, Any],
     servers: dict[str, Any],
-    options: dict[str, Any],
+    options: RunArgs,
 ) -> None:
     """The servers the repeats ask, into `options`: only those the caller named (the rule
     of every re-ask from a folder, `reask_servers`); the run's own are never taken."""
@@ -194,7 +192,7 @@ def _ask_only_named_servers(
 
 
 def _run_defaults(
-    options: dict[str, Any],
+    options: RunArgs,
     graph: CompiledGraph,
     parameters: dict[str, Any],
     model: str | None,

@@ -383,6 +383,7 @@ class RunSettings:
             client=True,
         ),
     )
+
     def __post_init__(self) -> None:
         # A list (the command line's repeated options, a caller's) is kept as a tuple: the
         # record is frozen, and one URL in a list still names replicas of one.
@@ -414,7 +415,7 @@ class RunSettings:
         """Whether rows go to workers (processes or Ray actors) rather than run here."""
         return sharded(self.workers, self.executor)
 
-    def settings(self) -> Iterator[tuple[str, Setting, Any]]:
+    def setting_fields(self) -> Iterator[tuple[str, Setting, Any]]:
         """Each setting of this record (a subclass's own too): its name, its `Setting` and
         its default."""
         for item in dataclasses.fields(self):
@@ -432,7 +433,7 @@ class RunSettings:
         """The manifest's `parameters`: every setting it records, under its own name."""
         return {
             name: self.shown(name, meta)
-            for name, meta, _ in self.settings()
+            for name, meta, _ in self.setting_fields()
             if meta.manifest and not (meta.only_if_set and getattr(self, name) is None)
         }
 
@@ -442,13 +443,13 @@ class RunSettings:
         every run made before it unchanged."""
         return {
             name: json_value(self.shown(name, meta))
-            for name, meta, default in self.settings()
+            for name, meta, default in self.setting_fields()
             if meta.run_key and meta.keyed_by is None and getattr(self, name) != default
         }
 
     def client_options(self) -> dict[str, Any]:
         """The settings the run's client takes, as its keyword arguments."""
-        return {name: getattr(self, name) for name, meta, _ in self.settings() if meta.client}
+        return {name: getattr(self, name) for name, meta, _ in self.setting_fields() if meta.client}
 
 
 def _default(item: dataclasses.Field[Any]) -> Any:

@@ -44,7 +44,7 @@ class RunConfig(RunSettings):
         for name in ("graph", "data", "out"):
             object.__setattr__(self, name, Path(getattr(self, name)))
 
-    def settings(self) -> RunSettings:
+    def run_settings(self) -> RunSettings:
         """The run settings this config holds, as `orc.run` takes them."""
         given = {item.name: getattr(self, item.name) for item in fields(RunSettings)}
         if not self.use_cache:
@@ -58,7 +58,7 @@ class RunConfig(RunSettings):
         `trust_servers` trusts its servers, as `trust` does."""
         if graph is None:
             graph = compile_graph(self.graph, trust=self.trust)
-        plan = make_plan(self.settings(), graph)
+        plan = make_plan(self.run_settings(), graph)
         return replace(plan, trust=plan.trust or self.trust_servers)
 
 
