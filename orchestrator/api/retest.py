@@ -29,6 +29,7 @@ from ..errors import ConfigurationError, RunFolderError
 from ..graph.compiled import CompiledGraph
 from ..session.plan import Resample, RunArgs
 from ..store.reader import RunReader
+from ..store.records import ManifestParameters, ServerEntry
 from ..store.runkey import RunKey
 from .run import _blocking, arun, load_graph
 
@@ -81,7 +82,7 @@ async def aretest(
     data = _chosen_rows(reader, rows, seed)
     folder = Path(out) if out is not None else run / _folder_name(k, rows, temperature, seed, node)
     manifest = reader.manifest
-    params = dict(manifest.parameters.get("params") or {})
+    params = dict(manifest.parameters.params)
     _ask_only_named_servers(run, graph, params, manifest.servers, options)
     _run_defaults(options, graph, manifest.parameters, manifest.model)
     repeats = []
@@ -173,7 +174,7 @@ def _ask_only_named_servers(
     run: Path,
     graph: CompiledGraph,
     params: dict[str, Any],
-    servers: dict[str, Any],
+    servers: dict[str, ServerEntry],
     options: RunArgs,
 ) -> None:
     """The servers the repeats ask, into `options`: only those the caller named (the rule
@@ -194,12 +195,12 @@ def _ask_only_named_servers(
 def _run_defaults(
     options: RunArgs,
     graph: CompiledGraph,
-    parameters: dict[str, Any],
+    parameters: ManifestParameters,
     model: str | None,
 ) -> None:
     """Fill in what the run used and the caller did not say: its cache file, its model
     (when no node names its own). Never its server: see `_ask_only_named_servers`."""
-    cache = parameters.get("cache")
+    cache = parameters.cache
     options.setdefault("cache", Path(cache) if cache else False)
     own_models = any(getattr(n.spec, "model", None) for n in graph.nodes.values() if n.is_llm)
     if "model" not in options and model is not None and not own_models:

@@ -479,7 +479,7 @@ def _print_summary(manifest: Manifest, folder: Path) -> None:
     from ..store.records import duration_text
 
     counts = manifest.counts
-    table = Table(title=f"{manifest.graph['name']} — {folder}", show_header=False)
+    table = Table(title=f"{manifest.graph.name} — {folder}", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     rows = [

@@ -24,7 +24,7 @@ from ..events import RunEvents
 from ..graph.compiled import CompiledGraph
 from ..kinds.base import EndpointWant
 from ..store.protocol import RunStore
-from ..store.records import Counts
+from ..store.records import Counts, WorkerEntry
 from ..store.trace import TraceStore
 from .coordinator import Coordinator, WorkerLink
 from .messages import EndpointPlan, GraphRecipe, WorkerJob
@@ -123,7 +123,7 @@ class WorkerPool:
 
     choice: RunPlan
     cache_errors: list[str] = field(default_factory=list)
-    workers: list[dict[str, Any]] = field(default_factory=list)
+    workers: list[WorkerEntry] = field(default_factory=list)
 
     async def run(
         self,
@@ -132,7 +132,7 @@ class WorkerPool:
         store: RunStore,
         trace: TraceStore,
         stats: Counts,
-        started: Callable[[list[dict[str, Any]]], None] | None = None,
+        started: Callable[[list[WorkerEntry]], None] | None = None,
         events: RunEvents | None = None,
         groups: GroupRuns | None = None,
     ) -> None:

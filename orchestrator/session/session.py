@@ -42,7 +42,19 @@ from ..scale import ResolvedRun, WorkerPool
 from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
-from ..store.records import EventEntry, Manifest, RunPart, Summary, summed_work
+from ..store.records import (
+    EventEntry,
+    Manifest,
+    ManifestDataset,
+    ManifestGraph,
+    ManifestPackage,
+    ManifestParameters,
+    RunPart,
+    ServerEntry,
+    Summary,
+    WorkerEntry,
+    summed_work,
+)
 from ..store.runkey import RunKey, server_components, static_components
 from ..store.trace import TraceStore
 from .params import effective_params
@@ -71,7 +83,7 @@ class _Run:
     runtime: ProcessRuntime
     choice: ServerChoice
     endpoints: dict[str, Endpoint]
-    servers: dict[str, Any]
+    servers: dict[str, ServerEntry]
     run_id: str
     run_key: RunKey
     trace: TraceStore
@@ -183,7 +195,7 @@ async def _plan(
                     layout_version=LAYOUT_VERSION,
                     run_id=run_id,
                     run_key=static_key,
-                    graph={"path": graph.label, "name": graph.name},
+                    graph=ManifestGraph(path=graph.label, name=graph.name),
                     status="error",
                     error=str(exc),
                 )
@@ -293,8 +305,8 @@ async def _run_rows(
         model=manifest.model,
         base_url=" | ".join(server_urls(plan.base_url)),
         server=str(run.servers),
-        structured=",".join(s["structured_output"] for s in run.servers.values()),
-        settings=manifest.parameters,
+        structured=",".join(str(s.structured_output) for s in run.servers.values()),
+        settings=manifest.parameters.as_written(),
     )
     store.write_manifest(manifest)
     rows = _rows(graph, run.source, store, plan.limit)
@@ -321,7 +333,7 @@ async def _run_rows(
             once=once,
         )
 
-        def started(workers: list[dict[str, Any]]) -> None:
+        def started(workers: list[WorkerEntry]) -> None:
             manifest.workers = workers  # which processes to look at while it runs
             store.write_manifest(manifest)
 
@@ -374,7 +386,7 @@ async def _finalize(run: _Run, flush: Flusher, pool: WorkerPool | None) -> BaseE
         # The run's own outages and its workers', from the events they emitted.
         manifest.outages = client.outages()
         manifest.events = [EventEntry.of(event) for event in client.events.notable()]
-        manifest.replicas = [r.model_dump() for r in client.servers.replica_reports()]
+        manifest.replicas = client.servers.replica_reports()
         if pool is not None:
             manifest.workers = pool.workers
         part = RunPart(
@@ -470,29 +482,24 @@ def _manifest(
         layout_version=LAYOUT_VERSION,
         run_id=run_id,
         run_key=run_key,
-        graph={
-            "path": graph.label,
-            "name": graph.name,
-            "hash": graph.content_hash,
-            "snapshot": f"{SNAPSHOT}/{SNAPSHOT_GRAPH}",
-        },
-        dataset={
-            **source.describe(),
-            "hash": run_key.components["data"],
-            "inputs": INPUTS,
-        },
+        graph=ManifestGraph(
+            path=graph.label,
+            name=graph.name,
+            hash=graph.content_hash,
+            snapshot=f"{SNAPSHOT}/{SNAPSHOT_GRAPH}",
+        ),
+        dataset=ManifestDataset.model_validate(
+            {**source.describe(), "hash": run_key.components["data"], "inputs": INPUTS}
+        ),
         model=plan.model,
         # Every setting its record marks for the manifest; the cache as the file opened
         # (none when it could not be).
-        parameters={
-            **plan.manifest_section(),
-            "cache": str(cache.path) if cache else None,
-        },
-        package={
-            "name": "orchestrator",
-            "version": __version__,
-            "python": platform.python_version(),
-        },
+        parameters=ManifestParameters.model_validate(
+            {**plan.manifest_section(), "cache": str(cache.path) if cache else None}
+        ),
+        package=ManifestPackage(
+            name="orchestrator", version=__version__, python=platform.python_version()
+        ),
         started=time.time(),
         status="running",
         resumed=resuming,
