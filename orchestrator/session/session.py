@@ -251,7 +251,7 @@ async def _begin(
     """The store opened for writing with the graph's snapshot; True when it resumes."""
     try:
         resuming = store.begin()
-        store.write_snapshot(graph)
+        store.write_snapshot(graph.snapshot())
     except BaseException:
         # Nothing has run yet; asyncio would report a client left open.
         with suppress(StorageError, sqlite3.Error):

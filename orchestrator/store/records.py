@@ -15,7 +15,7 @@ import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, NewType, get_args
 
 import orjson
 from pydantic import (
@@ -226,6 +226,20 @@ class InputLine(BaseModel):
     error: str | None = None
 
 
+# A result line as results.jsonl holds it (`ResultLine.encode`, newline included): what a
+# worker hands the run's store, encoded once where the line was made.
+EncodedLine = NewType("EncodedLine", bytes)
+
+
+@dataclass(frozen=True)
+class GraphSnapshot:
+    """What a run folder keeps of its graph (`CompiledGraph.snapshot`): the file as the
+    run read it and every template it can render, by name."""
+
+    source: bytes
+    templates: dict[str, str]
+
+
 class ResultLine(BaseModel):
     """One example's line: its id, ok or failed, its outputs, or why it failed.
 
@@ -275,10 +289,10 @@ class ResultLine(BaseModel):
             line.update(self.__pydantic_extra__)
         return line
 
-    def encode(self) -> bytes:
+    def encode(self) -> EncodedLine:
         """The line's bytes in results.jsonl (newline included); values JSON cannot hold are
         written as their text, as they always were."""
-        return orjson.dumps(self.as_dict(), default=str) + b"\n"
+        return EncodedLine(orjson.dumps(self.as_dict(), default=str) + b"\n")
 
     def flat(self) -> dict[str, Any]:
         """id, status, error and every output, nested dicts flattened with dotted names."""

@@ -18,8 +18,10 @@ import pytest
 from orchestrator.errors import DamagedRunFile, RunFolderError, RunKeyMismatch
 from orchestrator.store.folder import RunFolder
 from orchestrator.store.protocol import MemoryStore, RunStore
+from orchestrator.store.reader import RunReader
 from orchestrator.store.records import (
     Counts,
+    GraphSnapshot,
     Manifest,
     ManifestDataset,
     ManifestGraph,
@@ -150,6 +152,31 @@ def test_one_writer_at_a_time_until_released(kind: StoreKind, tmp_path: Path) ->
     first.release()
     assert second.open(overwrite=False) is None
     second.release()
+
+
+# -- the graph's snapshot -----------------------------------------------------------------------
+
+
+def test_the_graph_snapshot_record_is_kept_as_given(kind: StoreKind, tmp_path: Path) -> None:
+    """A store takes the graph as a record (`GraphSnapshot`), not the compiled graph; one
+    with files keeps it where a reader finds it, byte for byte."""
+    snapshot = GraphSnapshot(b"name: g\n", {"judge.jinja": "Rate {{ text }}", "sub/a.jinja": "ä"})
+    store = kind.make(tmp_path)
+    store.open(overwrite=False)
+    try:
+        store.begin()
+        store.write_snapshot(snapshot)
+        store.write_snapshot(snapshot)  # a resume writes it again over the first
+        store.close()
+    finally:
+        store.release()
+    if kind.files is None:
+        return
+    reader = RunReader(tmp_path / kind.files)
+    assert reader.snapshot_graph is not None
+    assert reader.snapshot_graph.read_bytes() == snapshot.source
+    for name, text in snapshot.templates.items():
+        assert (reader.snapshot_prompts / name).read_text(encoding="utf-8") == text
 
 
 # -- result lines -----------------------------------------------------------------------------
