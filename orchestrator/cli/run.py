@@ -137,7 +137,9 @@ def run(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not read or write the cache.")
     ] = False,
-    param: Annotated[list[str] | None, typer.Option(help=SETTINGS["params"].help)] = None,
+    param: Annotated[
+        list[str] | None, typer.Option(SETTINGS["params"].flag, help=SETTINGS["params"].help)
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Port of the embedded server.")] = None,
     ray: Annotated[
         str | None,

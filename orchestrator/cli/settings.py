@@ -10,6 +10,7 @@ command listing them again.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, TypeVar, cast, get_type_hints
@@ -28,11 +29,16 @@ def command_settings() -> list[str]:
     return [name for name, meta in SETTINGS.items() if meta.flag and not meta.by_hand]
 
 
+@functools.cache
+def _types() -> dict[str, Any]:
+    return get_type_hints(RunSettings)
+
+
 def option(name: str, help: str | None = None) -> inspect.Parameter:
     """The option of setting `name` as a keyword parameter Typer reads (`help` in place of
     the record's, for a command where the setting means a little more)."""
     meta = SETTINGS[name]
-    annotation = meta.cli_type if meta.cli_type is not None else get_type_hints(RunSettings)[name]
+    annotation = meta.cli_type if meta.cli_type is not None else _types()[name]
     default = default_of(name) if meta.cli_default is UNSET else meta.cli_default
     info = typer.Option(meta.flag, help=help or meta.help, metavar=meta.metavar, envvar=meta.envvar)
     return inspect.Parameter(
