@@ -80,7 +80,7 @@ def write_run(folder: Path, count: int, fail_share: float = 0.03) -> None:
     key = RunKey.from_components(static_components(graph, {}, file_hash(data)))
     run.open(overwrite=True)
     run.begin()
-    run.write_snapshot(graph)
+    run.write_snapshot(graph.snapshot())
     store = TraceStore(run.traces_path, "bench-run", graph.content_hash, key.digest)
     store.start_run(graph=str(GRAPH), model="bench-model", base_url="http://127.0.0.1:1/v1")
     params = graph.spec.params

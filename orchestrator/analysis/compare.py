@@ -112,10 +112,10 @@ def load_run(run: str | Path | RunResult, position: int) -> _Run:
     info = RunInfo(
         label=folder.name if folder is not None and folder.name else f"run{position + 1}",
         path=None if folder is None else str(folder),
-        graph=manifest.graph.get("name"),
-        graph_hash=manifest.graph.get("hash"),
+        graph=manifest.graph.name,
+        graph_hash=manifest.graph.hash,
         model=_model(manifest),
-        dataset_hash=manifest.dataset.get("hash"),
+        dataset_hash=manifest.dataset.hash,
         examples=len(lines),
         ok=sum(line.status == "ok" for line in lines),
         failed=[line.id for line in lines if line.status == "failed"],

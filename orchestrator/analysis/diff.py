@@ -257,8 +257,8 @@ def _load(run: str | Path | RunResult, position: int) -> _Side:
     info = DiffRun(
         label=folder.name or f"run{position + 1}",
         path=str(folder),
-        graph=manifest.graph.get("name"),
-        graph_hash=manifest.graph.get("hash"),
+        graph=manifest.graph.name,
+        graph_hash=manifest.graph.hash,
         examples=len(lines),
     )
     return _Side(info, lines, _values(reader.node_runs()), order, once, deps, note)

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import csv
 import os
-import sqlite3
 from array import array
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,9 +16,8 @@ import orjson
 from ..errors import ConfigurationError, RunFolderError
 from ..shipped import pip_install
 from ..store.folder import RESULTS, TRACES, damaged_line, read_only
-from ..store.reader import RunReader, open_read_only
+from ..store.reader import RunReader
 from ..store.records import WHOLE, NodeRun, ResultLine
-from ..store.trace import damaged
 
 Format = Literal["parquet", "csv", "jsonl"]
 What = Literal["results", "node_runs", "both"]
@@ -222,22 +219,13 @@ def node_run_row(rec: NodeRun) -> dict[str, Any]:
     }
 
 
-def _example_ids(path: Path) -> list[str]:
-    """The trace's example ids, by first node execution."""
-    try:
-        with closing(open_read_only(path)) as db:
-            sql = "SELECT example_id FROM node_runs GROUP BY example_id ORDER BY MIN(id)"
-            return [str(row[0]) for row in db.execute(sql)]
-    except sqlite3.DatabaseError as exc:
-        raise damaged(path, exc) from None
-
-
 def node_runs_table(folder: Path | str) -> Table:
     """Every node execution of the run, example by example, oldest first within each."""
     reader = RunReader(folder)
     if not reader.has_trace:
         raise RunFolderError(f"{reader.path} has no {TRACES}; is it a run folder?")
-    examples = _example_ids(reader.traces_path)
+    with reader.trace() as trace:
+        examples = trace.example_ids()
 
     def rows() -> Iterator[dict[str, Any]]:
         # The reader fetches one example's node runs at a time (the trace indexes them by

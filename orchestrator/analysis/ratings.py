@@ -75,9 +75,9 @@ def graph_settings(reader: RunReader) -> tuple[str | None, dict[str, dict[str, A
 
 def _graph_of(reader: RunReader) -> tuple[str, str | None]:
     graph = reader.manifest.graph
-    if not graph.get("name"):
+    if not graph.name:
         raise RunFolderError(f"{reader.path} has no readable manifest.json naming its graph")
-    return str(graph["name"]), graph.get("hash")
+    return graph.name, graph.hash
 
 
 def _check_graphs(readers: list[RunReader], mixed: bool) -> str:
@@ -94,7 +94,7 @@ def _check_graphs(readers: list[RunReader], mixed: bool) -> str:
             f"these runs cannot be pooled, {why}: {listed}; pass mixed_graphs=True "
             "(--mixed-graphs) if their battles are comparable all the same"
         )
-    params = {repr(sorted((r.manifest.parameters.get("params") or {}).items())) for r in readers}
+    params = {repr(sorted(r.manifest.parameters.params.items())) for r in readers}
     if len(params) > 1:
         logger.warning("the runs were made with different params; their battles are pooled")
     return graphs[0][0]

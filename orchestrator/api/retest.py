@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -27,8 +27,9 @@ from ..analysis.metaeval_stats import Bootstrap
 from ..calls.reask import FolderServers, reask_servers, recorded_urls
 from ..errors import ConfigurationError, RunFolderError
 from ..graph.compiled import CompiledGraph
-from ..session.plan import Resample
+from ..session.plan import Resample, RunArgs
 from ..store.reader import RunReader
+from ..store.records import ManifestParameters, ServerEntry
 from ..store.runkey import RunKey
 from .run import _blocking, arun, load_graph
 
@@ -48,7 +49,7 @@ async def aretest(
     seed: int = 0,
     out: str | Path | None = None,
     resamples: int = 1000,
-    **options: Any,
+    **options: Unpack[RunArgs],
 ) -> Retest:
     """Re-ask `rows` rows of the run in `run_dir` (a seeded choice among the examples that
     finished) `k` times and measure each LLM node's test–retest stability.
@@ -81,24 +82,22 @@ async def aretest(
     data = _chosen_rows(reader, rows, seed)
     folder = Path(out) if out is not None else run / _folder_name(k, rows, temperature, seed, node)
     manifest = reader.manifest
-    params = dict(manifest.parameters.get("params") or {})
+    params = dict(manifest.parameters.params)
     _ask_only_named_servers(run, graph, params, manifest.servers, options)
     _run_defaults(options, graph, manifest.parameters, manifest.model)
     repeats = []
     for repeat in range(1, k + 1):
         target = folder / f"repeat-{repeat}"
-        result = await arun(
-            graph,
-            data,
-            out=target,
-            params=params,
-            resample=Resample(
+        settings: RunArgs = {
+            **options,
+            "params": params,
+            "resample": Resample(
                 repeat=repeat,
                 nodes=tuple(nodes) if node is not None else (),
                 temperature=temperature,
             ),
-            **options,
-        )
+        }
+        result = await arun(graph, data, out=target, **settings)
         _check_same_judge(manifest.run_key, result.manifest.run_key, nodes)
         repeats.append(target)
     return Retest(
@@ -175,8 +174,8 @@ def _ask_only_named_servers(
     run: Path,
     graph: CompiledGraph,
     params: dict[str, Any],
-    servers: dict[str, Any],
-    options: dict[str, Any],
+    servers: dict[str, ServerEntry],
+    options: RunArgs,
 ) -> None:
     """The servers the repeats ask, into `options`: only those the caller named (the rule
     of every re-ask from a folder, `reask_servers`); the run's own are never taken."""
@@ -194,14 +193,14 @@ def _ask_only_named_servers(
 
 
 def _run_defaults(
-    options: dict[str, Any],
+    options: RunArgs,
     graph: CompiledGraph,
-    parameters: dict[str, Any],
+    parameters: ManifestParameters,
     model: str | None,
 ) -> None:
     """Fill in what the run used and the caller did not say: its cache file, its model
     (when no node names its own). Never its server: see `_ask_only_named_servers`."""
-    cache = parameters.get("cache")
+    cache = parameters.cache
     options.setdefault("cache", Path(cache) if cache else False)
     own_models = any(getattr(n.spec, "model", None) for n in graph.nodes.values() if n.is_llm)
     if "model" not in options and model is not None and not own_models:

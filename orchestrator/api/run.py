@@ -16,29 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
+import inspect
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, Unpack, get_type_hints
 
 from rich.console import Console
 
-from ..calls.endpoints import StructuredChoice
-from ..calls.outage import DEFAULT_SERVER_WAIT
-from ..calls.retry import RetryPolicy
-from ..calls.tuner import Concurrency
 from ..data.sources import as_source
+from ..engine.settings import SETTINGS, RunArgs, RunSettings, default_of
 from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_dict, compile_graph
-from ..providers.base import Transport
-from ..providers.fake import FAKE_BASE_URL
-from ..providers.registry import make_provider
-from ..scale import Executor, Workers, parse_workers
-from ..session.plan import Resample, make_plan
+from ..session.plan import make_plan
 from ..session.session import run_session
 from ..shipped import pip_install
 from ..store.folder import RunFolder
@@ -137,63 +130,14 @@ class RunResult:
         return node_runs_frame(self.folder)
 
 
-def _default_workers(executor: Executor) -> Workers:
-    """One process locally; on Ray, one actor per CPU of the cluster."""
-    return "auto" if executor == "ray" else 1
-
-
-# The base URL of a run whose graph has no node that talks to a server (compute nodes only,
-# e.g. graphs/perq_distilled.yaml): never contacted, so none need be given or started.
-UNUSED_BASE_URL = "http://127.0.0.1:8000/v1"
-
-
-def _default_base_url(graph: CompiledGraph) -> str:
-    if not any(node.uses_server for node in graph.nodes.values()):
-        return UNUSED_BASE_URL
-    url = os.environ.get("OPENAI_BASE_URL")
-    if url:
-        return url
-    from ..local import server as embedded
-
-    running = embedded.find_running(embedded.DEFAULT_PORT)
-    if running:
-        return running
-    raise ConfigurationError(
-        "no server to talk to: pass base_url='http://host:port/v1', set OPENAI_BASE_URL, or "
-        "start the embedded one with `orchestrator serve`"
-    )
-
-
 async def arun(
     graph: Graph | str | Path,
     data: Any,
     *,
-    base_url: str | list[str] | None = None,
-    model: str | None = None,
-    server_id: str | None = None,
-    api_key: str | None = None,
-    params: dict[str, Any] | None = None,
     out: str | Path | None = None,
-    overwrite: bool = False,
-    cache: bool | str | Path = False,
-    refresh: bool = False,
-    concurrency: Concurrency = None,
-    limit: int | None = None,
-    structured: StructuredChoice = "auto",
-    timeout: float = 120.0,
-    server_wait: float = DEFAULT_SERVER_WAIT,
     progress: bool = False,
-    transport: Transport | None = None,
-    provider: str | None = None,
-    retry: RetryPolicy | None = None,
-    workers: int | Literal["auto"] | None = None,
-    executor: Executor = "local",
-    ray_address: str | None = None,
-    affinity: bool = True,
-    trust: bool = False,
-    allow_servers: list[str] | tuple[str, ...] = (),
-    resample: Resample | None = None,
     prompts_dir: str | Path | None = None,
+    **settings: Unpack[RunArgs],
 ) -> RunResult:
     """Run `graph` over `data` (a path, list of dicts, pandas/polars DataFrame or Hugging
     Face Dataset). With `out`, results go to a resumable run folder; without, they stay
@@ -216,8 +160,10 @@ async def arun(
     and prompts folder (docs/RELIABILITY.md, threat model).
     `resample` re-asks nodes under fresh sample indices (what `orc.retest` runs with).
     `prompts_dir` is where a graph given as a path reads its templates (see `load_graph`).
+    Every setting, with its default, is a field of `RunSettings` (engine/settings.py).
     What it raises on purpose is an `OrchestratorError` (the tree: orchestrator/errors.py):
     a disk that fails a file of `out` is a `StorageError` naming the file, never OSError."""
+    chosen = RunSettings.of(settings)
     if isinstance(graph, CompiledGraph):
         if prompts_dir is not None:
             # Its templates were read when it was compiled: the folder would be ignored.
@@ -227,47 +173,13 @@ async def arun(
             )
         compiled = graph
     else:
-        compiled = load_graph(graph, prompts_dir=prompts_dir, trust=trust)
-    if base_url is None and transport is not None:
-        base_url = FAKE_BASE_URL  # a transport of its own needs no server to be found
-    if provider is not None:
-        if transport is not None:
-            raise ConfigurationError(
-                f"both transport= and provider={provider!r} given: pass one of them"
-            )
-        transport = make_provider(provider)
-    plan = make_plan(
-        base_url=(base_url if isinstance(base_url, str) else tuple(base_url))
-        if base_url
-        else _default_base_url(compiled),
-        model=model,
-        server_id=server_id,
-        api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
-        concurrency=concurrency,
-        limit=limit,
-        cache=None if isinstance(cache, bool) else Path(cache),
-        use_cache=cache is not False,
-        refresh=refresh,
-        overwrite=overwrite,
-        structured=structured,
-        params=dict(params or {}),
-        timeout=timeout,
-        server_wait=server_wait,
-        transport=transport,
-        retry=retry,
-        workers=parse_workers(workers) if workers is not None else _default_workers(executor),
-        executor=executor,
-        ray_address=ray_address,
-        affinity=affinity,
-        trust_servers=trust or compiled.trusted,
-        allow_servers=tuple(allow_servers),
-        resample=resample,
-    )
-    if executor == "ray":
+        compiled = load_graph(graph, prompts_dir=prompts_dir, trust=chosen.trust)
+    plan = make_plan(chosen, compiled)
+    if plan.executor == "ray":
         from ..scale.onray import import_ray
 
         import_ray()  # a missing extra is said before the folder or a server is touched
-    elif plan.scale.sharded:
+    elif plan.sharded:
         from ..scale.processes import check_main_guard
 
         check_main_guard()  # a script without `if __name__ == "__main__":`, said up front
@@ -280,6 +192,24 @@ async def arun(
         folder=Path(out) if out is not None else None,
         _store=store,
     )
+
+
+def _signature() -> inspect.Signature:
+    """`arun`'s signature with every setting written out, its default shown, for `help()`,
+    notebooks and editors that read signatures rather than `Unpack`."""
+    own = inspect.signature(arun)
+    hints = get_type_hints(RunSettings)
+    settings = [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=default_of(name), annotation=hints[name]
+        )
+        for name in SETTINGS
+    ]
+    kept = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    return own.replace(parameters=[*kept, *settings])
+
+
+arun.__signature__ = _signature()  # type: ignore[attr-defined]
 
 
 def _blocking(coroutine_function: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:

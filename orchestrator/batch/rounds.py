@@ -24,7 +24,7 @@ from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_graph
 from ..providers.batch import BATCH_BASE_URL, BatchTransport, Deferred, deferrals_unreported
 from ..providers.batchfile import BatchRequestLine
-from ..session.plan import make_plan
+from ..session.plan import RunSettings, make_plan
 from ..session.session import run_session
 from ..store.folder import RunFolder
 from ..store.protocol import MemoryStore, RunStore
@@ -100,21 +100,23 @@ async def run_round(
         return None if found is None else found["reply"]
 
     transport = BatchTransport(lookup)
-    plan = make_plan(
+    settings = RunSettings(
         base_url=BATCH_BASE_URL,
         model=job.model,
         server_id=identity,
+        api_key="EMPTY",  # the batch transport sends nothing anywhere
         concurrency=ROUND_CONCURRENCY,
         limit=job.limit,
-        cache=job.cache,
+        cache=job.cache if job.cache is not None else True,
         structured=job.structured,
         params=dict(job.params),
         transport=transport,
         # An imported reply is final: asking again would get the same one.
         retry=RetryPolicy(retries=0),
-        trust_servers=trust,
+        trust=trust,
         allow_servers=tuple(allow_servers),
     )
+    plan = make_plan(settings, graph)
     scratch = store if store is not None else MemoryStore()
     try:
         with deferrals_unreported():

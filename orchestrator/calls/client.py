@@ -21,7 +21,7 @@ from ..graph.spec import Sampling
 from ..providers.base import Provider, ServedModel
 from ..providers.registry import DEFAULT_PROVIDER, make_provider
 from ..store.cache import ResponseCache
-from ..store.records import Counts
+from ..store.records import Counts, OutageEntry
 from ..store.trace import Attempt
 from .cached import CachedCaller
 from .outage import DEFAULT_SERVER_WAIT
@@ -131,7 +131,7 @@ class LLMClient:
         """The run's sink of events (outages, replicas, limits) this client emits into."""
         return self.servers.events
 
-    def outages(self) -> list[dict[str, Any]]:
+    def outages(self) -> list[OutageEntry]:
         """Every stretch a server did not answer during the run (for the manifest)."""
         return self.servers.outages()
 

@@ -9,22 +9,22 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from ..errors import ConfigurationError, ServerError
 from ..providers.base import ServedModel
+from ..store.records import ServerEntry
 from .client import LLMClient
 from .registry import Endpoint, server_urls, weights_text
 
 if TYPE_CHECKING:
+    from ..engine.settings import StructuredChoice
     from ..graph.compiled import CompiledGraph
     from ..kinds.base import EndpointWant
 
 log = logging.getLogger(__name__)
-
-StructuredChoice = Literal["auto", "server", "prompt"]
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def node_identity(
 
 async def prepare_endpoints(
     graph: CompiledGraph, client: LLMClient, choice: ServerChoice
-) -> tuple[dict[str, Endpoint], dict[str, Any]]:
+) -> tuple[dict[str, Endpoint], dict[str, ServerEntry]]:
     """The endpoint of every node that talks to a server (its kind says which, and what it
     asks for), and what the manifest records of each server."""
     endpoints: dict[str, Endpoint] = {}
@@ -261,7 +261,7 @@ async def prepare_endpoints(
                 log.warning("%s; starting without it until it answers", down[url])
                 endpoints[name].replicas.start_without(url)
                 started_without.add(url)
-    servers: dict[str, Any] = {}
+    servers: dict[str, ServerEntry] = {}
     for ep in {id(e): e for e in endpoints.values()}.values():
         if choice.structured == "auto" and ep.starts:
             # Not started yet: the canary would start it; what it enforces is known.
@@ -279,16 +279,20 @@ async def prepare_endpoints(
                 )
         else:
             ep.structured = choice.structured
-        servers[f"{ep.base_url} {ep.model}"] = {
-            "base_url": ep.urls[0] if len(ep.urls) == 1 else ep.urls,
-            "model": ep.model,
-            "models_served": [m.id for m in served_by[first_answering(ep.urls, served_by)]],
-            "identity": ep.identity,
-            "structured_output": ep.structured,
-            "version": None
-            if ep.starts
-            else await server_version(first_answering(ep.urls, served_by), client.retry.timeout),
-            **ep.server_info,
-        }
+        servers[f"{ep.base_url} {ep.model}"] = ServerEntry.model_validate(
+            {
+                "base_url": ep.urls[0] if len(ep.urls) == 1 else list(ep.urls),
+                "model": ep.model,
+                "models_served": [m.id for m in served_by[first_answering(ep.urls, served_by)]],
+                "identity": ep.identity,
+                "structured_output": ep.structured,
+                "version": None
+                if ep.starts
+                else await server_version(
+                    first_answering(ep.urls, served_by), client.retry.timeout
+                ),
+                **ep.server_info,
+            }
+        )
     await client.servers.start_tuning()
     return endpoints, servers

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
+from ..store.records import ServerEntry
 from .endpoints import own_urls
 from .registry import server_urls
 
@@ -37,13 +38,13 @@ def _same(url: str) -> str:
     return url.rstrip("/")
 
 
-def recorded_urls(servers: Mapping[str, Any]) -> list[str]:
+def recorded_urls(servers: Mapping[str, ServerEntry]) -> list[str]:
     """Every server URL a manifest's `servers` record names (a URL or a list of replicas)."""
     urls: list[str] = []
     for entry in servers.values():
-        found = entry.get("base_url") if isinstance(entry, Mapping) else None
+        found = entry.base_url
         urls.extend([found] if isinstance(found, str) else found or [])
-    return [url for url in urls if isinstance(url, str) and url]
+    return [url for url in urls if url]
 
 
 @dataclass(frozen=True)

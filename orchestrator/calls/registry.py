@@ -22,10 +22,11 @@ from ..providers.base import (
     no_metrics,
     provider_identity,
 )
+from ..store.records import OutageEntry, ReplicaEntry
 from .deferred import DeferredServer, StartOnFirstUse
 from .limiter import Limiter
 from .outage import DEFAULT_SERVER_WAIT, ServerWatch
-from .replicas import Admission, Replica, ReplicaReport, ReplicaSet
+from .replicas import Admission, Replica, ReplicaSet
 from .sender import Sender
 from .tuner import Concurrency, LimitTuner
 
@@ -241,7 +242,7 @@ class ServerRegistry:
             for r in self._replicas.values()
         )
 
-    def replica_reports(self) -> list[ReplicaReport]:
+    def replica_reports(self) -> list[ReplicaEntry]:
         """Each server's share of the work and its limit over time (for the manifest)."""
         return [r.report() for r in self._replicas.values()]
 
@@ -273,10 +274,10 @@ class ServerRegistry:
                 text = text.replace(secret, "[api key]")
         return text
 
-    def outages(self) -> list[dict[str, Any]]:
+    def outages(self) -> list[OutageEntry]:
         """Every stretch a server did not answer during the run (for the manifest), from
         the run's events."""
-        return self.events.outages()
+        return [OutageEntry.model_validate(outage) for outage in self.events.outages()]
 
     def identity_at(
         self,

@@ -16,9 +16,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from pydantic import BaseModel
-
 from ..events import LimitChanged, ReplicaRefused
+from ..store.records import LimitChange, ReplicaEntry, ReplicaOutage
 from .limiter import Limiter
 from .outage import FIRST_WAIT, MAX_WAIT, Outage, ServerGone, ServerWatch
 
@@ -29,27 +28,6 @@ LimitMode = Literal["fixed", "vllm metrics", "latency"]
 Admission = Callable[[str], Awaitable[str | None]]
 
 log = logging.getLogger(__name__)
-
-
-class LimitChange(BaseModel):
-    """One change of a replica's in-flight limit: seconds into the run, new limit, why."""
-
-    t: float
-    limit: int
-    reason: str
-
-
-class ReplicaReport(BaseModel):
-    """What the manifest says of one replica: its share of the work, how its limit was set
-    and moved, and the stretches it was out of rotation."""
-
-    base_url: str
-    requests: int
-    failed: int
-    limit_mode: LimitMode
-    limit: int
-    limits: list[LimitChange]
-    outages: list[dict[str, float | bool]]
 
 
 @dataclass(eq=False)
@@ -84,8 +62,9 @@ class Replica:
             self.limits.append(LimitChange(t=t, limit=limit, reason=reason))
             self.watch.events.emit(LimitChanged(url=self.url, limit=limit, reason=reason, t=t), log)
 
-    def report(self) -> ReplicaReport:
-        return ReplicaReport(
+    def report(self) -> ReplicaEntry:
+        """What the manifest says of this replica (store/records.py)."""
+        return ReplicaEntry(
             base_url=self.url,
             requests=self.served,
             failed=self.failed,
@@ -93,7 +72,7 @@ class Replica:
             limit=self.limit.limit,
             limits=self.limits,
             outages=[
-                {"seconds": round(o.seconds, 2), "recovered": o.recovered}
+                ReplicaOutage(seconds=round(o.seconds, 2), recovered=o.recovered)
                 for o in self.watch.outages
             ],
         )

@@ -11,7 +11,8 @@ from rich.markup import escape
 
 from ..errors import OrchestratorError
 from .app import EMBEDDED_TIMEOUT, app, console, fail
-from .run import GRAPH_HELP, Trust, own_server, start_on_first_use, stop_server
+from .run import GRAPH_HELP, own_server, start_on_first_use, stop_server
+from .settings import given_settings, takes_settings
 
 if TYPE_CHECKING:
     from ..analysis.align.record import Alignment
@@ -28,7 +29,31 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
+# The run settings align's runs take from the command line (the others keep their defaults;
+# `--overwrite` is align's own).
+ALIGN_SETTINGS = (
+    "base_url",
+    "model",
+    "server_id",
+    "api_key",
+    "concurrency",
+    "cache",
+    "structured",
+    "timeout",
+    "trust",
+)
+
+
 @app.command()
+@takes_settings(
+    ALIGN_SETTINGS,
+    after="seed",
+    helps={
+        "base_url": "OpenAI-compatible server (repeat for replicas). Default: OPENAI_BASE_URL, "
+        "else the embedded vLLM CPU server (started on the first request not in the cache "
+        "when none is running, as `run` does)."
+    },
+)
 def align(
     graph: Annotated[Path, typer.Argument(help=GRAPH_HELP)],
     data: Annotated[Path, typer.Option("--data", "-d", help="Dataset with the labelled rows.")],
@@ -62,36 +87,9 @@ def align(
         typer.Option(help="Row field examples are nested in (e.g. user): resample its clusters."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the split, shots and bootstrap.")] = 0,
-    base_url: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="OpenAI-compatible server (repeat for replicas). Default: OPENAI_BASE_URL, "
-            "else the embedded vLLM CPU server (started on the first request not in the "
-            "cache when none is running, as `run` does)."
-        ),
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="Model name (default: the server's).")] = None,
-    server_id: Annotated[
-        str | None, typer.Option(help="Name the weights the server serves (as `run`).")
-    ] = None,
-    api_key: Annotated[
-        str, typer.Option(envvar="OPENAI_API_KEY", show_default=False, help="API key.")
-    ] = "EMPTY",
-    concurrency: Annotated[
-        str | None, typer.Option(help="In-flight requests per server: N or auto.")
-    ] = None,
-    cache: Annotated[Path | None, typer.Option(help="Response cache file.")] = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not read or write the cache.")
     ] = False,
-    structured: Annotated[
-        str, typer.Option(help="auto (canary decides) | server | prompt.")
-    ] = "auto",
-    timeout: Annotated[
-        float | None,
-        typer.Option(help="Seconds per request (default 120; 600 on the embedded CPU server)."),
-    ] = None,
-    trust: Trust = False,
     overwrite: Annotated[
         bool,
         typer.Option(
@@ -100,35 +98,26 @@ def align(
         ),
     ] = False,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
+    **settings: Any,
 ) -> None:
     """Search few-shot sets and variants on folds of the labelled examples, then score the
     graph as given and the best configuration once on a held-out test set."""
     from ..api.align import align as run_align
-    from ..calls.tuner import parse_concurrency
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")
-    if structured not in ("auto", "server", "prompt"):
-        fail("--structured must be auto, server or prompt")
-    options: dict[str, Any] = {
-        "model": model,
-        "server_id": server_id,
-        "api_key": api_key,
-        "structured": structured,
-        "timeout": timeout or 120.0,
-        "trust": trust,
-        "cache": False if no_cache else (cache if cache is not None else True),
-    }
+    options: dict[str, Any] = dict(given_settings(settings))
+    options["cache"] = False if no_cache else options.get("cache", True)
     server = None
+    base_url = options.get("base_url")
     if base_url:
         options["base_url"] = base_url[0] if len(base_url) == 1 else base_url
     elif not os.environ.get("OPENAI_BASE_URL"):
         # As `run` does: the embedded server, this command's own if none is running.
         options["base_url"], server = own_server(None, on_first_use=True)
         options["transport"] = start_on_first_use(None, server)
-        options["timeout"] = timeout or EMBEDDED_TIMEOUT
+        options.setdefault("timeout", EMBEDDED_TIMEOUT)
     try:
-        options["concurrency"] = parse_concurrency(concurrency)
         found = run_align(
             graph,
             data,

@@ -7,13 +7,14 @@ import json
 import logging
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Unpack
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..calls.outage import DEFAULT_SERVER_WAIT, ServerGone
+from ..calls.outage import ServerGone
+from ..engine.settings import SETTINGS, RunArgs, sharded
 from ..errors import (
     GraphError,
     OrchestratorError,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 
 from .app import EMBEDDED_TIMEOUT, app, console, err, fail
+from .settings import given_settings, takes_settings
 
 logger = logging.getLogger(__name__)
 
@@ -88,12 +90,8 @@ def _data_path(data: Path) -> Path:
 
 
 GRAPH_HELP = "Graph file (YAML), or the name of a shipped protocol (e.g. expert)."
-TRUST_HELP = (
-    "Trust the graph file: let it import its own Python (modules beside it, any "
-    "module:function), read templates outside its folder and talk to the servers it names."
-)
 PROMPTS_HELP = "Templates folder to use instead of the graph's `prompts:` (yours, so anywhere)."
-Trust = Annotated[bool, typer.Option("--trust", help=TRUST_HELP)]
+Trust = Annotated[bool, typer.Option(SETTINGS["trust"].flag, help=SETTINGS["trust"].help)]
 Prompts = Annotated[Path | None, typer.Option("--prompts", metavar="DIR", help=PROMPTS_HELP)]
 
 
@@ -123,6 +121,7 @@ def validate(
 
 
 @app.command()
+@takes_settings(after="out")
 def run(
     graph: Annotated[Path, typer.Argument(help=GRAPH_HELP)],
     data: Annotated[
@@ -135,84 +134,13 @@ def run(
         ),
     ],
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<graph>).")] = None,
-    base_url: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="OpenAI-compatible server, e.g. http://gpu:8000/v1; repeat it for replicas "
-            "of one model (each request goes to the least loaded). "
-            "Default: the embedded vLLM CPU server."
-        ),
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Model name (default: the server's first).")
-    ] = None,
-    server_id: Annotated[
-        str | None,
-        typer.Option(
-            help="Name the weights the server serves (one name for all --base-url replicas), "
-            "in place of the root its /v1/models reports; replies are cached and runs "
-            "resumed per name (docs/servers.md).",
-            show_default=False,
-        ),
-    ] = None,
-    api_key: Annotated[
-        str,
-        typer.Option(
-            envvar="OPENAI_API_KEY", show_default=False, help="API key (env OPENAI_API_KEY)."
-        ),
-    ] = "EMPTY",
-    provider: Annotated[
-        str | None,
-        typer.Option(
-            help="The built-in provider that reaches --base-url: openai (OpenAI-compatible, "
-            "vLLM; the default). A graph node may name its own (docs/providers.md).",
-            show_default=False,
-        ),
-    ] = None,
-    concurrency: Annotated[
-        str | None,
-        typer.Option(
-            help="In-flight requests per server: N, or auto (tuned from vLLM's /metrics, "
-            "else from latency). Default: auto against vLLM, 64 elsewhere.",
-            show_default=False,
-        ),
-    ] = None,
-    affinity: Annotated[
-        bool,
-        typer.Option(help="With replicas, an example's calls prefer the replica of its last."),
-    ] = True,
-    limit: Annotated[int | None, typer.Option(help="Run only the first N rows.")] = None,
-    cache: Annotated[Path | None, typer.Option(help="Response cache file.")] = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not read or write the cache.")
     ] = False,
-    refresh: Annotated[bool, typer.Option(help="Ignore cached replies (still store new).")] = False,
-    overwrite: Annotated[bool, typer.Option(help="Replace a run folder of another run.")] = False,
-    structured: Annotated[
-        str, typer.Option(help="auto (canary decides) | server | prompt.")
-    ] = "auto",
     param: Annotated[
-        list[str] | None, typer.Option(help="Override a graph param: key=value.")
+        list[str] | None, typer.Option(SETTINGS["params"].flag, help=SETTINGS["params"].help)
     ] = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option(help="Seconds per request (default 120; 600 on the embedded CPU server)."),
-    ] = None,
-    server_wait: Annotated[
-        float,
-        typer.Option(
-            help="Seconds to wait for a server that stops answering mid-run before stopping "
-            "the run (finished work is kept; re-run to resume)."
-        ),
-    ] = DEFAULT_SERVER_WAIT,
     port: Annotated[int | None, typer.Option(help="Port of the embedded server.")] = None,
-    workers: Annotated[
-        str | None,
-        typer.Option(
-            help="Processes to run the graph in (auto: one per core; with --ray, actors, "
-            "default one per cluster CPU). One run folder and cache; --concurrency is split."
-        ),
-    ] = None,
     ray: Annotated[
         str | None,
         typer.Option(
@@ -222,68 +150,38 @@ def run(
             "(this node's cluster) or a cluster address. Needs orchestrator[scale].",
         ),
     ] = None,
-    trust: Trust = False,
     prompts: Prompts = None,
-    allow_server: Annotated[
-        list[str] | None,
-        typer.Option(
-            metavar="URL",
-            help="A server a node's own base_url may name (repeatable); without it such a "
-            "node is refused and gets no request and no key.",
-        ),
-    ] = None,
+    **settings: Any,
 ) -> None:
     """Run a graph over a dataset into a run folder; re-running the same command resumes."""
-    if structured not in ("auto", "server", "prompt"):
-        fail("--structured must be auto, server or prompt")
-    from ..calls.tuner import parse_concurrency
     from ..scale import run_options
+    from ..session.plan import UNUSED_BASE_URL
 
-    try:
-        in_flight = parse_concurrency(concurrency)
-        scale = run_options(workers, ray)  # checked before any server is started
-    except (ValueError, OrchestratorError) as exc:
-        fail(str(exc))
-        raise
-    from ..api.run import UNUSED_BASE_URL
-
+    # Every option is checked before any server is started.
+    given = given_settings(settings)
+    given.update(run_options(None, ray))
     graph = _graph_path(graph)
     data = _data_path(data)
-    compiled = _compile_or_exit(graph, trust=trust, prompts=prompts)
+    compiled = _compile_or_exit(graph, trust=given.get("trust", False), prompts=prompts)
     server = None
-    embedded_default = base_url is None
-    urls: str | list[str] | None = base_url or None
+    embedded_default = "base_url" not in given
+    urls = given.get("base_url")
     if urls is None and any(n.uses_server for n in compiled.nodes.values()):
-        from ..engine.plan import ScalePlan
-
         # Workers reach the server from their own processes: it must be up before them.
-        urls, server = own_server(port, on_first_use=not ScalePlan(**scale).sharded)
-    transport = start_on_first_use(provider, server)
+        spread = sharded(given.get("workers"), given.get("executor", "local"))
+        urls, server = own_server(port, on_first_use=not spread)
+    transport = start_on_first_use(given.get("provider"), server)
+    if transport is not None:
+        given["transport"] = transport
+        given.pop("provider", None)
+    given["base_url"] = urls or UNUSED_BASE_URL
+    timeout = given.pop("timeout", None) or (EMBEDDED_TIMEOUT if embedded_default else None)
+    if timeout:
+        given["timeout"] = timeout
+    given["cache"] = False if no_cache else given.get("cache", True)
+    given["params"] = _parse_params(param or [])
     try:
-        outcome = _execute(
-            graph=compiled,
-            data=data,
-            out=out or Path("runs") / graph.stem,
-            base_url=urls or UNUSED_BASE_URL,
-            model=model,
-            server_id=server_id,
-            api_key=api_key,
-            provider=None if transport else provider,
-            transport=transport,
-            concurrency=in_flight,
-            affinity=affinity,
-            limit=limit,
-            cache=cache,
-            use_cache=not no_cache,
-            refresh=refresh,
-            overwrite=overwrite,
-            structured=structured,
-            params=_parse_params(param or []),
-            timeout=timeout or (EMBEDDED_TIMEOUT if embedded_default else 120.0),
-            server_wait=server_wait,
-            allow_servers=tuple(allow_server or ()),
-            **scale,
-        )
+        outcome = _execute(graph=compiled, data=data, out=out or Path("runs") / graph.stem, **given)
     finally:
         stop_server(server)
     raise typer.Exit(_exit_code(outcome))
@@ -428,13 +326,13 @@ def _execute(
     data: Path,
     out: Path,
     *,
-    cache: Path | None = None,
     use_cache: bool = True,
     restart_if_changed: bool = False,
-    **settings: Any,
+    **settings: Unpack[RunArgs],
 ) -> RunResult:
     """`orchestrator.arun` with its errors turned into messages and exit codes, a progress
-    bar on a terminal, and the summary table at the end."""
+    bar on a terminal, and the summary table at the end; the shared response cache unless
+    `settings` name another or `use_cache` is False."""
     import sys
 
     from ..api.run import arun
@@ -443,13 +341,14 @@ def _execute(
     # the manifest says "interrupted".
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
 
+    settings["cache"] = settings.get("cache", True) if use_cache else False
+
     def attempt(**overrides: Any) -> RunResult:
         return asyncio.run(
             arun(
                 graph,
                 data,
                 out=out,
-                cache=(cache or True) if use_cache else False,
                 progress=sys.stderr.isatty(),
                 **{**settings, **overrides},
             )
@@ -582,7 +481,7 @@ def _print_summary(manifest: Manifest, folder: Path) -> None:
     from ..store.records import duration_text
 
     counts = manifest.counts
-    table = Table(title=f"{manifest.graph['name']} — {folder}", show_header=False)
+    table = Table(title=f"{manifest.graph.name} — {folder}", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     rows = [

@@ -1,7 +1,7 @@
 """The live parts of a run built from its plan, in one place: the response cache, the client
 over it, and the engine. The session builds them in the process that owns the run and every
 worker (scale/worker.py) builds them in its own; both call `build_runtime`, so a setting
-added to `RunPlan` reaches a worker with nothing copied by hand.
+added to the run's settings reaches a worker with nothing copied by hand.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class ProcessRuntime:
             trace,
             dict(endpoints),
             self.stats,
-            EngineOptions(params=self.plan.params, window=window, resample=self.plan.resample),
+            EngineOptions(settings=self.plan, window=window),
         )
 
     async def close(self) -> None:
@@ -61,17 +61,8 @@ def build_runtime(plan: RunPlan, stats: Counts | None = None) -> ProcessRuntime:
     replies, not the run) and the client over it."""
     stats = stats if stats is not None else Counts()
     cache = None
-    if plan.cache.use:
-        cache = open_cache(plan.cache.path or default_cache_path(), replace=plan.cache.refresh)
-    client = LLMClient(
-        cache=cache,
-        stats=stats,
-        concurrency=plan.calls.concurrency,
-        timeout=plan.calls.timeout,
-        refresh=plan.cache.refresh,
-        server_wait=plan.calls.server_wait,
-        transport=plan.servers.transport,
-        retry=plan.calls.retry,
-        affinity=plan.calls.affinity,
-    )
+    if plan.use_cache:
+        cache = open_cache(plan.cache_file or default_cache_path(), replace=plan.refresh)
+    # The settings the client applies are marked so in their record (engine/settings.py).
+    client = LLMClient(cache=cache, stats=stats, **plan.client_options())
     return ProcessRuntime(plan, stats, cache, client)

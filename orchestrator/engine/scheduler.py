@@ -25,7 +25,7 @@ from ..store.flight import CURRENT as CURRENT_FLIGHT
 from ..store.records import Counts, ResultLine, unstorable
 from ..store.trace import WHOLE, NodeRecord, TraceRecorder
 from .groups import GroupRuns
-from .plan import Resample
+from .settings import RunSettings
 
 # Where each example's line goes as it ends: the run store (`RunStore.write_result`), or a
 # worker's report; the record is encoded to bytes once, by whoever writes it.
@@ -34,9 +34,11 @@ ResultSink = Callable[[ResultLine], None]
 
 @dataclass
 class EngineOptions:
-    params: dict[str, Any] = field(default_factory=dict)
-    window: int = 128  # examples in flight at once; bounded so memory does not grow
-    resample: Resample | None = None  # a retest's re-asks (fresh sample indices)
+    """The run's settings (its params filled in with the graph's) and the examples the
+    engine keeps in flight at once (bounded so memory does not grow)."""
+
+    settings: RunSettings = field(default_factory=RunSettings)
+    window: int = 128
 
 
 def engine_window(in_flight: int) -> int:
@@ -93,7 +95,7 @@ class Engine:
         self.endpoints = endpoints  # node name → endpoint it talks to
         self.stats = stats
         self.options = options
-        self.params = {**graph.spec.params, **options.params}
+        self.params = {**graph.spec.params, **options.settings.params}
         first = next(iter(endpoints.values()), None)
         self.run_info = {
             "base_url": first.base_url if first else None,
@@ -101,9 +103,7 @@ class Engine:
         }
         self.runtime = Runtime(client, endpoints, self.run_info)
         # What node kinds execute with; the engine itself never looks inside a node.
-        self.services = RunServices(
-            client, trace, endpoints, self.runtime, resample=options.resample
-        )
+        self.services = RunServices(client, trace, endpoints, self.runtime, options.settings)
         self._rows_order = row_order(graph)
         self._chain = _is_chain(graph, self._rows_order)
         # The once-nodes' values, every row's to read; None until they have run (or were

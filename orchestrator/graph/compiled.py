@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..compute import ComputeFunction, registered
 from ..errors import ConfigurationError
+from ..store.records import GraphSnapshot
 from .spec import Aggregate, GraphSpec, NodeBase
 from .templates import Expression
 
@@ -102,6 +103,10 @@ class CompiledGraph:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def snapshot(self) -> GraphSnapshot:
+        """What a run's store keeps of this graph: the file and its templates as read."""
+        return GraphSnapshot(self.source, dict(self.templates))
 
     @classmethod
     def load(cls, path: Path | str, *, trust: bool = False) -> CompiledGraph:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..calls.registry import Endpoint
     from ..calls.runtime import Runtime
     from ..compute import ComputeFunction
-    from ..engine.plan import Resample
+    from ..engine.settings import Resample, RunSettings
     from ..graph.checks import NodeScope
     from ..graph.compiled import CompiledNode
     from ..graph.spec import FieldSpec, GraphSpec
@@ -58,8 +58,13 @@ class RunServices:
     trace: TraceRecorder
     endpoints: dict[str, Endpoint]  # node name -> the endpoint it talks to
     runtime: Runtime
+    settings: RunSettings  # how the run goes (its params filled in with the graph's)
     memo: dict[Any, Any] = field(default_factory=dict)  # per-run caches of kinds
-    resample: Resample | None = None  # a retest's re-asks: fresh sample indices per node
+
+    @property
+    def resample(self) -> Resample | None:
+        """A retest's re-asks: fresh sample indices per node (None: an ordinary run)."""
+        return self.settings.resample
 
 
 class NodeKind(ABC, Generic[SpecT, NodeT]):

@@ -198,7 +198,7 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
         model = _schema_for(cn, ctx, run.memo)
         sampling = _sampling_for(cn, ctx)
         first_sample = 0
-        resample = run.resample
+        resample = run.settings.resample
         if resample is not None and resample.covers(cn.name):
             if resample.temperature is not None:
                 sampling = sampling.model_copy(update={"temperature": resample.temperature})

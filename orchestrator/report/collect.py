@@ -16,7 +16,16 @@ from typing import Any
 
 from ..session.summary import numeric_leaves
 from ..store.reader import RunReader, TraceReader
-from ..store.records import WHOLE, Manifest, NodeRun, NodeServer, ResultLine, Summary, TraceRun
+from ..store.records import (
+    WHOLE,
+    Manifest,
+    ManifestGraph,
+    NodeRun,
+    NodeServer,
+    ResultLine,
+    Summary,
+    TraceRun,
+)
 from .payload import EARLIER_RUN, PROMPT_LIMIT, RUN, DetailOptions, compact_record
 from .sources import GraphInfo, NodeInfo, load_graph, load_inputs
 from .values import abridge, finite
@@ -153,7 +162,7 @@ class RunData:
 
     @property
     def title(self) -> str:
-        return str(self.manifest.graph.get("name") or self.summary.graph or self.run_dir.name)
+        return str(self.manifest.graph.name or self.summary.graph or self.run_dir.name)
 
 
 def _columns(results: list[ResultLine]) -> tuple[list[str], list[str], str | None]:
@@ -201,7 +210,7 @@ def load_run(run_dir: Path, full_prompts: bool = False) -> RunData:
                 seen_nodes += [r.node for r in trace.node_runs(row.id)]
     if not manifest.graph and runs:
         # An interrupted run may lack its manifest; the trace knows which graph it ran.
-        manifest.graph = {"path": runs[-1].graph, "hash": runs[-1].graph_hash}
+        manifest.graph = ManifestGraph(path=runs[-1].graph, hash=runs[-1].graph_hash)
     notes = reader.notes
     graph = load_graph(manifest, reader, seen_nodes)
     if graph.note:

@@ -316,11 +316,10 @@ def facts(
     the trace), and the run's counts."""
     graph = manifest.graph
     server_text = "; ".join(
-        f"{s.get('base_url')} ({s.get('structured_output', '?')} structured output"
-        + (f", vLLM {s['version']}" if s.get("version") else "")
+        f"{s.base_url} ({s.structured_output or '?'} structured output"
+        + (f", vLLM {s.version}" if s.version else "")
         + ")"
         for s in manifest.servers.values()
-        if isinstance(s, dict)
     )
     last = runs[-1] if runs else None
     if not server_text and last is not None:
@@ -329,9 +328,9 @@ def facts(
     rows = [
         (
             "graph",
-            f"<b>{escape(str(graph.get('name', '—')))}</b> · "
-            f"<code>{escape(str(graph.get('hash', '—')))}</code> · "
-            f"{escape(str(graph.get('path')))}",
+            f"<b>{escape(str(graph.name or '—'))}</b> · "
+            f"<code>{escape(str(graph.hash or '—'))}</code> · "
+            f"{escape(str(graph.path))}",
         ),
         ("model", escape(str(manifest.model or (last.model if last else "—")))),
         ("server", escape(server_text or "—")),
@@ -350,8 +349,7 @@ def facts(
         ),
         (
             "dataset",
-            f"{escape(str(dataset.get('path', '—')))} · "
-            f"<code>{escape(str(dataset.get('hash', '—')))}</code>",
+            f"{escape(str(dataset.path or '—'))} · <code>{escape(str(dataset.hash or '—'))}</code>",
         ),
         (
             "status",

@@ -80,9 +80,9 @@ def load_graph(manifest: Manifest, run: RunReader, seen_nodes: Iterable[str]) ->
     info = manifest.graph
     fallback = [NodeInfo(name, "?") for name in dict.fromkeys(seen_nodes)]
     snapshot = run.snapshot_graph
-    path = snapshot or find_file(info.get("path"), run.path)
+    path = snapshot or find_file(info.path, run.path)
     if path is None:
-        missing = f"graph file {info.get('path')!r} not found: nodes come from the trace, no edges"
+        missing = f"graph file {info.path!r} not found: nodes come from the trace, no edges"
         return GraphInfo(fallback, [], note=missing)
     try:
         # The snapshot is the graph as the run used it: drawn without the user's functions,
@@ -154,10 +154,10 @@ def load_inputs(
     if run.has_inputs:
         return _snapshot_inputs(run, fields, limit)
     info = manifest.dataset
-    path = find_file(info.get("path"), run.path)
+    path = find_file(info.path, run.path)
     if path is None:
-        return {}, {}, f"dataset {info.get('path')!r} not found: inputs are not shown"
-    if info.get("hash") and file_hash(path) != info.get("hash"):
+        return {}, {}, f"dataset {info.path!r} not found: inputs are not shown"
+    if info.hash and file_hash(path) != info.hash:
         return {}, {}, f"dataset {path} changed since this run: inputs are not shown"
     inputs: dict[str, dict[str, str]] = {}
     numbers: dict[str, int] = {}

@@ -2,20 +2,17 @@
 actors (`--ray`) — each running the async engine on the rows it is handed, while the
 process that started the run keeps its one run folder, lock and run key (docs/scale.md)."""
 
-from ..engine.plan import Executor, Workers
+from ..engine.settings import Executor, Workers, parse_workers
 from .messages import WorkerFailed, WorkerLost
 from .pool import (
     ResolvedRun,
-    ScaleChoice,
     WorkerPool,
-    parse_workers,
     run_options,
 )
 
 __all__ = [
     "Executor",
     "ResolvedRun",
-    "ScaleChoice",
     "WorkerFailed",
     "WorkerLost",
     "WorkerPool",

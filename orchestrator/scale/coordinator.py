@@ -13,7 +13,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import fields
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..calls.outage import ServerGone
 from ..data.dataset import Row
@@ -21,7 +21,7 @@ from ..engine.groups import GroupOutcome, GroupRuns
 from ..events import RunEvents
 from ..events import WorkerLost as WorkerLostEvent  # the record; WorkerLost is the error
 from ..store.protocol import RunStore
-from ..store.records import Counts
+from ..store.records import Counts, WorkerEntry
 from ..store.trace import TraceStore
 from .messages import RowChunk, WorkerFailed, WorkerLost, WorkerReport
 
@@ -59,7 +59,7 @@ class Coordinator:
         trace: TraceStore,
         stats: Counts,
         window: int,
-        started: Callable[[list[dict[str, Any]]], None] | None = None,
+        started: Callable[[list[WorkerEntry]], None] | None = None,
         events: RunEvents | None = None,
         groups: GroupRuns | None = None,
     ) -> None:
@@ -86,7 +86,7 @@ class Coordinator:
         self.in_flight: dict[str, Counter[str]] = {link.name: Counter() for link in links}
         self.live = {link.name for link in links}
         self.cache_errors: list[str] = []
-        self.workers: dict[str, dict[str, Any]] = {}
+        self.workers: dict[str, WorkerEntry] = {}
         self.error: Exception | None = None
         self._room = asyncio.Event()
         self._closing: set[asyncio.Task[None]] = set()
@@ -197,7 +197,9 @@ class Coordinator:
 
     def _take(self, link: WorkerLink, report: WorkerReport) -> None:
         if link.name not in self.workers:
-            self.workers[link.name] = {"worker": link.name, "pid": report.pid, "host": report.host}
+            self.workers[link.name] = WorkerEntry(
+                worker=link.name, pid=report.pid, host=report.host
+            )
             if self.started is not None:
                 self.started(list(self.workers.values()))
         # Trace rows before result lines (the store's flush keeps that order on disk).
@@ -209,7 +211,7 @@ class Coordinator:
             self.in_flight[link.name] += Counter()  # drop ids at zero
             self._room.set()
         self.reported[link.name] = report.stats
-        self.workers[link.name]["examples"] = report.stats.ended()
+        self.workers[link.name].examples = report.stats.ended()
         self._count()
         if report.events:
             self.events.adopt(report.events, link.name)

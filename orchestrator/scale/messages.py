@@ -23,7 +23,7 @@ from ..errors import WorkerLost as WorkerLost
 from ..events import RunEvent
 from ..graph.compiled import CompiledGraph, GraphRegistries
 from ..kinds.graphs import compile_source
-from ..store.records import Counts
+from ..store.records import Counts, EncodedLine
 from ..store.trace import TraceBatch
 
 # (node, foreach item) -> the stored JSON of its finished value, for one example.
@@ -158,7 +158,7 @@ class WorkerReport:
     pid: int
     host: str
     ids: list[str]
-    lines: list[bytes]
+    lines: list[EncodedLine]
     trace: TraceBatch
     stats: Counts
     final: bool = False

@@ -16,14 +16,15 @@ from ..calls.registry import Endpoint
 from ..calls.tuner import Concurrency
 from ..data.dataset import Row
 from ..engine.groups import GroupRuns
-from ..engine.plan import RunPlan, ScalePlan, Workers
+from ..engine.plan import RunPlan
 from ..engine.scheduler import engine_window
+from ..engine.settings import RunArgs, parse_workers
 from ..errors import ConfigurationError
 from ..events import RunEvents
 from ..graph.compiled import CompiledGraph
 from ..kinds.base import EndpointWant
 from ..store.protocol import RunStore
-from ..store.records import Counts
+from ..store.records import Counts, WorkerEntry
 from ..store.trace import TraceStore
 from .coordinator import Coordinator, WorkerLink
 from .messages import EndpointPlan, GraphRecipe, WorkerJob
@@ -33,34 +34,15 @@ class _Disposable(WorkerLink, Protocol):
     async def dispose(self) -> None: ...
 
 
-def parse_workers(value: str | int) -> Workers:
-    """`--workers`: a positive count or `auto`; ConfigurationError naming the flag else."""
-    if value == "auto":
-        return "auto"
-    try:
-        count = int(value)
-    except (TypeError, ValueError):
-        count = 0
-    if count < 1:
-        raise ConfigurationError(
-            f"--workers takes a number of processes (1 or more) or auto, got {value!r}"
-        )
-    return count
-
-
-def run_options(workers: str | None, ray: str | None) -> dict[str, Any]:
+def run_options(workers: str | None, ray: str | None) -> RunArgs:
     """`--workers` and `--ray ADDRESS` as `orc.run` takes them; `--ray local` (or an
     empty ADDRESS) is the Ray instance this machine runs, or a new one."""
-    options: dict[str, Any] = {"executor": "ray" if ray is not None else "local"}
+    options: RunArgs = {"executor": "ray" if ray is not None else "local"}
     if ray not in (None, "", "local"):
         options["ray_address"] = ray
     if workers is not None:
         options["workers"] = parse_workers(workers)
     return options
-
-
-# The name this package gave the scale settings before RunPlan held them.
-ScaleChoice = ScalePlan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +81,7 @@ def worker_job(parts: ResolvedRun, count: int) -> WorkerJob:
     `--concurrency N` stays what each server sees in total; a tuned limit is each worker's
     own, and they all read the same server load), the graph as compiled."""
     plan = parts.plan
-    concurrency: Concurrency = plan.calls.concurrency
+    concurrency: Concurrency = plan.concurrency
     held = parts.in_flight  # a tuned limit: each worker's may grow to the ceiling
     if isinstance(concurrency, int):
         concurrency = max(1, math.ceil(concurrency / count))
@@ -119,9 +101,9 @@ def worker_job(parts: ResolvedRun, count: int) -> WorkerJob:
     ]
     share = replace(
         plan,
-        calls=replace(plan.calls, concurrency=concurrency),
+        concurrency=concurrency,
         # The file the owner opened, or none if it could not be opened.
-        cache=replace(plan.cache, use=parts.cache is not None, path=parts.cache),
+        cache=parts.cache if parts.cache is not None else False,
     )
     return WorkerJob(
         plan=share,
@@ -139,9 +121,9 @@ def worker_job(parts: ResolvedRun, count: int) -> WorkerJob:
 class WorkerPool:
     """Runs a session's rows on workers and keeps what the manifest records of them."""
 
-    choice: ScalePlan
+    choice: RunPlan
     cache_errors: list[str] = field(default_factory=list)
-    workers: list[dict[str, Any]] = field(default_factory=list)
+    workers: list[WorkerEntry] = field(default_factory=list)
 
     async def run(
         self,
@@ -150,7 +132,7 @@ class WorkerPool:
         store: RunStore,
         trace: TraceStore,
         stats: Counts,
-        started: Callable[[list[dict[str, Any]]], None] | None = None,
+        started: Callable[[list[WorkerEntry]], None] | None = None,
         events: RunEvents | None = None,
         groups: GroupRuns | None = None,
     ) -> None:

@@ -19,7 +19,7 @@ from ..calls.registry import Endpoint
 from ..engine.flush import CacheFlusher, fewer_gc_passes
 from ..engine.runtime import ProcessRuntime, build_runtime
 from ..engine.scheduler import Engine
-from ..store.records import Counts, ResultLine
+from ..store.records import Counts, EncodedLine, ResultLine
 from ..store.trace import WHOLE, TraceRecorder, loads
 from .messages import ResumeValues, RowChunk, WorkerFailure, WorkerJob, WorkerReport
 
@@ -77,7 +77,7 @@ class ShardWorker:
         self.failure: WorkerFailure | None = None
         self._flush_cache = CacheFlusher(None)
         self._ids: list[str] = []
-        self._lines: list[bytes] = []
+        self._lines: list[EncodedLine] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._settled = False  # closed and idle, or failed: the last report is due

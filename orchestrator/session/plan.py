@@ -1,97 +1,86 @@
-"""The run plan as the session builds it: `make_plan` turns the API's flat keyword arguments
-(which the CLI reaches through the API) into one `RunPlan`, once per run.
+"""The run plan as the session builds it: `make_plan` decides what the caller's settings
+(`RunSettings`, `orc.run`'s keyword arguments, which the CLI reaches through the API) left
+open and returns one `RunPlan`, once per run.
 
-The record itself, and its sub-records, are defined in engine/plan.py: scale/ and engine/
-carry and read it and sit below session/ in the layer contract (pyproject
+The records themselves are defined in engine/ (settings.py, plan.py): scale/ and engine/
+carry and read them and sit below session/ in the layer contract (pyproject
 [tool.importlinter]). They are re-exported here under the names the design gives them.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+import os
+from dataclasses import fields
 
-from ..calls.endpoints import StructuredChoice
-from ..calls.outage import DEFAULT_SERVER_WAIT
-from ..calls.retry import RetryPolicy
-from ..calls.tuner import Concurrency
-from ..engine.plan import (
-    CachePlan,
-    CallPolicy,
-    Executor,
-    Resample,
-    RunPlan,
-    ScalePlan,
-    ServerPlan,
-    Workers,
-)
-from ..providers.base import Transport
+from ..engine.plan import Executor, Resample, RunPlan, Workers
+from ..engine.settings import RunArgs, RunSettings, parse_workers
+from ..errors import ConfigurationError
+from ..graph.compiled import CompiledGraph
+from ..providers.fake import FAKE_BASE_URL
+from ..providers.registry import make_provider
 
 __all__ = [
-    "CachePlan",
-    "CallPolicy",
+    "UNUSED_BASE_URL",
     "Executor",
     "Resample",
+    "RunArgs",
     "RunPlan",
-    "ScalePlan",
-    "ServerPlan",
+    "RunSettings",
     "Workers",
     "make_plan",
 ]
 
+# The base URL of a run whose graph has no node that talks to a server (compute nodes only,
+# e.g. graphs/perq_distilled.yaml): never contacted, so none need be given or started.
+UNUSED_BASE_URL = "http://127.0.0.1:8000/v1"
 
-def make_plan(
-    *,
-    base_url: str | tuple[str, ...],
-    model: str | None = None,
-    server_id: str | None = None,
-    api_key: str = "EMPTY",
-    concurrency: Concurrency = None,
-    affinity: bool = True,
-    limit: int | None = None,
-    cache: Path | None = None,
-    use_cache: bool = True,
-    refresh: bool = False,
-    overwrite: bool = False,
-    structured: StructuredChoice = "auto",
-    params: dict[str, Any] | None = None,
-    timeout: float = 120.0,
-    server_wait: float = DEFAULT_SERVER_WAIT,
-    workers: Workers = 1,
-    executor: Executor = "local",
-    ray_address: str | None = None,
-    allow_servers: tuple[str, ...] = (),
-    trust_servers: bool = False,
-    transport: Transport | None = None,
-    retry: RetryPolicy | None = None,
-    resample: Resample | None = None,
-) -> RunPlan:
-    """A run's settings, each named as `orc.run` names it, grouped into the plan: the one
-    place a flat setting is mapped to the record part that reads it."""
+
+def make_plan(settings: RunSettings, graph: CompiledGraph) -> RunPlan:
+    """The plan of a run of `graph` with `settings`: the server found when none was named,
+    the key from the environment when none was given, the provider named made, the workers
+    counted, the servers trusted when the caller or the graph's loader said so."""
+    transport = settings.transport
+    if settings.provider is not None:
+        if transport is not None:
+            raise ConfigurationError(
+                f"both transport= and provider={settings.provider!r} given: pass one of them"
+            )
+        transport = make_provider(settings.provider)
+    base_url = settings.base_url
+    if not base_url:
+        # A transport of the caller's own needs no server to be found.
+        base_url = FAKE_BASE_URL if settings.transport is not None else _default_base_url(graph)
+    given = {item.name: getattr(settings, item.name) for item in fields(settings)}
     return RunPlan(
-        servers=ServerPlan(
-            base_url=base_url,
-            model=model,
-            server_id=server_id,
-            api_key=api_key,
-            allow_servers=tuple(allow_servers),
-            trust_servers=trust_servers,
-            transport=transport,
-        ),
-        calls=CallPolicy(
-            timeout=timeout,
-            server_wait=server_wait,
-            concurrency=concurrency,
-            affinity=affinity,
-            structured=structured,
-            retry=retry,
-        ),
-        cache=CachePlan(
-            use=use_cache, path=Path(cache) if cache is not None else None, refresh=refresh
-        ),
-        scale=ScalePlan(workers=workers, executor=executor, ray_address=ray_address),
-        params=dict(params or {}),
-        limit=limit,
-        overwrite=overwrite,
-        resample=resample,
+        **{
+            **given,
+            "base_url": base_url if isinstance(base_url, str) else tuple(base_url),
+            "api_key": settings.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+            "transport": transport,
+            # One process locally; on Ray, one actor per CPU of the cluster.
+            "workers": parse_workers(settings.workers)
+            if settings.workers is not None
+            else ("auto" if settings.executor == "ray" else 1),
+            "trust": settings.trust or graph.trusted,
+            "allow_servers": tuple(settings.allow_servers),
+        }
+    )
+
+
+def _default_base_url(graph: CompiledGraph) -> str:
+    """The run's server when none was named: none needed, OPENAI_BASE_URL, or the embedded
+    server running on its default port."""
+    if not any(node.uses_server for node in graph.nodes.values()):
+        return UNUSED_BASE_URL
+    url = os.environ.get("OPENAI_BASE_URL")
+    if url:
+        return url
+    from ..local import server as embedded
+
+    running = embedded.find_running(embedded.DEFAULT_PORT)
+    if running:
+        return running
+    raise ConfigurationError(
+        "no server to talk to: pass base_url='http://host:port/v1', set OPENAI_BASE_URL, or "
+        "start the embedded one with `orchestrator serve`"
     )

@@ -7,69 +7,59 @@ package uses it; new code calls `orc.run(graph, data, out=...)`.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from ..calls.endpoints import StructuredChoice
-from ..calls.outage import DEFAULT_SERVER_WAIT
-from ..calls.retry import RetryPolicy
-from ..calls.tuner import Concurrency
 from ..data.sources import FileSource
+from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_graph
-from ..providers.base import Transport
 from ..store.folder import RunFolder
-from .plan import Executor, RunPlan, Workers, make_plan
+from .plan import RunPlan, RunSettings, make_plan
 from .session import run_session
 
 
-@dataclass(kw_only=True)
-class RunConfig:
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(RunSettings):
     """Deprecated (use `orc.run`): everything `orchestrator run` took from the command line,
-    flat, as `make_plan` names it, plus the graph file, the data file and the run folder."""
+    flat — `orc.run`'s settings, plus the graph file, the data file and the run folder, and
+    the names it had before: `use_cache` (False: no cache, whatever `cache` says) and
+    `trust_servers`."""
 
     graph: Path
     data: Path
     out: Path
     progress: bool = True
-    trust: bool = False  # the graph's modules, prompts folder and servers (`--trust`)
     base_url: str | tuple[str, ...]
-    model: str | None = None
-    server_id: str | None = None
-    api_key: str = field(default="EMPTY", repr=False)
-    concurrency: Concurrency = None
-    affinity: bool = True
-    limit: int | None = None
-    cache: Path | None = None
+    api_key: str | None = field(default="EMPTY", repr=False)
+    cache: bool | str | Path = True  # a file, or the shared one
     use_cache: bool = True
-    refresh: bool = False
-    overwrite: bool = False
-    structured: StructuredChoice = "auto"
-    params: dict[str, Any] = field(default_factory=dict)
-    timeout: float = 120.0
-    server_wait: float = DEFAULT_SERVER_WAIT
-    workers: Workers = 1
-    executor: Executor = "local"
-    ray_address: str | None = None
-    allow_servers: tuple[str, ...] = ()
-    trust_servers: bool = False
-    transport: Transport | None = field(default=None, repr=False)
-    retry: RetryPolicy | None = field(default=None, repr=False)
+    trust_servers: bool = False  # the graph's servers only (`trust` trusts its modules too)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         # Strings are paths too: `RunConfig(graph="graphs/x.yaml", ...)` must just work.
-        self.graph, self.data, self.out = Path(self.graph), Path(self.data), Path(self.out)
-        if self.cache is not None:
-            self.cache = Path(self.cache)
+        for name in ("graph", "data", "out"):
+            object.__setattr__(self, name, Path(getattr(self, name)))
 
-    def plan(self) -> RunPlan:
-        """The run plan these settings make (`--trust` trusts the graph's servers too)."""
-        own = {"graph", "data", "out", "progress", "trust"}
-        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in own}
-        flat["trust_servers"] = self.trust_servers or self.trust
-        return make_plan(**flat)
+    def run_settings(self) -> RunSettings:
+        """The run settings this config holds, as `orc.run` takes them."""
+        given = {item.name: getattr(self, item.name) for item in fields(RunSettings)}
+        if not self.use_cache:
+            given["cache"] = False
+        elif self.cache is None:  # as the config once took it: the shared cache
+            given["cache"] = True
+        return RunSettings(**given)
+
+    def plan(self, graph: CompiledGraph | None = None) -> RunPlan:
+        """The run plan these settings make for `graph` (default: the config's file);
+        `trust_servers` trusts its servers, as `trust` does."""
+        if graph is None:
+            graph = compile_graph(self.graph, trust=self.trust)
+        plan = make_plan(self.run_settings(), graph)
+        return replace(plan, trust=plan.trust or self.trust_servers)
 
 
 @dataclass
@@ -94,5 +84,5 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
     graph = compile_graph(config.graph, trust=config.trust)
     folder = RunFolder(config.out)
     show = console if config.progress and console.is_terminal else None
-    outcome = await run_session(graph, FileSource(config.data), folder, config.plan(), show)
+    outcome = await run_session(graph, FileSource(config.data), folder, config.plan(graph), show)
     return RunOutcome(outcome.manifest.as_written(), outcome.summary.as_written(), folder.path)

@@ -42,8 +42,20 @@ from ..scale import ResolvedRun, WorkerPool
 from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
-from ..store.records import EventEntry, Manifest, RunPart, Summary, summed_work
-from ..store.runkey import RunKey, json_value, server_components, static_components
+from ..store.records import (
+    EventEntry,
+    Manifest,
+    ManifestDataset,
+    ManifestGraph,
+    ManifestPackage,
+    ManifestParameters,
+    RunPart,
+    ServerEntry,
+    Summary,
+    WorkerEntry,
+    summed_work,
+)
+from ..store.runkey import RunKey, server_components, static_components
 from ..store.trace import TraceStore
 from .params import effective_params
 from .summary import abstain_note, output_means, run_aggregates, status_counts
@@ -71,7 +83,7 @@ class _Run:
     runtime: ProcessRuntime
     choice: ServerChoice
     endpoints: dict[str, Endpoint]
-    servers: dict[str, Any]
+    servers: dict[str, ServerEntry]
     run_id: str
     run_key: RunKey
     trace: TraceStore
@@ -133,10 +145,9 @@ def _check_static_key(
 ) -> RunKey:
     """Phase 2, key: graph, templates, params and data are compared with the store's run
     before any server is asked (the servers' part is checked once they answered)."""
-    parts = static_components(graph, plan.params, source.fingerprint())
-    if plan.resample is not None:
-        # A retest's replies are other samples than the run's: never the same run.
-        parts["resample"] = json_value(plan.resample.describe())
+    # The settings that shape replies and have parts of their own (a retest's resample:
+    # its replies are other samples than the run's, never the same run).
+    parts = {**static_components(graph, plan.params, source.fingerprint()), **plan.key_parts()}
     static_key = RunKey.from_components(parts)
     store.check_key(static_key, static_only=True)
     return static_key
@@ -184,7 +195,7 @@ async def _plan(
                     layout_version=LAYOUT_VERSION,
                     run_id=run_id,
                     run_key=static_key,
-                    graph={"path": graph.label, "name": graph.name},
+                    graph=ManifestGraph(path=graph.label, name=graph.name),
                     status="error",
                     error=str(exc),
                 )
@@ -216,21 +227,20 @@ async def _plan(
         RunPart(run_id=run_id, started=run.manifest.started, status=run.manifest.status),
     ]
     run.manifest.servers = servers
-    run.manifest.model = plan.servers.model or next((e.model for e in endpoints.values()), None)
+    run.manifest.model = plan.model or next((e.model for e in endpoints.values()), None)
     return run
 
 
 def _server_choice(plan: RunPlan, given_params: frozenset[str]) -> ServerChoice:
     """The servers the user named, as the endpoint choice reads them."""
-    servers = plan.servers
     return ServerChoice(
-        servers.base_url,
-        servers.model,
-        servers.api_key,
-        plan.calls.structured,
+        plan.base_url,
+        plan.model,
+        plan.api_key,
+        plan.structured,
         plan.params,
-        servers.server_id,
-        allowed=None if servers.trust_servers else servers.allow_servers,
+        plan.server_id,
+        allowed=None if plan.trust else plan.allow_servers,
         given_params=given_params,
     )
 
@@ -241,7 +251,7 @@ async def _begin(
     """The store opened for writing with the graph's snapshot; True when it resumes."""
     try:
         resuming = store.begin()
-        store.write_snapshot(graph)
+        store.write_snapshot(graph.snapshot())
     except BaseException:
         # Nothing has run yet; asyncio would report a client left open.
         with suppress(StorageError, sqlite3.Error):
@@ -259,7 +269,7 @@ async def _execute(run: _Run, console: Console | None) -> SessionOutcome:
     """Phase 4, execute: every row through the engine here, or through the workers; how
     it ended goes in the manifest, whatever happens, before phase 5 writes it."""
     flush = Flusher(run.runtime.cache, run.trace, run.store)
-    pool = WorkerPool(run.plan.scale) if run.plan.scale.sharded else None
+    pool = WorkerPool(run.plan) if run.plan.sharded else None
     last_write: BaseException | None = None  # the run's last writes failed (a full disk)
     manifest = run.manifest
     try:
@@ -293,10 +303,10 @@ async def _run_rows(
     run.trace.start_run(
         graph=graph.label,
         model=manifest.model,
-        base_url=" | ".join(server_urls(plan.servers.base_url)),
+        base_url=" | ".join(server_urls(plan.base_url)),
         server=str(run.servers),
-        structured=",".join(s["structured_output"] for s in run.servers.values()),
-        settings=manifest.parameters,
+        structured=",".join(str(s.structured_output) for s in run.servers.values()),
+        settings=manifest.parameters.as_written(),
     )
     store.write_manifest(manifest)
     rows = _rows(graph, run.source, store, plan.limit)
@@ -323,7 +333,7 @@ async def _run_rows(
             once=once,
         )
 
-        def started(workers: list[dict[str, Any]]) -> None:
+        def started(workers: list[WorkerEntry]) -> None:
             manifest.workers = workers  # which processes to look at while it runs
             store.write_manifest(manifest)
 
@@ -376,7 +386,7 @@ async def _finalize(run: _Run, flush: Flusher, pool: WorkerPool | None) -> BaseE
         # The run's own outages and its workers', from the events they emitted.
         manifest.outages = client.outages()
         manifest.events = [EventEntry.of(event) for event in client.events.notable()]
-        manifest.replicas = [r.model_dump() for r in client.servers.replica_reports()]
+        manifest.replicas = client.servers.replica_reports()
         if pool is not None:
             manifest.workers = pool.workers
         part = RunPart(
@@ -472,42 +482,24 @@ def _manifest(
         layout_version=LAYOUT_VERSION,
         run_id=run_id,
         run_key=run_key,
-        graph={
-            "path": graph.label,
-            "name": graph.name,
-            "hash": graph.content_hash,
-            "snapshot": f"{SNAPSHOT}/{SNAPSHOT_GRAPH}",
-        },
-        dataset={
-            **source.describe(),
-            "hash": run_key.components["data"],
-            "inputs": INPUTS,
-        },
-        model=plan.servers.model,
-        parameters={
-            "concurrency": plan.calls.concurrency or "default",
-            "affinity": plan.calls.affinity,
-            "limit": plan.limit,
-            "params": plan.params,
-            "cache": str(cache.path) if cache else None,
-            "refresh": plan.cache.refresh,
-            "structured": plan.calls.structured,
-            "timeout": plan.calls.timeout,
-            "server_wait": plan.calls.server_wait,
-            "workers": plan.scale.workers,
-            "executor": plan.scale.executor,
-            **({"resample": plan.resample.describe()} if plan.resample is not None else {}),
-            **(
-                {"transport": type(plan.servers.transport).__name__}
-                if plan.servers.transport is not None
-                else {}
-            ),
-        },
-        package={
-            "name": "orchestrator",
-            "version": __version__,
-            "python": platform.python_version(),
-        },
+        graph=ManifestGraph(
+            path=graph.label,
+            name=graph.name,
+            hash=graph.content_hash,
+            snapshot=f"{SNAPSHOT}/{SNAPSHOT_GRAPH}",
+        ),
+        dataset=ManifestDataset.model_validate(
+            {**source.describe(), "hash": run_key.components["data"], "inputs": INPUTS}
+        ),
+        model=plan.model,
+        # Every setting its record marks for the manifest; the cache as the file opened
+        # (none when it could not be).
+        parameters=ManifestParameters.model_validate(
+            {**plan.manifest_section(), "cache": str(cache.path) if cache else None}
+        ),
+        package=ManifestPackage(
+            name="orchestrator", version=__version__, python=platform.python_version()
+        ),
         started=time.time(),
         status="running",
         resumed=resuming,

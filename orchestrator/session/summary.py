@@ -153,7 +153,7 @@ def _snapshot_functions(reader: RunReader, snapshot: Path, trust: bool) -> Compi
     except GraphError as exc:
         if not trust:
             raise  # its message says to trust the graph first
-        used = reader.manifest.graph.get("path") if reader.has_manifest else None
+        used = reader.manifest.graph.path if reader.has_manifest else None
         hint = f"--graph {visible(str(used))}" if used else "--graph GRAPH"
         raise RunFolderError(
             f"{exc.problems[0]}; a run folder keeps its graph and templates, not the Python "
@@ -228,7 +228,7 @@ def summarize(
         }
         for name in ran.aggregates:
             summary.pop(name, None)  # an aggregate removed from the graph goes too
-        params = dict(manifest.parameters.get("params") or {})
+        params = dict(manifest.parameters.params)
         summary.update(run_aggregates(new, results, params))
         summary.pop(ABSTAIN_NOTE, None)
         summary.update(abstain_note(new))

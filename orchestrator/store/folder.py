@@ -21,13 +21,12 @@ from ..errors import DamagedRunFile, ReadOnlyRunFolder, RunFolderError, RunKeyMi
 from .disk import on_disk, storage_error
 from .lock import LOCK, RunLock
 from .outfolder import OutputKind, check_out, clear_out, not_ours
-from .records import Manifest, ResultLine, Summary, first_problem
+from .records import EncodedLine, GraphSnapshot, Manifest, ResultLine, Summary, first_problem
 from .runkey import RunKey
 from .trace import TraceStore, check_intact
 
 if TYPE_CHECKING:
     from ..data.dataset import Row
-    from ..graph.compiled import CompiledGraph
 
 RESULTS = "results.jsonl"
 TRACES = "traces.sqlite"
@@ -400,7 +399,7 @@ class RunFolder:
                 handle.truncate(start + end + 1)
         return handle
 
-    def write_snapshot(self, graph: CompiledGraph) -> None:
+    def write_snapshot(self, snapshot: GraphSnapshot) -> None:
         """The graph file and every template it can render, as this run read them."""
         root = self.path / SNAPSHOT
         with on_disk(root):
@@ -408,8 +407,8 @@ class RunFolder:
                 shutil.rmtree(root)
             prompts = root / SNAPSHOT_PROMPTS
             prompts.mkdir(parents=True)
-            (root / SNAPSHOT_GRAPH).write_bytes(graph.source)
-            for name, source in graph.templates.items():
+            (root / SNAPSHOT_GRAPH).write_bytes(snapshot.source)
+            for name, source in snapshot.templates.items():
                 target = prompts.joinpath(*PurePosixPath(name).parts)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(source, encoding="utf-8")
@@ -437,7 +436,7 @@ class RunFolder:
         """Queue one example's line; `flush` appends it (after the trace is written)."""
         self._pending.append(line.encode())
 
-    def write_lines(self, lines: list[bytes]) -> None:
+    def write_lines(self, lines: list[EncodedLine]) -> None:
         """Queue result lines a worker encoded (`ResultLine.encode`), as `write_result` does."""
         self._pending.extend(lines)
 

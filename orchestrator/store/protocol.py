@@ -12,13 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from .records import Manifest, ResultLine, Summary
+from .records import EncodedLine, GraphSnapshot, Manifest, ResultLine, Summary
 from .runkey import RunKey
 from .trace import TraceStore
 
 if TYPE_CHECKING:
     from ..data.dataset import Row
-    from ..graph.compiled import CompiledGraph
 
 
 class RunStore(Protocol):
@@ -50,7 +49,9 @@ class RunStore(Protocol):
 
     def trace(self, run_id: str, graph_hash: str, run_key: str) -> TraceStore: ...
 
-    def write_snapshot(self, graph: CompiledGraph) -> None: ...
+    def write_snapshot(self, snapshot: GraphSnapshot) -> None:
+        """Keep the graph as the run read it (a store without files may keep nothing)."""
+        ...
 
     def write_input(self, row: Row) -> None: ...
 
@@ -58,7 +59,7 @@ class RunStore(Protocol):
         """Keep one example's line (written by the next `flush` where it goes to disk)."""
         ...
 
-    def write_lines(self, lines: list[bytes]) -> None:
+    def write_lines(self, lines: list[EncodedLine]) -> None:
         """Result lines a worker already encoded (`ResultLine.encode`)."""
         ...
 
@@ -102,6 +103,7 @@ class MemoryStore:
         self.numbers: dict[str, int] = {}  # example id -> its row in the source
         self.manifest: Manifest | None = None
         self.summary: Summary | None = None
+        self.snapshot: GraphSnapshot | None = None
 
     def open(self, overwrite: bool) -> str | None:
         return None
@@ -119,8 +121,8 @@ class MemoryStore:
         # SQLite's in-memory database: the same queries as a run folder's trace, no file.
         return TraceStore(Path(":memory:"), run_id, graph_hash, run_key)
 
-    def write_snapshot(self, graph: CompiledGraph) -> None:
-        return None
+    def write_snapshot(self, snapshot: GraphSnapshot) -> None:
+        self.snapshot = snapshot
 
     def write_input(self, row: Row) -> None:
         # The rows are the caller's own data; only where each example stood is kept.
@@ -129,7 +131,7 @@ class MemoryStore:
     def write_result(self, line: ResultLine) -> None:
         self.lines.append(line)
 
-    def write_lines(self, lines: list[bytes]) -> None:
+    def write_lines(self, lines: list[EncodedLine]) -> None:
         self.lines.extend(ResultLine.model_validate_json(line) for line in lines)
 
     def flush(self) -> None:

@@ -241,6 +241,14 @@ class TraceReader:
             raise storage_error(self.path, exc, writing=False) from exc
         return [NodeServer(str(n), str(m), str(e), int(c)) for n, m, e, c in rows]
 
+    def example_ids(self) -> list[str]:
+        """The ids of the examples with a recorded node execution, each where it first ran."""
+        sql = "SELECT example_id FROM node_runs GROUP BY example_id ORDER BY MIN(id)"
+        try:
+            return [str(row[0]) for row in self._db.execute(sql)]
+        except sqlite3.DatabaseError as exc:
+            raise storage_error(self.path, exc, writing=False) from exc
+
     def first_example(self) -> str | None:
         """The id of the first example with a recorded node execution, if any."""
         sql = "SELECT example_id FROM node_runs ORDER BY id LIMIT 1"

@@ -13,8 +13,9 @@ import dataclasses
 import logging
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, NewType, get_args
 
 import orjson
 from pydantic import (
@@ -225,6 +226,20 @@ class InputLine(BaseModel):
     error: str | None = None
 
 
+# A result line as results.jsonl holds it (`ResultLine.encode`, newline included): what a
+# worker hands the run's store, encoded once where the line was made.
+EncodedLine = NewType("EncodedLine", bytes)
+
+
+@dataclass(frozen=True)
+class GraphSnapshot:
+    """What a run folder keeps of its graph (`CompiledGraph.snapshot`): the file as the
+    run read it and every template it can render, by name."""
+
+    source: bytes
+    templates: dict[str, str]
+
+
 class ResultLine(BaseModel):
     """One example's line: its id, ok or failed, its outputs, or why it failed.
 
@@ -274,10 +289,10 @@ class ResultLine(BaseModel):
             line.update(self.__pydantic_extra__)
         return line
 
-    def encode(self) -> bytes:
+    def encode(self) -> EncodedLine:
         """The line's bytes in results.jsonl (newline included); values JSON cannot hold are
         written as their text, as they always were."""
-        return orjson.dumps(self.as_dict(), default=str) + b"\n"
+        return EncodedLine(orjson.dumps(self.as_dict(), default=str) + b"\n")
 
     def flat(self) -> dict[str, Any]:
         """id, status, error and every output, nested dicts flattened with dotted names."""
@@ -484,6 +499,177 @@ class EventEntry(BaseModel):
         )
 
 
+class ManifestPart(BaseModel):
+    """A part of manifest.json as a typed record that still reads as the JSON object it
+    was before it was typed (`part["name"]`, `.get`, `in`, `keys()`, equal to that object),
+    so code and notebooks written against the objects keep working. Every field is optional
+    and keys this version does not declare are kept (an older or newer orchestrator's,
+    or a provider's own): a folder written by any version reads back."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def as_written(self) -> dict[str, Any]:
+        """The JSON object the manifest holds: the fields set and the undeclared keys."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def _written(self) -> set[str]:
+        return self.model_fields_set | set(self.__pydantic_extra__ or {})
+
+    def __getitem__(self, key: str) -> Any:
+        if key in type(self).model_fields:
+            return getattr(self, key)
+        extra = self.__pydantic_extra__ or {}
+        if key in extra:
+            return extra[key]
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self._written() else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._written()
+
+    def __len__(self) -> int:
+        return len(self._written())
+
+    def __bool__(self) -> bool:
+        return bool(self._written())
+
+    def keys(self) -> list[str]:
+        return list(self.as_written())
+
+    def values(self) -> list[Any]:
+        return [self[key] for key in self.keys()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(key, self[key]) for key in self.keys()]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self.as_written() == dict(other)
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dict it stands for
+
+
+class ManifestGraph(ManifestPart):
+    """Which graph ran: its file, name and content hash, and its snapshot in the folder."""
+
+    path: str | None = None
+    name: str | None = None
+    hash: str | None = None
+    snapshot: str | None = None
+
+
+class ManifestDataset(ManifestPart):
+    """Which rows it ran over: what the source says of itself (`RowSource.describe`: its
+    kind, and a file's path or a frame's rows and columns), the rows' hash and where the
+    run kept their inputs."""
+
+    kind: str | None = None  # file, records, pandas, polars, datasets, or a source's own
+    path: str | None = None
+    rows: int | None = None
+    columns: list[str] | None = None
+    streaming: bool | None = None
+    hash: str | None = None
+    inputs: str | None = None
+
+
+class ManifestResample(ManifestPart):
+    """A retest's re-asks as the manifest shows them (`Resample.describe`)."""
+
+    repeat: int | None = None
+    nodes: list[str] | str | None = None  # "every llm node" when none were named
+    temperature: float | None = None
+
+
+class ManifestParameters(ManifestPart):
+    """The run's settings as it ran with them: each one its record (engine/settings.py)
+    marks for the manifest, under its own name, the cache as the file opened. A setting
+    added to the record is written here with nothing declared (an undeclared key, read
+    back as such); those below are typed for their readers."""
+
+    concurrency: int | str | None = None  # N, "auto", or "default"
+    affinity: bool | None = None
+    limit: int | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    cache: str | None = None  # the cache file (None: none)
+    refresh: bool | None = None
+    structured: str | None = None
+    timeout: float | None = None
+    server_wait: float | None = None
+    workers: int | str | None = None
+    executor: str | None = None
+    resample: ManifestResample | None = None  # a retest's repeats only
+    transport: str | None = None  # the type of a transport given in Python
+
+
+class ManifestPackage(ManifestPart):
+    """What wrote the folder: the package, its version and the Python it ran on."""
+
+    name: str | None = None
+    version: str | None = None
+    python: str | None = None
+
+
+class ServerEntry(ManifestPart):
+    """One server (or set of replicas) and model the run's nodes talked to, as it was
+    found when the run started; a provider may add keys of its own."""
+
+    base_url: str | list[str] | None = None  # a URL, or each replica's
+    model: str | None = None
+    models_served: list[str] | None = None
+    identity: str | None = None  # what serves the model (vLLM's root, or --server-id)
+    structured_output: str | None = None  # server or prompt
+    version: str | None = None
+
+
+class OutageEntry(ManifestPart):
+    """One stretch a server did not answer: how long, and whether it came back."""
+
+    base_url: str | None = None
+    seconds: float | None = None
+    recovered: bool | None = None
+
+
+class LimitChange(BaseModel):
+    """One change of a replica's in-flight limit: seconds into the run, new limit, why."""
+
+    t: float
+    limit: int
+    reason: str
+
+
+class ReplicaOutage(ManifestPart):
+    """One stretch a replica was out of rotation."""
+
+    seconds: float | None = None
+    recovered: bool | None = None
+
+
+class ReplicaEntry(ManifestPart):
+    """One replica's share of the work, how its limit was set and moved, and the
+    stretches it was out of rotation."""
+
+    base_url: str | None = None
+    requests: int | None = None
+    failed: int | None = None
+    limit_mode: str | None = None  # fixed, vllm metrics or latency
+    limit: int | None = None
+    limits: list[LimitChange] = Field(default_factory=list)
+    outages: list[ReplicaOutage] = Field(default_factory=list)
+
+
+class WorkerEntry(ManifestPart):
+    """One worker of a scaled-out run: its name, process and host, and the examples it
+    ended (known once it reports)."""
+
+    worker: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    examples: int | None = None
+
+
 class Manifest(BaseModel):
     """manifest.json: what ran, against what, with which settings, and how it ended.
 
@@ -498,12 +684,12 @@ class Manifest(BaseModel):
     layout_version: int = 1
     run_id: str = ""
     run_key: RunKey | None = None
-    graph: dict[str, Any] = Field(default_factory=dict)  # path, name, hash, snapshot
-    dataset: dict[str, Any] = Field(default_factory=dict)  # the source, its hash, inputs
+    graph: ManifestGraph = Field(default_factory=ManifestGraph)
+    dataset: ManifestDataset = Field(default_factory=ManifestDataset)
     model: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=dict)
-    package: dict[str, Any] = Field(default_factory=dict)  # name, version, python
-    servers: dict[str, Any] = Field(default_factory=dict)
+    parameters: ManifestParameters = Field(default_factory=ManifestParameters)
+    package: ManifestPackage = Field(default_factory=ManifestPackage)
+    servers: dict[str, ServerEntry] = Field(default_factory=dict)  # by "URL model"
     status: str = "unknown"
     error: str | None = None
     cache_error: str | None = None  # replies the cache could not keep (the run went on)
@@ -517,10 +703,10 @@ class Manifest(BaseModel):
     # before parts were kept (its `counts` are then its last part's only).
     parts: list[RunPart] = Field(default_factory=list)
     means: dict[str, float] = Field(default_factory=dict)
-    outages: list[dict[str, Any]] = Field(default_factory=list)  # derived from the events
+    outages: list[OutageEntry] = Field(default_factory=list)  # derived from the events
     events: list[EventEntry] = Field(default_factory=list)  # outages, workers lost, ...
-    replicas: list[dict[str, Any]] = Field(default_factory=list)  # one report per server URL
-    workers: list[dict[str, Any]] = Field(default_factory=list)  # a scaled-out run's workers
+    replicas: list[ReplicaEntry] = Field(default_factory=list)  # one report per server URL
+    workers: list[WorkerEntry] = Field(default_factory=list)  # a scaled-out run's workers
     # Keys of a manifest on disk that this version does not declare.
     extra: dict[str, Any] = Field(default_factory=dict)
 
@@ -540,8 +726,7 @@ class Manifest(BaseModel):
     def identity_of(self, server: str, model: str) -> str | None:
         """What serves `model` at `server` as the run recorded it (None when unknown)."""
         entry = self.servers.get(f"{server} {model}")
-        identity = entry.get("identity") if isinstance(entry, dict) else None
-        return identity if isinstance(identity, str) else None
+        return entry.identity if entry is not None else None
 
     def count_text(self, name: str) -> str:
         """A counter of the whole run as shown, with each part's after it when the run was

@@ -18,7 +18,23 @@ import pytest
 from orchestrator.errors import DamagedRunFile, RunFolderError, RunKeyMismatch
 from orchestrator.store.folder import RunFolder
 from orchestrator.store.protocol import MemoryStore, RunStore
-from orchestrator.store.records import Counts, Manifest, ResultLine, Summary
+from orchestrator.store.reader import RunReader
+from orchestrator.store.records import (
+    Counts,
+    GraphSnapshot,
+    Manifest,
+    ManifestDataset,
+    ManifestGraph,
+    ManifestPackage,
+    ManifestParameters,
+    ManifestPart,
+    OutageEntry,
+    ReplicaEntry,
+    ResultLine,
+    ServerEntry,
+    Summary,
+    WorkerEntry,
+)
 from orchestrator.store.runkey import RunKey
 from orchestrator.store.trace import NodeRecord
 
@@ -138,6 +154,31 @@ def test_one_writer_at_a_time_until_released(kind: StoreKind, tmp_path: Path) ->
     second.release()
 
 
+# -- the graph's snapshot -----------------------------------------------------------------------
+
+
+def test_the_graph_snapshot_record_is_kept_as_given(kind: StoreKind, tmp_path: Path) -> None:
+    """A store takes the graph as a record (`GraphSnapshot`), not the compiled graph; one
+    with files keeps it where a reader finds it, byte for byte."""
+    snapshot = GraphSnapshot(b"name: g\n", {"judge.jinja": "Rate {{ text }}", "sub/a.jinja": "ä"})
+    store = kind.make(tmp_path)
+    store.open(overwrite=False)
+    try:
+        store.begin()
+        store.write_snapshot(snapshot)
+        store.write_snapshot(snapshot)  # a resume writes it again over the first
+        store.close()
+    finally:
+        store.release()
+    if kind.files is None:
+        return
+    reader = RunReader(tmp_path / kind.files)
+    assert reader.snapshot_graph is not None
+    assert reader.snapshot_graph.read_bytes() == snapshot.source
+    for name, text in snapshot.templates.items():
+        assert (reader.snapshot_prompts / name).read_text(encoding="utf-8") == text
+
+
 # -- result lines -----------------------------------------------------------------------------
 
 
@@ -187,6 +228,37 @@ def test_manifest_round_trip_keeps_every_field(kind: StoreKind, tmp_path: Path) 
     assert back.run_key == KEY and back.counts == written.counts
     assert isinstance(back.counts, Counts) and back.counts.tokens == 0
     assert back.cache_error and back.workers == [{"name": "w0", "pid": 1}]
+
+
+def test_the_manifest_parts_read_back_as_their_records(kind: StoreKind, tmp_path: Path) -> None:
+    """Every part a run writes is a typed record, and reads back as one (issue 36)."""
+    written = manifest(
+        graph=ManifestGraph(path="g.yaml", name="g", hash="h", snapshot="snapshot/graph"),
+        dataset=ManifestDataset(kind="records", rows=3, hash="d1", inputs="inputs.jsonl"),
+        parameters=ManifestParameters(concurrency="default", params={"k": 1}, workers=2),
+        package=ManifestPackage(name="orchestrator", version="0", python="3.11"),
+        servers={"http://a m1": ServerEntry(base_url=["http://a", "http://b"], model="m1")},
+        outages=[OutageEntry(base_url="http://a", seconds=1.5, recovered=True)],
+        replicas=[ReplicaEntry(base_url="http://a", requests=9, limit=4, limit_mode="fixed")],
+        workers=[WorkerEntry(worker="worker-1", pid=11, host="h", examples=3)],
+    )
+    store = kind.make(tmp_path)
+    store.open(overwrite=False)
+    try:
+        store.write_manifest(written)
+        back = store.read_manifest()
+    finally:
+        store.release()
+    assert back is not None and back.as_written() == written.as_written()
+    assert back.graph.snapshot == "snapshot/graph" and back.dataset.rows == 3
+    assert (back.parameters.params, back.parameters.workers) == ({"k": 1}, 2)
+    assert back.package.python == "3.11"
+    assert back.servers["http://a m1"].base_url == ["http://a", "http://b"]
+    assert back.outages[0].seconds == 1.5 and back.replicas[0].limit == 4
+    assert back.workers[0].examples == 3
+    parts = (back.graph, back.dataset, back.parameters, back.package, back.outages[0])
+    assert all(isinstance(part, ManifestPart) for part in parts)
+    assert all(isinstance(part, ManifestPart) for part in (*back.replicas, *back.workers))
 
 
 def test_a_later_manifest_replaces_the_earlier(kind: StoreKind, tmp_path: Path) -> None:

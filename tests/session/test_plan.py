@@ -1,5 +1,6 @@
 """The run plan: built once from the API's settings, frozen, pickled whole to workers, and
-turned into a run's cache and client by the one `build_runtime` (issue 25)."""
+turned into a run's cache and client by the one `build_runtime` (issue 25); since issue 36
+it is the settings record itself, with what the caller left open decided."""
 
 from __future__ import annotations
 
@@ -9,15 +10,18 @@ import pickle
 from pathlib import Path
 
 import pytest
+from helpers import judge_graph
 
 import orchestrator as orc
 from orchestrator.engine.runtime import build_runtime
-from orchestrator.session.plan import RunPlan, make_plan
+from orchestrator.session.plan import RunPlan, RunSettings, make_plan
+
+GRAPH = orc.graph_from_dict(judge_graph(), {"judge.jinja": "Rate {{ text }}"})
 
 
-def full_plan(cache: Path | None = None) -> RunPlan:
-    return make_plan(
-        base_url=("http://a:8000/v1", "http://b:8000/v1"),
+def full_plan(cache: Path | bool = False) -> RunPlan:
+    settings = RunSettings(
+        base_url=["http://a:8000/v1", "http://b:8000/v1"],
         model="judge-8b",
         server_id="weights-1",
         api_key="sk-secret",
@@ -33,28 +37,38 @@ def full_plan(cache: Path | None = None) -> RunPlan:
         server_wait=3.0,
         workers=3,
         executor="local",
-        allow_servers=("http://c:8000/v1",),
-        trust_servers=False,
+        allow_servers=["http://c:8000/v1"],
         retry=orc.RetryPolicy(retries=1),
     )
+    return make_plan(settings, GRAPH)
 
 
-def test_each_setting_lands_in_the_part_that_reads_it() -> None:
+def test_each_setting_is_in_the_plan_as_given_lists_as_tuples() -> None:
     plan = full_plan(Path("c.sqlite"))
-    assert plan.servers.base_url == ("http://a:8000/v1", "http://b:8000/v1")
-    assert (plan.servers.model, plan.servers.server_id) == ("judge-8b", "weights-1")
-    assert plan.servers.allow_servers == ("http://c:8000/v1",)
-    assert (plan.calls.timeout, plan.calls.server_wait) == (9.0, 3.0)
-    assert (plan.calls.concurrency, plan.calls.affinity, plan.calls.structured) == (
-        12,
-        False,
-        "prompt",
-    )
-    assert plan.calls.retry == orc.RetryPolicy(retries=1)
-    assert plan.cache == dataclasses.replace(plan.cache, use=True, path=Path("c.sqlite"))
-    assert plan.cache.refresh is True
-    assert (plan.scale.workers, plan.scale.executor, plan.scale.sharded) == (3, "local", True)
+    assert plan.base_url == ("http://a:8000/v1", "http://b:8000/v1")
+    assert (plan.model, plan.server_id) == ("judge-8b", "weights-1")
+    assert plan.allow_servers == ("http://c:8000/v1",)
+    assert (plan.timeout, plan.server_wait) == (9.0, 3.0)
+    assert (plan.concurrency, plan.affinity, plan.structured) == (12, False, "prompt")
+    assert plan.retry == orc.RetryPolicy(retries=1)
+    assert (plan.use_cache, plan.cache_file, plan.refresh) == (True, Path("c.sqlite"), True)
+    assert (plan.workers, plan.executor, plan.sharded) == (3, "local", True)
     assert (plan.params, plan.limit, plan.overwrite) == ({"scale": 5}, 7, True)
+
+
+def test_what_the_caller_left_open_is_decided(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://env:8000/v1")
+    plan = make_plan(RunSettings(), GRAPH)
+    assert (plan.base_url, plan.api_key, plan.workers) == ("http://env:8000/v1", "sk-env", 1)
+    assert plan.trust is False and plan.transport is None
+    on_ray = make_plan(RunSettings(executor="ray", transport=orc.FakeTransport()), GRAPH)
+    assert on_ray.workers == "auto" and on_ray.sharded
+    assert on_ray.base_url != "http://env:8000/v1"  # a transport of its own needs no server
+    with pytest.raises(orc.ConfigurationError, match="both transport= and provider="):
+        make_plan(RunSettings(transport=orc.FakeTransport(), provider="openai"), GRAPH)
+    with pytest.raises(orc.ConfigurationError, match="--workers takes a number"):
+        make_plan(RunSettings(workers=0), GRAPH)
 
 
 def test_a_plan_is_frozen_keeps_its_key_out_of_sight_and_pickles_whole() -> None:
@@ -62,7 +76,7 @@ def test_a_plan_is_frozen_keeps_its_key_out_of_sight_and_pickles_whole() -> None
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.limit = 8  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        plan.calls.timeout = 1.0  # type: ignore[misc]
+        plan.timeout = 1.0  # type: ignore[misc]
     assert "sk-secret" not in repr(plan)
     assert pickle.loads(pickle.dumps(plan)) == plan
 
@@ -76,11 +90,11 @@ def test_build_runtime_opens_the_planned_cache_and_a_client_with_the_planned_pol
         assert runtime.cache is not None and runtime.cache.path == tmp_path / "cache.sqlite"
         assert runtime.client.cache is runtime.cache and runtime.client.stats is runtime.stats
         assert runtime.client.retry == orc.RetryPolicy(retries=1)
+        assert runtime.client.servers.affinity is False
+        assert runtime.client.servers.timeout == 9.0
     finally:
         asyncio.run(runtime.close())
-    none = build_runtime(
-        dataclasses.replace(plan, cache=dataclasses.replace(plan.cache, use=False))
-    )
+    none = build_runtime(dataclasses.replace(plan, cache=False))
     try:
         assert none.cache is None and none.client.cache is None
     finally:

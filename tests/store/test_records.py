@@ -400,3 +400,86 @@ def test_a_wall_time_under_a_tenth_of_a_second_is_not_shown_as_zero() -> None:
 def test_old_counts_without_shares_read_as_none_shared() -> None:
     manifest = Manifest.from_disk({"counts": {"requests": 3, "cache_hits": 2}})
     assert (manifest.counts.cache_hits, manifest.counts.shared) == (2, 0)
+
+
+# -- the manifest's parts: typed records that still read as the objects they were (issue 36) --
+
+# A manifest as the first library release wrote it (commit 93cbeb8, layout 1): no affinity,
+# workers or replicas yet, a server entry without `identity`, a provider's key of its own.
+FIRST_RELEASE = {
+    "layout_version": 1,
+    "run_id": "0123456789ab",
+    "graph": {"path": "g.yaml", "name": "judge", "hash": "h1", "snapshot": "snapshot/graph"},
+    "dataset": {"kind": "file", "path": "rows.jsonl", "hash": "d1", "inputs": "inputs.jsonl"},
+    "model": "m",
+    "parameters": {
+        "concurrency": None,
+        "limit": 2,
+        "params": {"scale": 10},
+        "cache": "/c.sqlite",
+        "refresh": False,
+        "structured": "auto",
+        "timeout": 120.0,
+        "server_wait": 600.0,
+    },
+    "package": {"name": "orchestrator", "version": "0.0.1", "python": "3.11.7"},
+    "servers": {
+        "http://a/v1 m": {
+            "base_url": "http://a/v1",
+            "model": "m",
+            "models_served": ["m"],
+            "structured_output": "server",
+            "version": None,
+            "system_fingerprint": "fp",
+        }
+    },
+    "outages": [{"base_url": "http://a/v1", "seconds": 2.5, "recovered": True}],
+    "status": "complete",
+    "resumed": False,
+}
+
+
+def test_a_manifest_an_older_release_wrote_reads_typed_and_writes_back_the_same(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.store.records import (
+        ManifestGraph,
+        ManifestParameters,
+        OutageEntry,
+        ServerEntry,
+    )
+
+    (tmp_path / "manifest.json").write_text(json.dumps(FIRST_RELEASE))
+    manifest = RunReader(tmp_path).manifest
+    assert isinstance(manifest.graph, ManifestGraph) and manifest.graph.name == "judge"
+    assert isinstance(manifest.parameters, ManifestParameters)
+    assert manifest.parameters.params == {"scale": 10} and manifest.parameters.limit == 2
+    assert manifest.parameters.affinity is None  # not recorded then
+    assert manifest.dataset.hash == "d1" and manifest.package.version == "0.0.1"
+    server = manifest.servers["http://a/v1 m"]
+    assert isinstance(server, ServerEntry) and server.identity is None
+    assert server["system_fingerprint"] == "fp"  # a key no record declares, kept
+    assert manifest.identity_of("http://a/v1", "m") is None
+    assert isinstance(manifest.outages[0], OutageEntry) and manifest.outages[0].recovered
+    assert manifest.as_written() == FIRST_RELEASE
+
+
+def test_a_manifest_part_reads_as_the_json_object_it_was() -> None:
+    from orchestrator.store.records import ManifestGraph, ManifestParameters, WorkerEntry
+
+    part = ManifestParameters.model_validate({"concurrency": 4, "params": {"k": 1}, "seed": 3})
+    assert part.concurrency == 4 and part["concurrency"] == 4
+    assert part["seed"] == 3 and part.get("seed") == 3  # a setting added later, undeclared
+    assert part.get("timeout", "unset") == "unset" and "timeout" not in part
+    assert "params" in part and len(part) == 3 and bool(part)
+    assert part == {"concurrency": 4, "params": {"k": 1}, "seed": 3}
+    assert {"concurrency": 4, "params": {"k": 1}, "seed": 3} == part  # noqa: SIM300 (dict first)
+    assert dict(part) == {"concurrency": 4, "params": {"k": 1}, "seed": 3}
+    with pytest.raises(KeyError):
+        part["nothing"]
+    assert not ManifestGraph() and ManifestGraph(name="g")
+    worker = WorkerEntry(worker="w1", pid=7, host="h")
+    worker.examples = 5  # set as the worker reports
+    assert worker.as_written() == {"worker": "w1", "pid": 7, "host": "h", "examples": 5}
+    with pytest.raises(ValidationError, match="pid"):
+        WorkerEntry.model_validate({"pid": "not a number"})
