@@ -24,8 +24,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from rich.console import Console
-
 from ..calls.endpoints import StructuredChoice
 from ..calls.outage import DEFAULT_SERVER_WAIT
 from ..calls.retry import RetryPolicy
@@ -45,6 +43,7 @@ from ..store.folder import RunFolder
 from ..store.protocol import MemoryStore, RunStore
 from ..store.reader import RunReader
 from ..store.records import Manifest, ResultLine, Summary
+from ..ui.progress import run_progress
 
 Graph = CompiledGraph
 P = ParamSpec("P")
@@ -261,8 +260,7 @@ async def arun(
 
         check_main_guard()  # a script without `if __name__ == "__main__":`, said up front
     store: RunStore = RunFolder(out) if out is not None else MemoryStore()
-    console = Console(stderr=True) if progress else None
-    outcome = await run_session(compiled, as_source(data), store, plan, console)
+    outcome = await run_session(compiled, as_source(data), store, plan, run_progress(progress))
     return RunResult(
         manifest=outcome.manifest,
         summary=outcome.summary,

@@ -11,8 +11,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from ..calls.endpoints import StructuredChoice
 from ..calls.outage import DEFAULT_SERVER_WAIT
 from ..calls.retry import RetryPolicy
@@ -20,9 +18,10 @@ from ..calls.tuner import Concurrency
 from ..data.sources import FileSource
 from ..kinds.graphs import compile_graph
 from ..providers.base import Transport
+from ..session.plan import Executor, RunPlan, Workers, make_plan
+from ..session.session import run_session
 from ..store.folder import RunFolder
-from .plan import Executor, RunPlan, Workers, make_plan
-from .session import run_session
+from ..ui.progress import Console, console_progress
 
 
 @dataclass(kw_only=True)
@@ -90,9 +89,8 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         DeprecationWarning,
         stacklevel=2,
     )
-    console = console or Console()
     graph = compile_graph(config.graph, trust=config.trust)
     folder = RunFolder(config.out)
-    show = console if config.progress and console.is_terminal else None
-    outcome = await run_session(graph, FileSource(config.data), folder, config.plan(), show)
+    shown = console_progress(console, config.progress)
+    outcome = await run_session(graph, FileSource(config.data), folder, config.plan(), shown)
     return RunOutcome(outcome.manifest.as_written(), outcome.summary.as_written(), folder.path)
