@@ -69,9 +69,9 @@ _EXPORTS = {
     "ResultLine": ".store.records",
     "Summary": ".store.records",
     "RunReader": ".store.reader",
-    "RunConfig": ".session.runner",
-    "RunOutcome": ".session.runner",
-    "execute": ".session.runner",
+    "RunConfig": ".api.runner",
+    "RunOutcome": ".api.runner",
+    "execute": ".api.runner",
     "RowSource": ".data.sources",
     "summarize": ".analysis.groups",
     "MemoryStore": ".store.protocol",
@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from .api.power import PowerEstimate, power
     from .api.retest import aretest, retest
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
+    from .api.runner import RunConfig, RunOutcome, execute
     from .calls.retry import RetryPolicy
     from .compute.registry import register
     from .data.sources import RowSource
@@ -116,7 +117,6 @@ if TYPE_CHECKING:
     from .kinds.graphs import compile_graph
     from .providers.base import Transport
     from .providers.fake import FakeAnswer, FakeTransport
-    from .session.runner import RunConfig, RunOutcome, execute
     from .store.protocol import MemoryStore, RunStore
     from .store.reader import RunReader
     from .store.records import Attempt, Manifest, NodeRun, ResultLine, Summary

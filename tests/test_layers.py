@@ -3,6 +3,7 @@ upward import or import cycle as `make typecheck` does; a planted one is caught.
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -82,3 +83,40 @@ def test_compiled_graph_load_compiles_with_the_kinds_it_was_handed() -> None:
     )
     assert alone.returncode != 0
     assert "ConfigurationError" in alone.stderr and "import orchestrator.kinds" in alone.stderr
+
+
+def rich_imports(package: Path) -> list[str]:
+    """Where a module of `package` imports rich (any import statement, at any depth: in a
+    function, under `if TYPE_CHECKING:`), as `path:line`, outside cli/ and ui/."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        name = path.relative_to(package).as_posix()
+        if name.startswith(("cli/", "ui/")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), name)):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules = [node.module or ""]
+            else:
+                continue
+            if any(m == "rich" or m.startswith("rich.") for m in modules):
+                found.append(f"{name}:{node.lineno}")
+    return found
+
+
+def test_only_the_cli_and_the_ui_import_rich() -> None:
+    """The terminal is the adapters' business: the engine and the session report progress
+    to an observer, analysis returns text cells, and `orchestrator.ui` draws both."""
+    assert rich_imports(ROOT / "orchestrator") == []
+
+
+def test_a_rich_import_inside_a_function_is_found(tmp_path: Path) -> None:
+    package = tmp_path / "orchestrator"
+    (package / "engine").mkdir(parents=True)
+    (package / "ui").mkdir()
+    (package / "engine" / "flush.py").write_text(
+        "def draw() -> None:\n    from rich.table import Table  # noqa: F401\n"
+    )
+    (package / "ui" / "progress.py").write_text("import rich.progress\n")
+    assert rich_imports(package) == ["engine/flush.py:2"]

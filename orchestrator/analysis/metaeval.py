@@ -35,11 +35,11 @@ from .metaeval_stats import (
     human_ceiling,
     score_intervals,
 )
-from .metaeval_table import format_table
+from .metaeval_table import meta_eval_table
 
 META_EVAL = "meta_eval.json"
 CHOICE_FIELDS = ("choices", "outcomes", "choice", "winner")  # tried in order by default
-__all__ = ["LabelError", "format_table", "meta_eval", "read_labels"]
+__all__ = ["LabelError", "meta_eval", "meta_eval_table", "read_labels"]
 SHOWN_MISSING = 20  # ids listed per section; the count is always complete
 TRUTH_FIELDS = ("score", "choice", "winner")
 NO_CEILING = "one human label per example: no human–human agreement to compare the run with"

@@ -1,10 +1,11 @@
-"""The meta-eval result as a Rich table, each statistic shown as `0.620 [0.480, 0.740]`."""
+"""The meta-eval result as a table of text cells, each statistic shown as
+`0.620 [0.480, 0.740]` (the terminal draws it: `orchestrator.ui.tables`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
+from .tables import Column, TextTable
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -22,7 +23,7 @@ def _ci(value: Any, interval: list[float] | None) -> str:
     return f"{_fmt(value)} [{_fmt(interval[0])}, {_fmt(interval[1])}]"
 
 
-def _scores(table: Table, scores: dict[str, Any]) -> None:
+def _scores(table: TextTable, scores: dict[str, Any]) -> None:
     base = scores.get("baseline") or {}
     label = f"scores ({scores['field']})"
     for name in ("pearson", "spearman", "kendall"):
@@ -42,7 +43,7 @@ def _scores(table: Table, scores: dict[str, Any]) -> None:
         table.add_row("", "labels without a result", str(scores["missing"]), "", "")
 
 
-def _alpha_row(table: Table, section: dict[str, Any], base: dict[str, Any]) -> None:
+def _alpha_row(table: TextTable, section: dict[str, Any], base: dict[str, Any]) -> None:
     if "alpha" not in section:
         return
     table.add_row(
@@ -54,7 +55,7 @@ def _alpha_row(table: Table, section: dict[str, Any], base: dict[str, Any]) -> N
     )
 
 
-def _choices(table: Table, choices: dict[str, Any]) -> None:
+def _choices(table: TextTable, choices: dict[str, Any]) -> None:
     base = choices.get("baseline") or {}
     label = f"choices ({choices['field']})"
     rows: list[tuple[str, dict[str, Any], dict[str, Any]]] = [("accuracy (all)", choices, base)]
@@ -86,7 +87,7 @@ def _choices(table: Table, choices: dict[str, Any]) -> None:
         table.add_row("", "labels without a result", str(choices["missing"]), "", "")
 
 
-def _humans(table: Table, section: dict[str, Any]) -> None:
+def _humans(table: TextTable, section: dict[str, Any]) -> None:
     humans = section.get("humans") or {}
     if "reason" in humans:
         table.add_row("", "human ceiling", humans["reason"], "", "")
@@ -107,24 +108,21 @@ def _humans(table: Table, section: dict[str, Any]) -> None:
     table.add_row("", "verdict", humans["verdict"], "", "")
 
 
-def format_table(result: dict[str, Any]) -> Table:
-    """The meta-eval result as one Rich table: correlations and/or accuracies, with intervals."""
+def meta_eval_table(result: dict[str, Any]) -> TextTable:
+    """The meta-eval result as one table: correlations and/or accuracies, with intervals."""
     boot = result.get("bootstrap")
-    title = f"meta-eval: {result.get('run_dir', '')}"
-    table = Table(title=title)
+    columns = [Column("section"), Column("measure"), Column("run"), Column("baseline")]
+    table = TextTable(
+        f"meta-eval: {result.get('run_dir', '')}", [*columns, Column("n", right=True)]
+    )
     if boot:
         unit = "examples"
         if boot.get("unit") == "cluster":
             unit = f"clusters of {boot['cluster']} ({boot['clusters']} clusters)"
         table.caption = (
-            f"\\[lo, hi]: {boot['confidence']:.0%} {boot['method']} bootstrap over {unit}, "
+            f"[lo, hi]: {boot['confidence']:.0%} {boot['method']} bootstrap over {unit}, "
             f"{boot['resamples']} resamples, seed {boot['seed']}"
         )
-    table.add_column("section")
-    table.add_column("measure")
-    table.add_column("run")
-    table.add_column("baseline")
-    table.add_column("n", justify="right")
     for name, show in (("scores", _scores), ("choices", _choices)):
         section = result.get(name)
         if section:

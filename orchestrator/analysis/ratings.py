@@ -15,6 +15,7 @@ import yaml
 from ..compute.ratings import bradley_terry, elo_ratings
 from ..errors import ConfigurationError, RunFolderError
 from ..store.reader import RunReader
+from .tables import Column, TextTable
 
 logger = logging.getLogger(__name__)
 
@@ -253,22 +254,20 @@ def ratings_across_runs(
     return out
 
 
-def format_ratings(result: dict[str, Any]) -> list[Any]:
-    """One rich table per dimension: each generator's ratings and intervals, best first."""
-    from rich.table import Table
-
+def ratings_tables(result: dict[str, Any]) -> list[TextTable]:
+    """One table per dimension: each generator's ratings and intervals, best first."""
     elo, bt = result.get("elo", {}), result.get("bradley_terry", {})
     tables = []
     for dimension in dict.fromkeys([*bt, *elo]):
         main = bt.get(dimension) or elo[dimension]  # Bradley–Terry ranks: order-free
-        table = Table(title=f"{dimension}: {main['matches']} battles", title_justify="left")
-        table.add_column("generator")
+        columns = [Column("generator")]
         for label, source in (("Elo", elo), ("Bradley–Terry", bt)):
             if dimension in source:
                 level = round(100 * source[dimension]["level"])
-                table.add_column(label, justify="right")
-                table.add_column(f"{level}% CI", justify="right", no_wrap=True)
-        table.add_column("matches", justify="right")
+                columns += [Column(label, right=True), Column(f"{level}% CI", right=True)]
+        table = TextTable(
+            f"{dimension}: {main['matches']} battles", [*columns, Column("matches", right=True)]
+        )
         for player in main["ranking"]:
             cells = [player]
             for source in (elo, bt):

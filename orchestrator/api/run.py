@@ -24,8 +24,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, Unpack, get_type_hints
 
-from rich.console import Console
-
 from ..data.sources import as_source
 from ..engine.settings import SETTINGS, RunArgs, RunSettings, default_of
 from ..errors import ConfigurationError
@@ -38,6 +36,7 @@ from ..store.folder import RunFolder
 from ..store.protocol import MemoryStore, RunStore
 from ..store.reader import RunReader
 from ..store.records import Manifest, ResultLine, Summary
+from ..ui.progress import run_progress
 
 Graph = CompiledGraph
 P = ParamSpec("P")
@@ -184,8 +183,7 @@ async def arun(
 
         check_main_guard()  # a script without `if __name__ == "__main__":`, said up front
     store: RunStore = RunFolder(out) if out is not None else MemoryStore()
-    console = Console(stderr=True) if progress else None
-    outcome = await run_session(compiled, as_source(data), store, plan, console)
+    outcome = await run_session(compiled, as_source(data), store, plan, run_progress(progress))
     return RunResult(
         manifest=outcome.manifest,
         summary=outcome.summary,

@@ -28,6 +28,7 @@ from ..session.plan import RunSettings, make_plan
 from ..session.session import run_session
 from ..store.folder import RunFolder
 from ..store.protocol import MemoryStore, RunStore
+from ..ui.progress import run_progress
 from .folder import BatchFolder, BatchJob, output_name
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,8 @@ async def run_round(
     scratch = store if store is not None else MemoryStore()
     try:
         with deferrals_unreported():
-            await run_session(graph, FileSource(job.data), scratch, plan)
+            # No bar: progress lines, as an `orc.run` without `progress=True` logs them.
+            await run_session(graph, FileSource(job.data), scratch, plan, run_progress(False))
     except Deferred:
         # A once-node waits for its reply: no row has started, its request is the frontier.
         pass

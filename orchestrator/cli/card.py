@@ -97,9 +97,10 @@ def judge_card(
             table.add_row(*(escape(cell) for cell in row))
         console.print(table)
     if card.agreement is not None:
-        from ..analysis.metaeval import format_table
+        from ..analysis.metaeval import meta_eval_table
+        from ..ui.tables import rich_table
 
-        console.print(format_table(card.agreement.statistics))
+        console.print(rich_table(meta_eval_table(card.agreement.statistics)))
     clustered = cluster_line(card)
     if clustered is not None:
         console.print(escape(clustered), soft_wrap=True)

@@ -63,7 +63,8 @@ def ratings_cmd(
     mixed_judges: Annotated[bool, typer.Option(help="Pool battles of different judges.")] = False,
 ) -> None:
     """Elo and Bradley–Terry with bootstrap intervals over the union of several runs' battles."""
-    from ..analysis.ratings import format_ratings, ratings_across_runs
+    from ..analysis.ratings import ratings_across_runs, ratings_tables
+    from ..ui.tables import rich_table
 
     if method not in ("elo", "bt", "both"):
         fail(f"--method must be elo, bt or both, not {method!r}")
@@ -85,8 +86,8 @@ def ratings_cmd(
     if format == "json":
         print(json.dumps(result, indent=2))
         return
-    for table in format_ratings(result):
-        console.print(table)
+    for table in ratings_tables(result):
+        console.print(rich_table(table))
     console.print(
         f"{result['matches']} battles over {result['cases']} cases from "
         f"{len(result['runs'])} runs of {result['graph']}, judged by {', '.join(result['judges'])}",

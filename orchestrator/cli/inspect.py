@@ -458,8 +458,9 @@ def meta_eval(
     ] = None,
 ) -> None:
     """Agreement of a run with human labels, with bootstrap intervals → meta_eval.json."""
-    from ..analysis.metaeval import format_table
     from ..analysis.metaeval import meta_eval as evaluate
+    from ..analysis.metaeval import meta_eval_table
+    from ..ui.tables import rich_table
 
     try:
         result = evaluate(
@@ -475,7 +476,7 @@ def meta_eval(
     except (ValueError, FileNotFoundError, OrchestratorError) as exc:
         fail(str(exc))  # OrchestratorError: the run folder is damaged, or its disk failed
         return
-    console.print(format_table(result))
+    console.print(rich_table(meta_eval_table(result)))
     console.print(f"written to {folder / 'meta_eval.json'}")
 
 

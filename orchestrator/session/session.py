@@ -21,8 +21,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rich.console import Console
-
 from .. import __version__
 from ..calls.client import Endpoint
 from ..calls.endpoints import ServerChoice, prepare_endpoints
@@ -31,7 +29,7 @@ from ..calls.registry import server_urls
 from ..compute.languages import forget_warnings
 from ..data.dataset import Row, check_fields
 from ..data.sources import RowSource, scan_rows
-from ..engine.flush import Flusher, drive, fewer_gc_passes
+from ..engine.flush import Flusher, RunObserver, RunProgress, drive, fewer_gc_passes
 from ..engine.plan import RunPlan
 from ..engine.runtime import ProcessRuntime, build_runtime
 from ..engine.scheduler import engine_window
@@ -98,10 +96,10 @@ async def run_session(
     source: RowSource,
     store: RunStore,
     plan: RunPlan,
-    console: Console | None = None,
+    observer: RunObserver | None = None,
 ) -> SessionOutcome:
-    """Run `graph` over `source` into `store` as `plan` says; with a console, draw a
-    progress bar."""
+    """Run `graph` over `source` into `store` as `plan` says; an `observer` (a progress
+    display, `orchestrator.ui`) is told how it goes on every flush."""
     # Warnings said once per run (a metric that cannot serve a row's language) are said
     # again by the next run in this process: a notebook's second run would stay silent.
     forget_warnings()
@@ -125,7 +123,7 @@ async def run_session(
         static_key = _check_static_key(graph, source, store, plan)
         run = await _plan(graph, source, store, plan, static_key, given)
         run.total = scan.rows
-        return await _execute(run, console)
+        return await _execute(run, observer)
 
 
 @contextmanager
@@ -265,7 +263,7 @@ async def _begin(
     return resuming
 
 
-async def _execute(run: _Run, console: Console | None) -> SessionOutcome:
+async def _execute(run: _Run, observer: RunObserver | None) -> SessionOutcome:
     """Phase 4, execute: every row through the engine here, or through the workers; how
     it ended goes in the manifest, whatever happens, before phase 5 writes it."""
     flush = Flusher(run.runtime.cache, run.trace, run.store)
@@ -273,7 +271,7 @@ async def _execute(run: _Run, console: Console | None) -> SessionOutcome:
     last_write: BaseException | None = None  # the run's last writes failed (a full disk)
     manifest = run.manifest
     try:
-        await _run_rows(run, flush, pool, console)
+        await _run_rows(run, flush, pool, observer)
         manifest.status = "complete"
     except (asyncio.CancelledError, KeyboardInterrupt):
         manifest.status = "interrupted"
@@ -295,7 +293,7 @@ async def _execute(run: _Run, console: Console | None) -> SessionOutcome:
 
 
 async def _run_rows(
-    run: _Run, flush: Flusher, pool: WorkerPool | None, console: Console | None
+    run: _Run, flush: Flusher, pool: WorkerPool | None, observer: RunObserver | None
 ) -> None:
     """The run recorded as started (trace and manifest), then its rows driven to the end."""
     graph, store, plan, manifest = run.graph, run.store, run.plan, run.manifest
@@ -348,17 +346,15 @@ async def _run_rows(
             groups=engine.groups,
         )
     with fewer_gc_passes():
-        await drive(
-            work,
-            flush,
+        progress = RunProgress(
             run.runtime.stats,
             run.total if run.total is not None else run.source.count(plan.limit),
-            console,
             client.servers.limits_text,
-            events=client.events,
             # Workers hold their requests in their own processes: none is counted here.
             in_flight=client.servers.in_flight if pool is None else None,
+            events=client.events,
         )
+        await drive(work, flush, progress, observer)
 
 
 async def _finalize(run: _Run, flush: Flusher, pool: WorkerPool | None) -> BaseException | None:

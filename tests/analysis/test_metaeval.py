@@ -10,12 +10,12 @@ import krippendorff
 import numpy as np
 import pytest
 from rich.console import Console
-from rich.table import Table
 from scipy import stats
 from typer.testing import CliRunner
 
-from orchestrator.analysis.metaeval import LabelError, format_table, meta_eval
+from orchestrator.analysis.metaeval import LabelError, meta_eval, meta_eval_table
 from orchestrator.cli import app
+from orchestrator.ui.tables import rich_table
 
 PREDICTED = [7, 3, 9, 5, 5, 8, 2, 6]
 TRUE = [8, 2, 7, 6, 4, 9, 3, 3]
@@ -174,12 +174,13 @@ def test_pairwise_agreement_picks_the_labelled_pair_and_dimension(tmp_path: Path
     assert choices["missing"] == 1
 
 
-def test_format_table_shows_each_measure(score_run: tuple[Path, Path]) -> None:
+def test_the_table_shows_each_measure(score_run: tuple[Path, Path]) -> None:
     run, labels = score_run
-    table = format_table(meta_eval(run, labels, baseline="profile_mean"))
-    assert isinstance(table, Table)
+    table = meta_eval_table(meta_eval(run, labels, baseline="profile_mean"))
+    kendall = next(row for row in table.rows if row[1] == "kendall")
+    assert kendall[4] == str(len(PREDICTED)) and "(profile_mean)" in kendall[3]
     console = Console(record=True, width=140)
-    console.print(table)
+    console.print(rich_table(table))
     text = console.export_text()
     expected = stats.kendalltau(PREDICTED, TRUE).statistic
     assert f"{expected:.3f}" in text and "profile_mean" in text and "spearman" in text
@@ -446,7 +447,7 @@ def test_a_judge_as_good_as_the_humans_is_within_the_range(tmp_path: Path) -> No
     assert set(humans["verdicts"].values()) == {"within"}
     assert "within the human–human range" in humans["verdict"]
     console = Console(record=True, width=200)
-    console.print(format_table(result))
+    console.print(rich_table(meta_eval_table(result)))
     text = console.export_text()
     assert "alpha: human–human" in text and "1.000 [1.000, 1.000]" in text
     assert "within the human–human range" in text
@@ -485,7 +486,7 @@ def test_single_annotator_files_report_no_ceiling(score_run: tuple[Path, Path]) 
         "reason": "one human label per example: no human–human agreement to compare the run with"
     }
     console = Console(record=True, width=200)
-    console.print(format_table(result))
+    console.print(rich_table(meta_eval_table(result)))
     text = console.export_text()
     assert "one human label per example" in text
     kendall = result["scores"]["kendall"]["r"]

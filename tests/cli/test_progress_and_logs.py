@@ -11,7 +11,10 @@ import re
 
 import pytest
 from rich.console import Console
-from rich.progress import Progress, TextColumn, TimeElapsedColumn
+
+from orchestrator.engine.flush import RunProgress
+from orchestrator.store.records import Counts
+from orchestrator.ui.progress import ProgressDisplay
 
 # The module, not the Typer app the package exports under the same name.
 cli_app = importlib.import_module("orchestrator.cli.app")
@@ -35,14 +38,17 @@ def test_a_log_line_during_a_live_progress_bar_gets_a_line_of_its_own(
     logger = logging.getLogger("orchestrator.test_progress_and_logs")
     handler = cli_app._ConsoleHandler()
     logger.addHandler(handler)
-    # The run's own bar, as api/run.py makes it: a console of its own on stderr.
-    bar = Console(stderr=True, force_terminal=True, width=60)
+    # The run's own bar (orchestrator.ui, as `orc.run(progress=True)` draws it): a console
+    # of its own on stderr, here one that takes the test's stream for a terminal.
+    bar = ProgressDisplay(Console(stderr=True, force_terminal=True, width=60))
     try:
-        with Progress(TextColumn("examples"), TimeElapsedColumn(), console=bar) as progress:
-            progress.add_task("run", total=10)
-            progress.refresh()
+        bar.start(RunProgress(Counts(), 10))
+        try:
+            bar.tick()
             logger.warning("A request needs the server: starting it")
             err.print("Using port 8123 instead.")
+        finally:
+            bar.stop()
     finally:
         logger.removeHandler(handler)
     lines = _shown(terminal.getvalue())

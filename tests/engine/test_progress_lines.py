@@ -11,8 +11,9 @@ import pytest
 from fakeserver import FakeServer, latency_responder
 from helpers import judge_graph, run_graph, write_graph, write_rows
 
-from orchestrator.engine.flush import ProgressLines
+from orchestrator.engine.flush import RunProgress
 from orchestrator.store.records import Counts
+from orchestrator.ui.progress import ProgressLines
 
 
 def test_a_slow_run_logs_progress_lines_with_what_is_in_flight(
@@ -27,7 +28,7 @@ def test_a_slow_run_logs_progress_lines_with_what_is_in_flight(
     lines = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "orchestrator.engine.flush" and r.getMessage().startswith("progress:")
+        if r.name == "orchestrator.ui.progress" and r.getMessage().startswith("progress:")
     ]
     assert len(lines) >= 2, [r.getMessage() for r in caplog.records]
     assert all(" of 6 examples" in line for line in lines), lines
@@ -39,7 +40,7 @@ def test_a_progress_line_names_every_figure() -> None:
     stats = Counts(
         examples_ok=3, examples_failed=1, examples_resumed=2, requests=10, cache_hits=4, shared=7
     )
-    lines = ProgressLines(stats, 20, lambda: "limits 8/8", lambda: 5)
+    lines = ProgressLines(RunProgress(stats, 20, lambda: "limits 8/8", lambda: 5))
     lines.last_requests = 0
     text = lines.text(lines.started + 4.0)
     assert text.startswith("progress: 6 of 20 examples")
@@ -49,5 +50,5 @@ def test_a_progress_line_names_every_figure() -> None:
 
 
 def test_an_unknown_total_is_shown_as_such() -> None:
-    text = ProgressLines(Counts(), None, None, None).text(0.0)
+    text = ProgressLines(RunProgress(Counts(), None)).text(0.0)
     assert text.startswith("progress: 0 of ? examples"), text

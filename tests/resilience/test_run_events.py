@@ -24,11 +24,12 @@ from rich.console import Console
 import orchestrator as orc
 from orchestrator import events as ev
 from orchestrator.calls.registry import ServerRegistry
-from orchestrator.engine.flush import FLUSH_SECONDS, drive
+from orchestrator.engine.flush import FLUSH_SECONDS, RunProgress, drive
 from orchestrator.errors import WorkerLost
 from orchestrator.providers.openai_compat import OpenAITransport
 from orchestrator.session import session as session_module
 from orchestrator.store.records import Counts
+from orchestrator.ui.progress import ProgressDisplay
 
 pytestmark = pytest.mark.reliability
 
@@ -48,10 +49,10 @@ def subscribed(monkeypatch: pytest.MonkeyPatch) -> list[ev.RunEvent]:
     seen: list[ev.RunEvent] = []
     real_drive = session_module.drive
 
-    async def drive(*args: Any, events: ev.RunEvents | None = None, **kwargs: Any) -> None:
-        assert events is not None, "the session hands its sink of events to the bar"
-        events.subscribe(seen.append)
-        await real_drive(*args, events=events, **kwargs)
+    async def drive(work: Any, flush: Any, run: RunProgress, *args: Any) -> None:
+        assert run.events is not None, "the session hands its sink of events to the bar"
+        run.events.subscribe(seen.append)
+        await real_drive(work, flush, run, *args)
 
     monkeypatch.setattr(session_module, "drive", drive)
     return seen
@@ -227,6 +228,7 @@ async def test_the_progress_bar_shows_the_latest_warning_beside_the_limits() -> 
         sink.emit(down)
         await asyncio.sleep(2 * FLUSH_SECONDS)
 
-    await drive(work(), lambda: None, Counts(), 1, console, lambda: "limit 8", events=sink)
+    run = RunProgress(Counts(), 1, lambda: "limit 8", events=sink)
+    await drive(work(), lambda: None, run, ProgressDisplay(console))
     assert down.describe() in shown.getvalue() and "limit 8" in shown.getvalue()
     assert sink._subscribers == []  # the bar's subscription ends with the run

@@ -11,14 +11,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from ..data.sources import FileSource
 from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_graph
+from ..session.plan import RunPlan, RunSettings, make_plan
+from ..session.session import run_session
 from ..store.folder import RunFolder
-from .plan import RunPlan, RunSettings, make_plan
-from .session import run_session
+from ..ui.progress import Console, console_progress
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,9 +79,8 @@ async def execute(config: RunConfig, console: Console | None = None) -> RunOutco
         DeprecationWarning,
         stacklevel=2,
     )
-    console = console or Console()
     graph = compile_graph(config.graph, trust=config.trust)
     folder = RunFolder(config.out)
-    show = console if config.progress and console.is_terminal else None
-    outcome = await run_session(graph, FileSource(config.data), folder, config.plan(graph), show)
+    shown = console_progress(console, config.progress)
+    outcome = await run_session(graph, FileSource(config.data), folder, config.plan(graph), shown)
     return RunOutcome(outcome.manifest.as_written(), outcome.summary.as_written(), folder.path)
