@@ -12,7 +12,6 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
-import click
 import pytest
 import typer
 from helpers import judge_graph
@@ -36,14 +35,14 @@ from orchestrator.engine.settings import (
 CLI_ONLY = {"graph", "--data", "-d", "--out", "--no-cache", "--port", "--prompts"}
 
 
-def _run_command() -> click.Command:
+def _run_command() -> Any:
     group = typer.main.get_command(app)
     return group.commands["run"]  # type: ignore[attr-defined, no-any-return]
 
 
-def _options(command: click.Command) -> dict[str, click.Parameter]:
+def _options(command: Any) -> dict[str, Any]:
     """Each option of `command` by every name it answers to (`--x` and `--no-x`)."""
-    found: dict[str, click.Parameter] = {}
+    found: dict[str, Any] = {}
     for param in command.params:
         names = [*param.opts, *param.secondary_opts] if param.opts[0].startswith("-") else []
         for name in names or [param.name or ""]:
