@@ -24,10 +24,10 @@ import numpy as np
 
 from ..analysis.card.stability import Retest, llm_nodes, measure, output_flips
 from ..analysis.metaeval_stats import Bootstrap
-from ..calls.reask import FolderServers, reask_servers, recorded_urls
 from ..errors import ConfigurationError, RunFolderError
 from ..graph.compiled import CompiledGraph
-from ..session.plan import Resample, RunArgs
+from ..servers.reask import FolderServers, reask_servers, recorded_urls
+from ..session.planning import Resample, RunArgs
 from ..store.reader import RunReader
 from ..store.records import ManifestParameters, ServerEntry
 from ..store.runkey import RunKey

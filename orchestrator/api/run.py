@@ -29,7 +29,7 @@ from ..engine.settings import SETTINGS, RunArgs, RunSettings, default_of
 from ..errors import ConfigurationError
 from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_dict, compile_graph
-from ..session.plan import make_plan
+from ..session.planning import make_plan
 from ..session.session import run_session
 from ..shipped import pip_install
 from ..store.folder import RunFolder

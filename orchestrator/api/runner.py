@@ -14,7 +14,7 @@ from typing import Any
 from ..data.sources import FileSource
 from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_graph
-from ..session.plan import RunPlan, RunSettings, make_plan
+from ..session.planning import RunPlan, RunSettings, make_plan
 from ..session.session import run_session
 from ..store.folder import RunFolder
 from ..ui.progress import Console, console_progress

@@ -13,8 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..calls.errors import MalformedReply
-from ..errors import BatchImportError
+from ..errors import BatchImportError, MalformedReply
 from ..providers.batchfile import BatchOutputLine, ChatReply
 from ..providers.reply import parse_reply
 from ..store.cache import ResponseCache

@@ -17,14 +17,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..calls.reask import FolderServers, reask_servers
 from ..calls.retry import RetryPolicy
 from ..data.sources import FileSource
 from ..graph.compiled import CompiledGraph
 from ..kinds.graphs import compile_graph
 from ..providers.batch import BATCH_BASE_URL, BatchTransport, Deferred, deferrals_unreported
 from ..providers.batchfile import BatchRequestLine
-from ..session.plan import RunSettings, make_plan
+from ..servers.reask import FolderServers, reask_servers
+from ..session.planning import RunSettings, make_plan
 from ..session.session import run_session
 from ..store.folder import RunFolder
 from ..store.protocol import MemoryStore, RunStore

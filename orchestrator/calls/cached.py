@@ -12,10 +12,10 @@ from pydantic import BaseModel
 
 from ..graph.spec import Sampling
 from ..providers.base import Choice
+from ..servers.registry import Endpoint
 from ..store.cache import ResponseCache, cache_key
 from ..store.records import Counts
 from ..store.trace import Attempt
-from .registry import Endpoint
 from .structured import Ask, CallResult, StructuredCaller, finish, validate
 
 

@@ -18,9 +18,9 @@ from tenacity import (
     wait_random,
 )
 
+from ..errors import DeadlineExceeded, RetryAfterTooLong
+from ..servers.outage import DEFAULT_SERVER_WAIT
 from ..store.trace import Attempt
-from .errors import DeadlineExceeded, RetryAfterTooLong
-from .outage import DEFAULT_SERVER_WAIT
 
 T = TypeVar("T")
 

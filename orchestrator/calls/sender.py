@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MalformedReply, ProviderCapabilityError
 from ..providers.base import ChatResponse, Choice, Provider, Tokenizer, sending
 from ..providers.reply import check_reply_size
+from ..servers.replicas import Replica, ReplicaSet
 from ..store.flight import note_try
 from ..store.records import Counts
 from ..store.trace import Attempt
-from .replicas import Replica, ReplicaSet
 from .request import chat_request
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from .registry import Endpoint
+    from ..servers.registry import Endpoint
 
 
 class CallRoute:

@@ -13,7 +13,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..calls.outage import ServerGone
 from ..engine.settings import SETTINGS, RunArgs, sharded
 from ..errors import (
     GraphError,
@@ -23,6 +22,7 @@ from ..errors import (
     ServerExited,
     StorageError,
 )
+from ..servers.outage import ServerGone
 from ..store.records import plural
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def run(
 ) -> None:
     """Run a graph over a dataset into a run folder; re-running the same command resumes."""
     from ..scale import run_options
-    from ..session.plan import UNUSED_BASE_URL
+    from ..session.planning import UNUSED_BASE_URL
 
     # Every option is checked before any server is started.
     given = given_settings(settings)
@@ -235,8 +235,8 @@ class OwnServer:
     to stderr, so a command's `--format json` keeps stdout for the JSON."""
 
     def __init__(self, port: int, *, on_first_use: bool) -> None:
-        from ..calls.deferred import DeferredServer
         from ..local import server as embedded
+        from ..servers.deferred import DeferredServer
 
         self.port = port
         self.base_url = embedded.server_url(port)
@@ -306,8 +306,8 @@ def start_on_first_use(provider: str | None, server: OwnServer | None) -> Provid
     server on the first request it has to send there; None when there is no such server."""
     if server is None or server.deferred is None:
         return None
-    from ..calls.deferred import StartOnFirstUse
     from ..providers.registry import DEFAULT_PROVIDER, make_provider
+    from ..servers.deferred import StartOnFirstUse
 
     return StartOnFirstUse(make_provider(provider or DEFAULT_PROVIDER), [server.deferred])
 

@@ -12,8 +12,8 @@ from ..errors import ProviderCapabilityError, TokenizerUnavailable
 from .registry import register
 
 if TYPE_CHECKING:
-    from ..calls.registry import Endpoint
-    from ..calls.runtime import Runtime
+    from ..calls.compute_runtime import Runtime
+    from ..servers.registry import Endpoint
 
 _WORD = re.compile(r"\S+")
 

@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..calls.client import LLMClient
-from ..calls.outage import ServerGone
-from ..calls.registry import Endpoint
-from ..calls.replicas import start_example
-from ..calls.runtime import Runtime
+from ..calls.compute_runtime import Runtime
 from ..data.dataset import Row
 from ..errors import NodeAbstained, NodeError
 from ..graph.compiled import CompiledGraph, CompiledNode
 from ..graph.once import ONCE_EXAMPLE, once_order, row_order
 from ..kinds.base import RunServices, evaluate
+from ..servers.outage import ServerGone
+from ..servers.registry import Endpoint
+from ..servers.replicas import start_example
 from ..store.flight import CURRENT as CURRENT_FLIGHT
 from ..store.records import Counts, ResultLine, unstorable
 from ..store.trace import WHOLE, NodeRecord, TraceRecorder

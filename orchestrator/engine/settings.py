@@ -25,18 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict, get_args
 
-from ..calls.outage import DEFAULT_SERVER_WAIT
 from ..calls.retry import RetryPolicy
-from ..calls.tuner import Concurrency, parse_concurrency
 from ..errors import ConfigurationError
 from ..providers.base import Transport
+from ..servers.endpoints import StructuredChoice
+from ..servers.outage import DEFAULT_SERVER_WAIT
+from ..servers.tuner import Concurrency, parse_concurrency
 from ..store.runkey import json_value
 
 Executor = Literal["local", "ray"]
 Workers = int | Literal["auto"]
 # How a node's replies are held to its schema: the server enforces it, the prompt carries
 # it (and the reply is validated), or a canary request decides which.
-StructuredChoice = Literal["auto", "server", "prompt"]
 
 SETTING = "orchestrator.setting"  # the key of a field's `Setting` in its metadata
 UNSET: Any = object()

@@ -10,21 +10,22 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args
 
 from ..errors import NodeError
 from ..graph.spec import NodeBase
+from ..servers.endpoints import EndpointWant
 
 if TYPE_CHECKING:
     from ..calls.client import LLMClient
-    from ..calls.registry import Endpoint
-    from ..calls.runtime import Runtime
+    from ..calls.compute_runtime import Runtime
     from ..compute import ComputeFunction
     from ..engine.settings import Resample, RunSettings
     from ..graph.checks import NodeScope
     from ..graph.compiled import CompiledNode
     from ..graph.spec import FieldSpec, GraphSpec
     from ..graph.templates import Expression
+    from ..servers.registry import Endpoint
     from ..store.trace import TraceRecorder
 
 SpecT = TypeVar("SpecT", bound=NodeBase)
@@ -39,15 +40,6 @@ def evaluate(expr: Expression, ctx: dict[str, Any], node: str, where: str) -> An
         return expr(ctx)
     except Exception as exc:  # template runtime errors come in many types
         raise NodeError(node, f"{where} `{expr.source}` failed: {exc}") from exc
-
-
-class EndpointWant(NamedTuple):
-    """What a node that talks to a server asks of the run's servers (None: the run's own)."""
-
-    base_url: str | list[str] | None  # a list: replicas serving the same model
-    model: str | None
-    api_key_env: str | None
-    provider: str | None = None  # a built-in provider's name (None: the run's)
 
 
 @dataclass(slots=True)

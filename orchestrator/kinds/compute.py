@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from ..calls.outage import ServerGone
 from ..compute import ComputeFunction
 from ..errors import NodeError
 from ..graph.checks import check_arguments, resolve_function
 from ..graph.compiled import CompiledNode
 from ..graph.spec import NodeBase
 from ..graph.templates import Expression
+from ..servers.outage import ServerGone
 from ..store.trace import NodeRecord
 from .base import NodeKind, RunServices, evaluate
 

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from jinja2 import TemplateError
 from pydantic import BaseModel
 
-from ..calls.deferred import start_seconds_within
-from ..calls.endpoints import PARAM_PREFIX
 from ..calls.request import request_params
 from ..errors import LLMCallError, NodeError, Problem
 from ..graph.checks import check_sampling
@@ -21,14 +19,16 @@ from ..graph.compiled import CompiledNode
 from ..graph.schemas import SchemaError, build_model, dynamic_fields, json_schema
 from ..graph.spec import SAMPLING_TYPES, FieldSpec, GraphSpec, NodeBase, Sampling, sampling_problem
 from ..providers.registry import unknown_provider
+from ..servers.deferred import start_seconds_within
+from ..servers.endpoints import PARAM_PREFIX
 from ..store.trace import NodeRecord
 from .abstain import Abstain, AbstainRule, compile_abstain
 from .base import EndpointWant, NodeKind, RunServices, evaluate
 
 if TYPE_CHECKING:
-    from ..calls.registry import Endpoint
     from ..graph.checks import NodeScope
     from ..graph.templates import Expression, Prompt
+    from ..servers.registry import Endpoint
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 from typing import Protocol
 
-from ..calls.outage import ServerGone
 from ..data.dataset import Row
 from ..engine.groups import GroupOutcome, GroupRuns
 from ..events import RunEvents
 from ..events import WorkerLost as WorkerLostEvent  # the record; WorkerLost is the error
+from ..servers.outage import ServerGone
 from ..store.protocol import RunStore
 from ..store.records import Counts, WorkerEntry
 from ..store.trace import TraceStore

@@ -13,7 +13,6 @@ from typing import Any, Literal
 import cloudpickle
 from pydantic import BaseModel, Field
 
-from ..calls.registry import StructuredMode
 from ..data.dataset import Row
 from ..engine.groups import GroupOutcome
 from ..engine.plan import RunPlan
@@ -23,6 +22,7 @@ from ..errors import WorkerLost as WorkerLost
 from ..events import RunEvent
 from ..graph.compiled import CompiledGraph, GraphRegistries
 from ..kinds.graphs import compile_source
+from ..servers.registry import StructuredMode
 from ..store.records import Counts, EncodedLine
 from ..store.trace import TraceBatch
 

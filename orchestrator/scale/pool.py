@@ -11,9 +11,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..calls.endpoints import ServerChoice, node_api_key
-from ..calls.registry import Endpoint
-from ..calls.tuner import Concurrency
 from ..data.dataset import Row
 from ..engine.groups import GroupRuns
 from ..engine.plan import RunPlan
@@ -22,7 +19,9 @@ from ..engine.settings import RunArgs, parse_workers
 from ..errors import ConfigurationError
 from ..events import RunEvents
 from ..graph.compiled import CompiledGraph
-from ..kinds.base import EndpointWant
+from ..servers.endpoints import EndpointWant, ServerChoice, node_api_key
+from ..servers.registry import Endpoint
+from ..servers.tuner import Concurrency
 from ..store.protocol import RunStore
 from ..store.records import Counts, WorkerEntry
 from ..store.trace import TraceStore

@@ -14,11 +14,11 @@ from dataclasses import replace
 from typing import Any
 
 from ..calls.client import LLMClient
-from ..calls.outage import ServerGone
-from ..calls.registry import Endpoint
 from ..engine.flush import CacheFlusher, fewer_gc_passes
-from ..engine.runtime import ProcessRuntime, build_runtime
+from ..engine.process import ProcessRuntime, build_runtime
 from ..engine.scheduler import Engine
+from ..servers.outage import ServerGone
+from ..servers.registry import Endpoint
 from ..store.records import Counts, EncodedLine, ResultLine
 from ..store.trace import WHOLE, TraceRecorder, loads
 from .messages import ResumeValues, RowChunk, WorkerFailure, WorkerJob, WorkerReport

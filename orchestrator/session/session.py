@@ -23,20 +23,21 @@ from typing import Any
 
 from .. import __version__
 from ..calls.client import Endpoint
-from ..calls.endpoints import ServerChoice, prepare_endpoints
-from ..calls.outage import ServerGone
-from ..calls.registry import server_urls
 from ..compute.languages import forget_warnings
 from ..data.dataset import Row, check_fields
 from ..data.sources import RowSource, scan_rows
 from ..engine.flush import Flusher, RunObserver, RunProgress, drive, fewer_gc_passes
 from ..engine.plan import RunPlan
-from ..engine.runtime import ProcessRuntime, build_runtime
+from ..engine.process import ProcessRuntime, build_runtime
 from ..engine.scheduler import engine_window
 from ..errors import StorageError
 from ..graph.checks import SAMPLE_ROWS, check_input_types
 from ..graph.compiled import CompiledGraph
+from ..kinds.graphs import endpoint_wants
 from ..scale import ResolvedRun, WorkerPool
+from ..servers.endpoints import ServerChoice, prepare_endpoints
+from ..servers.outage import ServerGone
+from ..servers.registry import server_urls
 from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
@@ -171,7 +172,7 @@ async def _plan(
     run_id = new_run_id()
     choice = _server_choice(plan, given_params)
     try:
-        endpoints, servers = await prepare_endpoints(graph, runtime.client, choice)
+        endpoints, servers = await prepare_endpoints(endpoint_wants(graph), runtime.client, choice)
         run_key = RunKey.from_components(
             {
                 **static_key.components,

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..servers.registry import Endpoint
 from ..store.trace import Attempt
 from .client import LLMClient
-from .registry import Endpoint
 
 
 @dataclass
