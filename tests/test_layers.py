@@ -62,6 +62,28 @@ def test_the_contract_has_no_exceptions_left() -> None:
     assert "ignore_imports" not in contracts
 
 
+def test_type_only_imports_count_too(tmp_path: Path) -> None:
+    """The contract has no exemption: an upward import under `if TYPE_CHECKING:` breaks it
+    as a running one does (a type a lower layer needs is defined in that layer)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert "exclude_type_checking_imports" not in text
+    shutil.copytree(
+        ROOT / "orchestrator",
+        tmp_path / "orchestrator",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    records = tmp_path / "orchestrator" / "store" / "records.py"
+    records.write_text(
+        records.read_text()
+        + "\n\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+        + "    from ..graph.compiled import CompiledGraph  # noqa: F401\n"
+    )
+    done = lint(tmp_path)
+    assert done.returncode != 0
+    assert "orchestrator.store.records -> orchestrator.graph.compiled" in done.stdout
+
+
 def _python(code: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..compute.statistics import cohen_kappa
 from ..errors import ConfigurationError
@@ -44,8 +44,20 @@ from .comparison import (
 )
 from .groups import cluster_labels, ids_by_group, keys_by_id
 
-if TYPE_CHECKING:
-    from ..api.run import RunResult
+
+class RunResult(Protocol):
+    """A run held in memory, as `orc.run` returns it (api/'s `RunResult`, above analysis):
+    what the analyses read of it."""
+
+    @property
+    def folder(self) -> Path | None: ...
+
+    @property
+    def results(self) -> list[ResultLine]: ...
+
+    @property
+    def manifest(self) -> Manifest: ...
+
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from ..graph.once import ONCE_EXAMPLE
 from ..store.records import WHOLE, NodeRun, ResultLine
 
 if TYPE_CHECKING:
-    from ..api.run import RunResult
+    from .compare import RunResult
 
 log = logging.getLogger(__name__)
 

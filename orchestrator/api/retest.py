@@ -26,6 +26,7 @@ from ..analysis.card.stability import Retest, llm_nodes, measure, output_flips
 from ..analysis.metaeval_stats import Bootstrap
 from ..errors import ConfigurationError, RunFolderError
 from ..graph.compiled import CompiledGraph
+from ..kinds.graphs import endpoint_wants
 from ..servers.reask import FolderServers, reask_servers, recorded_urls
 from ..session.planning import Resample, RunArgs
 from ..store.reader import RunReader
@@ -179,7 +180,7 @@ def _ask_only_named_servers(
 ) -> None:
     """The servers the repeats ask, into `options`: only those the caller named (the rule
     of every re-ask from a folder, `reask_servers`); the run's own are never taken."""
-    found = FolderServers.of(run, graph, params, recorded_urls(servers))
+    found = FolderServers.of(run, endpoint_wants(graph), params, recorded_urls(servers))
     chosen = reask_servers(
         found,
         base_url=options.get("base_url"),

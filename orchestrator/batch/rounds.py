@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from ..calls.retry import RetryPolicy
 from ..data.sources import FileSource
 from ..graph.compiled import CompiledGraph
-from ..kinds.graphs import compile_graph
+from ..kinds.graphs import compile_graph, endpoint_wants
 from ..providers.batch import BATCH_BASE_URL, BatchTransport, Deferred, deferrals_unreported
 from ..providers.batchfile import BatchRequestLine
 from ..servers.reask import FolderServers, reask_servers
@@ -67,7 +67,7 @@ def round_graph(
     a provider reaches live) must be named on the command, as for any re-ask from a folder
     (`reask_servers`): the job's params are the folder's, not the user's word."""
     graph = compile_graph(job.graph, trust=trust)
-    found = FolderServers.of(folder.path, graph, job.params)
+    found = FolderServers.of(folder.path, endpoint_wants(graph), job.params)
     reask_servers(
         found,
         base_url=None,

@@ -6,18 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..compute import ComputeFunction, registered
 from ..errors import ConfigurationError
 from ..store.records import GraphSnapshot
-from .spec import Aggregate, GraphSpec, NodeBase
+from .spec import Aggregate, GraphSpec, Kinds, NodeBase, NodeKind
 from .templates import Expression
-
-if TYPE_CHECKING:
-    # Type hints only (they do not run): the kinds sit above the graph.
-    from ..kinds.base import NodeKind
-    from .spec import Kinds
 
 
 @dataclass
@@ -58,7 +53,7 @@ class CompiledNode:
     name: str
     spec: NodeBase
     deps: set[str]
-    kind: NodeKind[Any, Any]
+    kind: NodeKind
     foreach: Expression | None = None
     when: Expression | None = None
 
@@ -158,7 +153,7 @@ class GraphRegistries:
     by value (a kind or function registered inside `main()` included) over their pipes;
     it is never written to a run or batch folder, where loading it would run code."""
 
-    kinds: dict[str, NodeKind[Any, Any]] = field(default_factory=dict)
+    kinds: dict[str, NodeKind] = field(default_factory=dict)
     functions: dict[str, ComputeFunction] = field(default_factory=dict)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, get_args
 
 from ..errors import NodeError
 from ..graph.spec import NodeBase
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from ..calls.client import LLMClient
     from ..calls.compute_runtime import Runtime
     from ..compute import ComputeFunction
-    from ..engine.settings import Resample, RunSettings
     from ..graph.checks import NodeScope
     from ..graph.compiled import CompiledNode
     from ..graph.spec import FieldSpec, GraphSpec
@@ -42,6 +41,27 @@ def evaluate(expr: Expression, ctx: dict[str, Any], node: str, where: str) -> An
         raise NodeError(node, f"{where} `{expr.source}` failed: {exc}") from exc
 
 
+class Reasks(Protocol):
+    """A retest's re-asks as an executor reads them (engine/settings.py's `Resample`)."""
+
+    @property
+    def temperature(self) -> float | None: ...
+
+    def covers(self, node: str) -> bool:
+        """Whether `node` is asked again."""
+
+    def first_sample(self, node: str, n: int) -> int:
+        """The sample index `node`'s call of n samples starts at."""
+
+
+class RunFacts(Protocol):
+    """What an executor reads of the run's settings (the engine's `RunSettings`, above
+    the kinds)."""
+
+    @property
+    def resample(self) -> Reasks | None: ...
+
+
 @dataclass(slots=True)
 class RunServices:
     """What an executor may use of the run it is part of: one per engine (so per run)."""
@@ -50,11 +70,11 @@ class RunServices:
     trace: TraceRecorder
     endpoints: dict[str, Endpoint]  # node name -> the endpoint it talks to
     runtime: Runtime
-    settings: RunSettings  # how the run goes (its params filled in with the graph's)
+    settings: RunFacts  # how the run goes (engine/settings.py's RunSettings)
     memo: dict[Any, Any] = field(default_factory=dict)  # per-run caches of kinds
 
     @property
-    def resample(self) -> Resample | None:
+    def resample(self) -> Reasks | None:
         """A retest's re-asks: fresh sample indices per node (None: an ordinary run)."""
         return self.settings.resample
 

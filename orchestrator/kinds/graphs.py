@@ -67,7 +67,7 @@ def endpoint_wants(graph: CompiledGraph) -> dict[str, EndpointWant]:
     """What each node that talks to a server asks of the run's servers, as its kind reads
     it (nodes that talk to none are left out)."""
     wants = {name: cn.kind.endpoint_want(cn.spec) for name, cn in graph.nodes.items()}
-    return {name: want for name, want in wants.items() if want is not None}
+    return {name: want for name, want in wants.items() if isinstance(want, EndpointWant)}
 
 
 # `CompiledGraph.load` / `.from_dict` (public as `orc.Graph`, `orc.CompiledGraph`) compile

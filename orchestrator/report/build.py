@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from .. import __version__
+from ..shipped import __version__
 from ..store.folder import read_only
 from ..store.records import NodeRun
 from .collect import (

@@ -19,6 +19,7 @@ from ..engine.settings import RunArgs, parse_workers
 from ..errors import ConfigurationError
 from ..events import RunEvents
 from ..graph.compiled import CompiledGraph
+from ..kinds.graphs import endpoint_wants
 from ..servers.endpoints import EndpointWant, ServerChoice, node_api_key
 from ..servers.registry import Endpoint
 from ..servers.tuner import Concurrency
@@ -63,8 +64,7 @@ class ResolvedRun:
 
 def _want(parts: ResolvedRun, node: str) -> EndpointWant:
     """What the node asks of the run's servers, as the run's own client read it."""
-    compiled = parts.graph.nodes[node]
-    want = compiled.kind.endpoint_want(compiled.spec)
+    want = endpoint_wants(parts.graph).get(node)
     if want is None:  # only nodes that talk to a server have endpoints
         raise ConfigurationError(f"node '{node}' has an endpoint but asks for no server")
     return want

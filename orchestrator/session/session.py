@@ -21,7 +21,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import __version__
 from ..calls.client import Endpoint
 from ..compute.languages import forget_warnings
 from ..data.dataset import Row, check_fields
@@ -38,6 +37,7 @@ from ..scale import ResolvedRun, WorkerPool
 from ..servers.endpoints import ServerChoice, prepare_endpoints
 from ..servers.outage import ServerGone
 from ..servers.registry import server_urls
+from ..shipped import __version__
 from ..store.cache import ResponseCache
 from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
 from ..store.protocol import RunStore
