@@ -3,6 +3,7 @@ schemas) in a runnable order, and what identifies it (source, template closure, 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,15 +18,21 @@ from .templates import Expression
 
 @dataclass
 class _Compilers:
-    """How `CompiledGraph.load` / `.from_dict` compile: with every registered node kind,
-    which only `orchestrator.kinds` knows. It sits above this layer, so it hands these in
-    when imported (`install_compilers`) instead of this module reaching up for them."""
+    """How `CompiledGraph.load` / `.from_dict` compile: with the built-in node kinds plus
+    the user's, which only `orchestrator.kinds` knows. It sits above this layer, so it hands
+    these in when imported (`install_compilers`) instead of this module reaching up for
+    them; a process that never imported it has it loaded by name (`BUILTIN_KINDS`)."""
 
     load: Callable[..., CompiledGraph] | None = None
     from_dict: Callable[..., CompiledGraph] | None = None
 
 
 _COMPILERS = _Compilers()
+
+# The module that defines the built-in kinds and installs the compilers: loaded by name on
+# the first compile that needs it, as compute/ loads its built-in functions, so
+# `CompiledGraph.load` works first thing in a process and nothing here imports upward.
+BUILTIN_KINDS = "orchestrator.kinds.graphs"
 
 
 def install_compilers(
@@ -36,12 +43,11 @@ def install_compilers(
 
 
 def _compiler(which: str) -> Callable[..., CompiledGraph]:
+    if getattr(_COMPILERS, which) is None:
+        importlib.import_module(BUILTIN_KINDS)
     found: Callable[..., CompiledGraph] | None = getattr(_COMPILERS, which)
-    if found is None:
-        raise ConfigurationError(
-            f"CompiledGraph.{which} compiles with the registered node kinds: import "
-            "orchestrator.kinds (or use orchestrator.load_graph / orchestrator.Graph) first"
-        )
+    if found is None:  # the module named did not install them
+        raise ConfigurationError(f"CompiledGraph.{which}: {BUILTIN_KINDS} installed no compiler")
     return found
 
 

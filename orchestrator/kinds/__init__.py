@@ -5,7 +5,10 @@ imported, so they come first; graphs.py compiles graphs with every registered ki
 """
 
 from .base import (
+    BUILTIN_KINDS,
+    USER_KINDS,
     EndpointWant,
+    KindRegistry,
     NodeKind,
     RunServices,
     evaluate,
@@ -19,10 +22,13 @@ from .compute import ComputeKind
 from .llm import LLMKind
 
 for _builtin in (LLMKind(), ComputeKind()):  # this order is the order errors list them in
-    register_kind(_builtin)
+    BUILTIN_KINDS.add(_builtin)
 
 __all__ = [
+    "BUILTIN_KINDS",
+    "USER_KINDS",
     "EndpointWant",
+    "KindRegistry",
     "NodeKind",
     "RunServices",
     "evaluate",

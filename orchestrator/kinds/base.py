@@ -115,55 +115,81 @@ class NodeKind(ABC, Generic[SpecT, NodeT]):
         return []
 
 
-_KINDS: dict[str, NodeKind[Any, Any]] = {}
-_BY_MODEL: dict[type[NodeBase], NodeKind[Any, Any]] = {}
+class KindRegistry:
+    """Node kinds by `kind:` tag: a registry's own, over those of the one it extends (the
+    user's over the built-ins), in registration order, built-ins first."""
+
+    def __init__(self, base: KindRegistry | None = None) -> None:
+        self._base = base
+        self._own: dict[str, NodeKind[Any, Any]] = {}
+
+    def add(self, kind: NodeKind[Any, Any], *, replace: bool = False) -> NodeKind[Any, Any]:
+        """Make `kind:` <kind.name> a node kind graphs compiled with this registry may use."""
+        name = kind.name
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ValueError(f"a kind name is lower-case letters, digits and _, got {name!r}")
+        if not (isinstance(kind.spec_model, type) and issubclass(kind.spec_model, NodeBase)):
+            # The engine reads foreach, as, when and after off every node.
+            raise TypeError(
+                f"the spec model of kind '{name}' must subclass orchestrator.graph.spec.NodeBase"
+            )
+        tag = kind.spec_model.model_fields.get("kind")
+        if tag is None or get_args(tag.annotation) != (name,):
+            raise TypeError(
+                f"{kind.spec_model.__name__} must declare `kind: Literal[{name!r}]` "
+                "(graph files pick the node's model by it)"
+            )
+        if name in self.kinds() and not replace:
+            raise ValueError(f"node kind '{name}' is already registered")
+        self._own.pop(name, None)
+        self._own[name] = kind
+        return kind
+
+    def remove(self, name: str) -> None:
+        """Forget a kind of this registry's own (a test's own kind, after the test)."""
+        self._own.pop(name, None)
+
+    def kinds(self) -> dict[str, NodeKind[Any, Any]]:
+        """Every kind by name: the base's, then this registry's own (which win)."""
+        below = self._base.kinds() if self._base is not None else {}
+        return {**below, **self._own}
+
+
+# The kinds that ship (orchestrator.kinds adds `llm` and `compute` when imported), and the
+# user's, over them: `register_kind` adds to the user's, never to the built-ins.
+BUILTIN_KINDS = KindRegistry()
+USER_KINDS = KindRegistry(BUILTIN_KINDS)
 
 
 def register_kind(kind: NodeKind[Any, Any], *, replace: bool = False) -> NodeKind[Any, Any]:
-    """Make `kind:` <kind.name> a node kind graphs may use; returns the kind."""
-    name = kind.name
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"a kind name is lower-case letters, digits and _, got {name!r}")
-    if not (isinstance(kind.spec_model, type) and issubclass(kind.spec_model, NodeBase)):
-        # The engine reads foreach, as, when and after off every node.
-        raise TypeError(
-            f"the spec model of kind '{name}' must subclass orchestrator.graph.spec.NodeBase"
-        )
-    tag = kind.spec_model.model_fields.get("kind")
-    if tag is None or get_args(tag.annotation) != (name,):
-        raise TypeError(
-            f"{kind.spec_model.__name__} must declare `kind: Literal[{name!r}]` "
-            "(graph files pick the node's model by it)"
-        )
-    if name in _KINDS and not replace:
-        raise ValueError(f"node kind '{name}' is already registered")
-    unregister_kind(name)
-    _KINDS[name] = kind
-    _BY_MODEL[kind.spec_model] = kind
-    return kind
+    """Make `kind:` <kind.name> a node kind graphs may use (the user's registry); returns
+    the kind."""
+    return USER_KINDS.add(kind, replace=replace)
 
 
 def unregister_kind(name: str) -> None:
-    """Forget a kind (a test's own kind, after the test)."""
-    kind = _KINDS.pop(name, None)
-    if kind is not None:
-        _BY_MODEL.pop(kind.spec_model, None)
+    """Forget a kind the user registered (a test's own kind, after the test)."""
+    USER_KINDS.remove(name)
 
 
 def kinds() -> dict[str, NodeKind[Any, Any]]:
-    """Every registered kind by name, in registration order (built-ins first): the registry
-    graphs are parsed and compiled with (see graphs.py)."""
-    return dict(_KINDS)
+    """Every kind by name, built-ins first, then the user's: the registry graphs are
+    parsed and compiled with (see graphs.py)."""
+    return USER_KINDS.kinds()
 
 
 def get_kind(name: str) -> NodeKind[Any, Any]:
     """The kind registered under `name`; KeyError naming the registered ones if none."""
-    found = _KINDS.get(name)
+    known = kinds()
+    found = known.get(name)
     if found is None:
-        raise KeyError(f"no node kind '{name}' (registered: {', '.join(_KINDS)})")
+        raise KeyError(f"no node kind '{name}' (registered: {', '.join(known)})")
     return found
 
 
 def kind_of(spec: NodeBase) -> NodeKind[Any, Any]:
     """The kind whose spec model parsed `spec`."""
-    return _BY_MODEL[type(spec)]
+    for kind in kinds().values():
+        if type(spec) is kind.spec_model:
+            return kind
+    raise KeyError(f"no node kind parses {type(spec).__name__}")
