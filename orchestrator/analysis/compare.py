@@ -12,7 +12,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..compute.statistics import cohen_kappa
+from ..compute import cohen_kappa
 from ..errors import ConfigurationError
 from ..stats import (
     EXACT_UP_TO,
@@ -29,7 +29,7 @@ from ..stats import (
     sign_flip_test,
     spearman,
 )
-from ..store.records import Manifest, ResultLine
+from ..store import Manifest, ResultLine
 from .comparison import (
     Comparison,
     Correlation,
@@ -98,7 +98,7 @@ def _model(manifest: Manifest) -> str | None:
 
 
 def _inputs(folder: Path | None) -> dict[str, Any] | None:
-    from ..store.reader import RunReader
+    from ..store import RunReader
 
     if folder is None or not RunReader(folder).has_inputs:
         return None
@@ -107,7 +107,7 @@ def _inputs(folder: Path | None) -> dict[str, Any] | None:
 
 def load_run(run: str | Path | RunResult, position: int) -> _Run:
     """A run folder or an in-memory RunResult as its latest line per example."""
-    from ..store.reader import RunReader
+    from ..store import RunReader
 
     if isinstance(run, str | Path):
         folder: Path | None = Path(run)

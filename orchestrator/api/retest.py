@@ -22,16 +22,13 @@ from typing import Any, Unpack
 
 import numpy as np
 
-from ..analysis.card.stability import Retest, llm_nodes, measure, output_flips
-from ..analysis.metaeval_stats import Bootstrap
+from ..analysis import Bootstrap, Retest, llm_nodes, measure, output_flips
 from ..errors import ConfigurationError, RunFolderError
-from ..graph.compiled import CompiledGraph
-from ..kinds.graphs import endpoint_wants
-from ..servers.reask import FolderServers, reask_servers, recorded_urls
-from ..session.planning import Resample, RunArgs
-from ..store.reader import RunReader
-from ..store.records import ManifestParameters, ServerEntry
-from ..store.runkey import RunKey
+from ..graph import CompiledGraph
+from ..kinds import endpoint_wants
+from ..servers import FolderServers, reask_servers, recorded_urls
+from ..session import Resample, RunArgs
+from ..store import ManifestParameters, RunKey, RunReader, ServerEntry
 from .run import _blocking, arun, load_graph
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import BatchImportError, MalformedReply
-from ..providers.batchfile import BatchOutputLine, ChatReply
-from ..providers.reply import parse_reply
-from ..store.cache import ResponseCache
+from ..providers import BatchOutputLine, ChatReply, parse_reply
+from ..store import ResponseCache
 from .folder import BatchFolder, ExportFile
 from .rounds import RoundOutcome, round_graph, run_round
 

@@ -18,15 +18,10 @@ from pydantic import BaseModel
 from ..errors import LLMCallError as LLMCallError
 from ..errors import ServerError
 from ..events import RunEvents
-from ..graph.spec import Sampling
-from ..providers.base import Provider, ServedModel
-from ..providers.registry import DEFAULT_PROVIDER, make_provider
-from ..servers.outage import DEFAULT_SERVER_WAIT
-from ..servers.registry import Endpoint, ServerRegistry
-from ..servers.tuner import Concurrency
-from ..store.cache import ResponseCache
-from ..store.records import Counts, OutageEntry
-from ..store.trace import Attempt
+from ..graph import Sampling
+from ..providers import DEFAULT_PROVIDER, Provider, ServedModel, make_provider
+from ..servers import DEFAULT_SERVER_WAIT, Concurrency, Endpoint, ServerRegistry
+from ..store import Attempt, Counts, OutageEntry, ResponseCache
 from .cached import CachedCaller
 from .retry import RetryPolicy
 from .sender import Sender

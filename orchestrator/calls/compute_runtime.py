@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..servers.registry import Endpoint
-from ..store.trace import Attempt
+from ..servers import Endpoint
+from ..store import Attempt
 from .client import LLMClient
 
 

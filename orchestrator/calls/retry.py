@@ -19,8 +19,8 @@ from tenacity import (
 )
 
 from ..errors import DeadlineExceeded, RetryAfterTooLong
-from ..servers.outage import DEFAULT_SERVER_WAIT
-from ..store.trace import Attempt
+from ..servers import DEFAULT_SERVER_WAIT
+from ..store import Attempt
 
 T = TypeVar("T")
 

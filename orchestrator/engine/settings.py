@@ -25,13 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict, get_args
 
-from ..calls.retry import RetryPolicy
+from ..calls import RetryPolicy
 from ..errors import ConfigurationError
-from ..providers.base import Transport
-from ..servers.endpoints import StructuredChoice
-from ..servers.outage import DEFAULT_SERVER_WAIT
-from ..servers.tuner import Concurrency, parse_concurrency
-from ..store.runkey import json_value
+from ..providers import Transport
+from ..servers import DEFAULT_SERVER_WAIT, Concurrency, StructuredChoice, parse_concurrency
+from ..store import json_value
 
 Executor = Literal["local", "ray"]
 Workers = int | Literal["auto"]

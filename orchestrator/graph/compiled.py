@@ -11,7 +11,7 @@ from typing import Any
 
 from ..compute import ComputeFunction, registered
 from ..errors import ConfigurationError
-from ..store.records import GraphSnapshot
+from ..store import GraphSnapshot
 from .spec import Aggregate, GraphSpec, Kinds, NodeBase, NodeKind
 from .templates import Expression
 

@@ -13,19 +13,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, get_args
 
 from ..errors import NodeError
-from ..graph.spec import NodeBase
-from ..servers.endpoints import EndpointWant
+from ..graph import NodeBase
+from ..servers import EndpointWant
 
 if TYPE_CHECKING:
-    from ..calls.client import LLMClient
-    from ..calls.compute_runtime import Runtime
+    from ..calls import LLMClient, Runtime
     from ..compute import ComputeFunction
-    from ..graph.checks import NodeScope
-    from ..graph.compiled import CompiledNode
-    from ..graph.spec import FieldSpec, GraphSpec
-    from ..graph.templates import Expression
-    from ..servers.registry import Endpoint
-    from ..store.trace import TraceRecorder
+    from ..graph import CompiledNode, Expression, FieldSpec, GraphSpec, NodeScope
+    from ..servers import Endpoint
+    from ..store import TraceRecorder
 
 SpecT = TypeVar("SpecT", bound=NodeBase)
 NodeT = TypeVar("NodeT", bound="CompiledNode")

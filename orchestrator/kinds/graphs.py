@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..graph import compile as _compile
-from ..graph.compiled import CompiledGraph, GraphRegistries, install_compilers
-from ..servers.endpoints import EndpointWant
+from .. import graph as _compile
+from ..graph import CompiledGraph, GraphRegistries, install_compilers
+from ..servers import EndpointWant
 from .base import kinds
 
 

@@ -10,7 +10,7 @@ import time
 from html import escape
 from pathlib import Path
 
-from ..analysis.align.record import Alignment, Estimate, Trial
+from ..analysis import Alignment, Estimate, Trial
 from ..shipped import __version__
 from .build import asset
 from .render import fmt, html_table

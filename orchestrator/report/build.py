@@ -14,8 +14,7 @@ from typing import Any
 import orjson
 
 from ..shipped import __version__
-from ..store.folder import read_only
-from ..store.records import NodeRun
+from ..store import NodeRun, read_only
 from .collect import (
     DetailOptions,
     RunData,

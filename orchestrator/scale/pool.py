@@ -11,21 +11,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..data.dataset import Row
-from ..engine.groups import GroupRuns
-from ..engine.plan import RunPlan
-from ..engine.scheduler import engine_window
-from ..engine.settings import RunArgs, parse_workers
+from ..data import Row
+from ..engine import GroupRuns, RunArgs, RunPlan, engine_window, parse_workers
 from ..errors import ConfigurationError
 from ..events import RunEvents
-from ..graph.compiled import CompiledGraph
-from ..kinds.graphs import endpoint_wants
-from ..servers.endpoints import EndpointWant, ServerChoice, node_api_key
-from ..servers.registry import Endpoint
-from ..servers.tuner import Concurrency
-from ..store.protocol import RunStore
-from ..store.records import Counts, WorkerEntry
-from ..store.trace import TraceStore
+from ..graph import CompiledGraph
+from ..kinds import endpoint_wants
+from ..servers import Concurrency, Endpoint, EndpointWant, ServerChoice, node_api_key
+from ..store import Counts, RunStore, TraceStore, WorkerEntry
 from .coordinator import Coordinator, WorkerLink
 from .messages import EndpointPlan, GraphRecipe, WorkerJob
 

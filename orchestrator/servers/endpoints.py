@@ -14,8 +14,8 @@ from typing import Any, Literal, NamedTuple, Protocol
 import httpx
 
 from ..errors import ConfigurationError, ServerError
-from ..providers.base import Provider, ServedModel
-from ..store.records import ServerEntry
+from ..providers import Provider, ServedModel
+from ..store import ServerEntry
 from .registry import Endpoint, ServerRegistry, server_urls, weights_text
 
 log = logging.getLogger(__name__)

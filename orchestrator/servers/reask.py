@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..store.records import ServerEntry
+from ..store import ServerEntry
 from .endpoints import EndpointWant, own_urls
 from .registry import server_urls
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ServerError
 from ..events import RunEvents
-from ..providers.base import (
+from ..providers import (
     Connection,
     LoadGauge,
     Provider,
@@ -21,7 +21,7 @@ from ..providers.base import (
     no_metrics,
     provider_identity,
 )
-from ..store.records import OutageEntry, ReplicaEntry
+from ..store import OutageEntry, ReplicaEntry
 from .deferred import DeferredServer, StartOnFirstUse
 from .limiter import Limiter
 from .outage import DEFAULT_SERVER_WAIT, ServerWatch
