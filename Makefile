@@ -43,7 +43,7 @@ demo: venv
 # start-ups, the real server's replies), not CPU. The tests that talk to the real embedded
 # vLLM server share one xdist group (tests/conftest.py), so one worker starts one server.
 test: venv sysdeps
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --durations=25
 
 # The docs site (mkdocs.yml) built strictly into a temporary folder, removed after: a broken
 # link or anchor, a page missing from disk or a docstring the API reference cannot read
