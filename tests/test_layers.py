@@ -100,9 +100,15 @@ def reach_ins(package: Path) -> list[str]:
         if is_package:
             init = package.parent / name.replace(".", "/") / "__init__.py"
             tree = ast.parse(init.read_text(encoding="utf-8"))
+            # A face names its exports in imports at its top or under `if TYPE_CHECKING:`.
+            statements = [
+                inner
+                for node in tree.body
+                for inner in (node.body if isinstance(node, ast.If) else [node])
+            ]
             faced[name] = {
                 alias.asname or alias.name
-                for node in tree.body
+                for node in statements
                 if isinstance(node, ast.ImportFrom)
                 for alias in node.names
             }
