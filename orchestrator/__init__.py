@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .shipped import __version__
 
 _EXPORTS = {
     "Graph": ".api.run",

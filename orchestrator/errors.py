@@ -101,15 +101,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import TemplateError
 from jinja2.exceptions import SecurityError
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from .store.records import Attempt
 
 # Line breaks and other control characters (Unicode category Cc, plus the Unicode line and
 # paragraph separators) that would split a problem over several lines or drive the terminal.
@@ -316,7 +314,8 @@ class ServerExited(ServerGone):
 class LLMCallError(OrchestratorError):
     """A call that exhausted its budget; carries every attempt for the trace."""
 
-    def __init__(self, message: str, attempts: list[Attempt]) -> None:
+    # The store's `Attempt` records (typed there: the store sits above this module).
+    def __init__(self, message: str, attempts: list[Any]) -> None:
         self.attempts = attempts
         super().__init__(message)
 

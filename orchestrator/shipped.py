@@ -8,6 +8,8 @@ from pathlib import Path
 # The name on the package index. `orchestrator` there is an unrelated project, so the
 # distribution has its own name; the import name and the command stay `orchestrator`.
 DISTRIBUTION = "orchestrator-judge"
+# Its version (pyproject.toml says the same; `orchestrator.__version__` is this one).
+__version__ = "0.1.0"
 
 
 def pip_install(extra: str | None = None) -> str:

@@ -144,43 +144,17 @@ def test_the_tree_at_the_top_of_errors_draws_every_class_under_its_parent() -> N
         assert name.rsplit(".", 1)[-1] in doc, name
 
 
-def test_old_import_locations_give_the_same_classes() -> None:
-    from orchestrator.analysis import metaeval
-    from orchestrator.batch import BatchImportError, importer, transport
-    from orchestrator.calls import client, fake, outage
-    from orchestrator.calls import errors as call_errors
-    from orchestrator.compute import registry
-    from orchestrator.graph import sandbox, schemas
-    from orchestrator.local import model, server
-    from orchestrator.scale import WorkerFailed, WorkerLost, messages
-
-    same = {
-        call_errors.LLMCallError: errors.LLMCallError,
-        call_errors.ServerError: errors.ServerError,
-        call_errors.MalformedReply: errors.MalformedReply,
-        call_errors.ReplyTooLarge: errors.ReplyTooLarge,
-        call_errors.DeadlineExceeded: errors.DeadlineExceeded,
-        call_errors.RetryAfterTooLong: errors.RetryAfterTooLong,
-        client.LLMCallError: errors.LLMCallError,
-        fake.FakeTransientError: errors.FakeTransientError,
-        outage.ServerGone: errors.ServerGone,
-        orc.ServerGone: errors.ServerGone,
-        messages.WorkerLost: errors.WorkerLost,
-        WorkerLost: errors.WorkerLost,
-        WorkerFailed: errors.WorkerFailed,
-        model.EmbeddedServerError: errors.EmbeddedServerError,
-        server.PortTaken: errors.PortTaken,
-        schemas.SchemaError: errors.SchemaError,
-        metaeval.LabelError: errors.LabelError,
-        importer.BatchImportError: errors.BatchImportError,
-        BatchImportError: errors.BatchImportError,
-        transport.BatchUnsupported: errors.BatchUnsupported,
-        sandbox.UnsafeTemplateError: errors.UnsafeTemplateError,
-        sandbox.RenderLimitError: errors.RenderLimitError,
-        registry.UntrustedFunction: errors.UntrustedFunction,
-    }
-    for old, new in same.items():
-        assert old is new, (old, new)
+def test_the_alias_modules_are_gone() -> None:
+    """0.x keeps no shims (CHANGELOG.md): the modules that only re-exported the error tree,
+    the fake and the transports under their old homes no longer import."""
+    for old in (
+        "orchestrator.calls.errors",
+        "orchestrator.calls.fake",
+        "orchestrator.calls.transport",
+        "orchestrator.batch.transport",
+    ):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)
 
 
 def test_python_bases_callers_catch_are_kept() -> None:

@@ -53,7 +53,7 @@ def test_every_logger_is_named_by_its_module() -> None:
     assert wrong == [], "getLogger(__name__), not a hard-coded name"
 
 
-@pytest.mark.parametrize("module", ["orchestrator.calls.outage", "orchestrator.analysis.compare"])
+@pytest.mark.parametrize("module", ["orchestrator.servers.outage", "orchestrator.analysis.compare"])
 def test_a_module_logger_reaches_the_cli_handler(
     module: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

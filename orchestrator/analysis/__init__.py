@@ -1,1 +1,182 @@
 """Analyses over finished run folders: comparing runs, exporting and rating their results."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..faces import lazy
+
+if TYPE_CHECKING:
+    from .align import (
+        ISOTONIC_FILE,
+        METRICS,
+        PAGE_FILE,
+        Alignment,
+        Coder,
+        Configuration,
+        Estimate,
+        Metric,
+        Shot,
+        Side,
+        Trial,
+        Variant,
+        check_counts,
+        check_variant,
+        choose,
+        draw_shots,
+        folds,
+        integer_range,
+        isotonic,
+        node_answers,
+        node_values,
+        open_folder,
+        parse_variant,
+        read_truth,
+        shot_record,
+        split,
+        strata,
+        trial,
+        variant_spec,
+        variant_texts,
+        with_isotonic,
+        write_graph,
+        write_record,
+    )
+    from .align import compare as compare_aligned  # baseline against aligned, on the test set
+    from .calibrate import Calibration, calibrate
+    from .card import (
+        JudgeCard,
+        Retest,
+        Stability,
+        cluster_line,
+        flag_lines,
+        judge_card,
+        llm_nodes,
+        measure,
+        output_flips,
+        sections,
+    )
+    from .cells import (
+        CORRELATION_COLUMNS,
+        LABEL_COLUMNS,
+        correlation_rows,
+        difference_cells,
+        label_rows,
+        pair_label,
+        run_rows,
+    )
+    from .compare import compare
+    from .comparison import DIFFERENCE_COLUMNS, Comparison, OutputComparison, format_number
+    from .diff import DiffRun, FirstDifference, NodeChange, RunDiff, diff, path_anchor
+    from .distill import distill, format_card
+    from .examples import ExampleShift, PairExamples, paired_examples
+    from .export import FORMATS, TABLES, export, node_runs_frame
+    from .groups import (
+        Grouping,
+        cluster_keys,
+        estimate_cells,
+        group_lines,
+        numeric_outputs,
+        run_inputs,
+        summarize,
+        summarize_groups,
+    )
+    from .metaeval import meta_eval, meta_eval_table
+    from .metaeval_stats import Bootstrap
+    from .power import PowerEstimate, estimate_power
+    from .ratings import ratings_across_runs, ratings_tables
+    from .tables import TextTable
+
+lazy(__name__)
+
+__all__ = [
+    "CORRELATION_COLUMNS",
+    "DIFFERENCE_COLUMNS",
+    "FORMATS",
+    "ISOTONIC_FILE",
+    "LABEL_COLUMNS",
+    "METRICS",
+    "PAGE_FILE",
+    "TABLES",
+    "Alignment",
+    "Bootstrap",
+    "Calibration",
+    "Coder",
+    "Comparison",
+    "Configuration",
+    "DiffRun",
+    "Estimate",
+    "ExampleShift",
+    "FirstDifference",
+    "Grouping",
+    "JudgeCard",
+    "Metric",
+    "NodeChange",
+    "OutputComparison",
+    "PairExamples",
+    "PowerEstimate",
+    "Retest",
+    "RunDiff",
+    "Shot",
+    "Side",
+    "Stability",
+    "TextTable",
+    "Trial",
+    "Variant",
+    "calibrate",
+    "check_counts",
+    "check_variant",
+    "choose",
+    "cluster_keys",
+    "cluster_line",
+    "compare",
+    "compare_aligned",
+    "correlation_rows",
+    "diff",
+    "difference_cells",
+    "distill",
+    "draw_shots",
+    "estimate_cells",
+    "estimate_power",
+    "export",
+    "flag_lines",
+    "folds",
+    "format_card",
+    "format_number",
+    "group_lines",
+    "integer_range",
+    "isotonic",
+    "judge_card",
+    "label_rows",
+    "llm_nodes",
+    "measure",
+    "meta_eval",
+    "meta_eval_table",
+    "node_answers",
+    "node_runs_frame",
+    "node_values",
+    "numeric_outputs",
+    "open_folder",
+    "output_flips",
+    "pair_label",
+    "paired_examples",
+    "parse_variant",
+    "path_anchor",
+    "ratings_across_runs",
+    "ratings_tables",
+    "read_truth",
+    "run_inputs",
+    "run_rows",
+    "sections",
+    "shot_record",
+    "split",
+    "strata",
+    "summarize",
+    "summarize_groups",
+    "trial",
+    "variant_spec",
+    "variant_texts",
+    "with_isotonic",
+    "write_graph",
+    "write_record",
+]

@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
-from ..compute.confidence import ASK_FOR_CONFIDENCE, judged, wrong_answer
+from ..compute import ASK_FOR_CONFIDENCE, judged, wrong_answer
 from ..errors import CalibrationError, LabelError
 from ..stats import binomial_tail
-from ..store.reader import RunReader, TraceReader
+from ..store import RunReader, TraceReader
 from .metaeval import annotated, judge_value, label_truth, read_labels
 from .metaeval_stats import Bootstrap
 

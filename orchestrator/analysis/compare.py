@@ -10,9 +10,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..compute.statistics import cohen_kappa
+from ..compute import cohen_kappa
 from ..errors import ConfigurationError
 from ..stats import (
     EXACT_UP_TO,
@@ -29,7 +29,7 @@ from ..stats import (
     sign_flip_test,
     spearman,
 )
-from ..store.records import Manifest, ResultLine
+from ..store import Manifest, ResultLine
 from .comparison import (
     Comparison,
     Correlation,
@@ -44,8 +44,20 @@ from .comparison import (
 )
 from .groups import cluster_labels, ids_by_group, keys_by_id
 
-if TYPE_CHECKING:
-    from ..api.run import RunResult
+
+class RunResult(Protocol):
+    """A run held in memory, as `orc.run` returns it (api/'s `RunResult`, above analysis):
+    what the analyses read of it."""
+
+    @property
+    def folder(self) -> Path | None: ...
+
+    @property
+    def results(self) -> list[ResultLine]: ...
+
+    @property
+    def manifest(self) -> Manifest: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +98,7 @@ def _model(manifest: Manifest) -> str | None:
 
 
 def _inputs(folder: Path | None) -> dict[str, Any] | None:
-    from ..store.reader import RunReader
+    from ..store import RunReader
 
     if folder is None or not RunReader(folder).has_inputs:
         return None
@@ -95,7 +107,7 @@ def _inputs(folder: Path | None) -> dict[str, Any] | None:
 
 def load_run(run: str | Path | RunResult, position: int) -> _Run:
     """A run folder or an in-memory RunResult as its latest line per example."""
-    from ..store.reader import RunReader
+    from ..store import RunReader
 
     if isinstance(run, str | Path):
         folder: Path | None = Path(run)

@@ -19,11 +19,11 @@ from urllib.parse import quote
 from pydantic import BaseModel, Field, computed_field
 
 from ..errors import ConfigurationError, GraphError
-from ..graph.once import ONCE_EXAMPLE
-from ..store.records import WHOLE, NodeRun, ResultLine
+from ..graph import ONCE_EXAMPLE
+from ..store import WHOLE, NodeRun, ResultLine
 
 if TYPE_CHECKING:
-    from ..api.run import RunResult
+    from .compare import RunResult
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ _Shape = tuple[list[str] | None, set[str], dict[str, set[str]], str | None]
 def _graph_order(reader: Any) -> _Shape:
     """The graph's nodes in run order, its once-nodes and what each node reads, from the
     run's snapshot; no order, with a note, when the snapshot is missing or does not compile."""
-    from ..kinds.graphs import compile_graph
+    from ..kinds import compile_graph
 
     snapshot = reader.snapshot_graph
     if snapshot is None:
@@ -240,7 +240,7 @@ def _values(records: Iterable[NodeRun]) -> dict[str, dict[str, _Value]]:
 
 
 def _load(run: str | Path | RunResult, position: int) -> _Side:
-    from ..store.reader import RunReader
+    from ..store import RunReader
 
     folder = _folder(run, position)
     reader = RunReader(folder)

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..compute.distilled import CARD_FILE, SCORER_FILE, compose
-from ..compute.distilled import Scorer as Scorer  # what `distill` trains, read back
-from ..compute.distilled import load_scorer as load_scorer
+from ..compute import CARD_FILE, SCORER_FILE, compose
+from ..compute import Scorer as Scorer  # what `distill` trains, read back
+from ..compute import load_scorer as load_scorer
 from ..stats import finite, spearman
-from ..store.reader import RunReader
+from ..store import RunReader
 from .groups import estimate, ids_by_group, key_text
 
 FORMAT_VERSION = 1
@@ -140,7 +140,7 @@ def distill(
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, f1_score
 
-    from ..compute.embeddings import encoder, resolve_model_path
+    from ..compute import encoder, resolve_model_path
 
     started = time.perf_counter()
     rows = read_labelled(Path(run_dir), text_field, label_field, context_field)

@@ -16,7 +16,7 @@ from .compare import check_numbers, load_run, matched_by_id, ok_values
 from .comparison import Comparison
 
 if TYPE_CHECKING:
-    from ..api.run import RunResult
+    from .compare import RunResult
 
 
 class ExampleShift(BaseModel):

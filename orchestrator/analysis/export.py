@@ -15,9 +15,7 @@ import orjson
 
 from ..errors import ConfigurationError, RunFolderError
 from ..shipped import pip_install
-from ..store.folder import RESULTS, TRACES, damaged_line, read_only
-from ..store.reader import RunReader
-from ..store.records import WHOLE, NodeRun, ResultLine
+from ..store import RESULTS, TRACES, WHOLE, NodeRun, ResultLine, RunReader, damaged_line, read_only
 
 Format = Literal["parquet", "csv", "jsonl"]
 What = Literal["results", "node_runs", "both"]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import ConfigurationError
 from ..stats import mean_interval, wilson
-from ..store.records import ResultLine
+from ..store import ResultLine
 
 logger = logging.getLogger(__name__)
 
@@ -291,7 +291,7 @@ def group_lines(
 
 def run_inputs(folder: Path) -> dict[str, dict[str, Any]] | None:
     """Example id → the inputs a run folder kept (None when it kept none)."""
-    from ..store.reader import RunReader
+    from ..store import RunReader
 
     reader = RunReader(folder)
     if not reader.has_inputs:
@@ -309,7 +309,7 @@ def summarize_groups(
     seed: int = 0,
 ) -> Grouping:
     """A finished run's results per value of `by` (an output, else an input the run kept)."""
-    from ..store.reader import RunReader
+    from ..store import RunReader
 
     reader = RunReader(run_dir)
     if not reader.has_results:
@@ -342,7 +342,7 @@ def summarize(
     results (`Grouping.model_dump()`) are returned only: summary.json's extra keys are the
     graph's aggregates, and a breakdown is not one.
     """
-    from ..session.summary import summarize as summarize_run
+    from ..session import summarize as summarize_run
 
     summary = summarize_run(folder, graph, out, trust=trust)
     if by is not None:

@@ -20,11 +20,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..compute.confidence import field_value
-from ..compute.statistics import LEVELS
+from ..compute import LEVELS, field_value
 from ..errors import LabelError
 from ..stats import Method, correlation_test, finite
-from ..store.reader import RunReader
+from ..store import RunReader
 from .groups import cluster_keys, run_inputs
 from .metaeval_stats import (
     Bootstrap,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compute.statistics import krippendorff_alpha
+from ..compute import krippendorff_alpha
 from ..stats import finite, kendall_tau_b, pearson, percentile_intervals, spearman
 from .groups import cluster_labels
 

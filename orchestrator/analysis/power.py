@@ -32,7 +32,7 @@ from .compare import (
 from .groups import cluster_keys
 
 if TYPE_CHECKING:
-    from ..api.run import RunResult
+    from .compare import RunResult
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 import yaml
 
-from ..compute.ratings import bradley_terry, elo_ratings
+from ..compute import bradley_terry, elo_ratings
 from ..errors import ConfigurationError, RunFolderError
-from ..store.reader import RunReader
+from ..store import RunReader
 from .tables import Column, TextTable
 
 logger = logging.getLogger(__name__)

@@ -1,3 +1,42 @@
 """The Python API: graphs and rows in, typed records out (`run.py`: `run`, `arun`, `RunResult`,
 `load_graph`, `graph_from_dict`; `card.py`: `judge_card`; `runner.py`: the deprecated
 `execute(RunConfig)` shim). `orchestrator/__init__.py` re-exports the public names."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..faces import lazy
+
+if TYPE_CHECKING:
+    from .align import Alignment, align
+    from .card import JudgeCard, judge_card
+    from .diff import RunDiff, diff
+    from .power import PowerEstimate, power
+    from .retest import aretest, retest
+    from .run import Graph, RunResult, arun, graph_from_dict, load_graph, run
+    from .runner import RunConfig, RunOutcome, execute
+
+lazy(__name__)
+
+__all__ = [
+    "Alignment",
+    "Graph",
+    "JudgeCard",
+    "PowerEstimate",
+    "RunConfig",
+    "RunDiff",
+    "RunOutcome",
+    "RunResult",
+    "align",
+    "aretest",
+    "arun",
+    "diff",
+    "execute",
+    "graph_from_dict",
+    "judge_card",
+    "load_graph",
+    "power",
+    "retest",
+    "run",
+]

@@ -27,34 +27,48 @@ from typing import Any
 import yaml
 from jinja2 import TemplateError
 
-from ..analysis.align import isotonic as iso
-from ..analysis.align.answers import node_answers, node_values
-from ..analysis.align.labels import Coder, read_truth
-from ..analysis.align.record import METRICS, Alignment, Configuration, Metric, Shot, Side, Variant
-from ..analysis.align.scoring import compare
-from ..analysis.align.search import choose, trial
-from ..analysis.align.shots import check_counts, draw_shots, shot_record
-from ..analysis.align.split import folds as deal_folds
-from ..analysis.align.split import split, strata
-from ..analysis.align.variants import (
+from ..analysis import (
     ISOTONIC_FILE,
+    METRICS,
+    PAGE_FILE,
+    Alignment,
+    Bootstrap,
+    Coder,
+    Configuration,
+    Metric,
+    Shot,
+    Side,
+    Variant,
+    check_counts,
     check_variant,
+    choose,
+    cluster_keys,
+    compare_aligned,
+    draw_shots,
     integer_range,
+    node_answers,
+    node_values,
+    open_folder,
     parse_variant,
+    read_truth,
+    run_inputs,
+    shot_record,
+    split,
+    strata,
+    trial,
     variant_spec,
     variant_texts,
     with_isotonic,
+    write_graph,
+    write_record,
 )
-from ..analysis.align.writer import PAGE_FILE, open_folder, write_graph, write_record
-from ..analysis.groups import cluster_keys, run_inputs
-from ..analysis.metaeval_stats import Bootstrap
-from ..data.sources import as_source
+from ..analysis import folds as deal_folds
+from ..analysis import isotonic as iso
+from ..data import as_source
 from ..errors import ConfigurationError
-from ..graph.compiled import CompiledGraph
-from ..graph.loaders import PromptLoader
-from ..graph.spec import FieldSpec
-from ..report.align_page import write_page
-from ..store.reader import RunReader
+from ..graph import CompiledGraph, FieldSpec, PromptLoader
+from ..report import write_page
+from ..store import RunReader
 from .run import _blocking, arun, load_graph
 
 __all__ = ["Alignment", "aalign", "align"]
@@ -202,7 +216,7 @@ async def aalign(
         fitted_map = iso.fit(coder.answers(own, search), coder.labels(search))
         mine_judged = iso.apply(fitted_map, mine_judged, snap)
     boot = _bootstrap(base_run, cluster, resamples, seed)
-    base_estimate, mine_estimate, difference = compare(
+    base_estimate, mine_estimate, difference = compare_aligned(
         test, base_judged, mine_judged, coder.labels(test), metric, kind, boot
     )
 

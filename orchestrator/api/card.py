@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..analysis.card.build import judge_card as _build
-from ..analysis.card.record import JudgeCard
+from ..analysis import JudgeCard
+from ..analysis import judge_card as _build
 from ..errors import ConfigurationError
 from .retest import retest as _retest
 

@@ -3,6 +3,6 @@ work; the API and the CLI's `diff` verb reach it through here)."""
 
 from __future__ import annotations
 
-from ..analysis.diff import DiffRun, FirstDifference, NodeChange, RunDiff, diff
+from ..analysis import DiffRun, FirstDifference, NodeChange, RunDiff, diff
 
 __all__ = ["DiffRun", "FirstDifference", "NodeChange", "RunDiff", "diff"]

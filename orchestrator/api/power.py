@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..analysis.power import PowerEstimate, estimate_power
+from ..analysis import PowerEstimate, estimate_power
 
 if TYPE_CHECKING:
     from .run import RunResult

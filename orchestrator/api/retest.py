@@ -22,15 +22,13 @@ from typing import Any, Unpack
 
 import numpy as np
 
-from ..analysis.card.stability import Retest, llm_nodes, measure, output_flips
-from ..analysis.metaeval_stats import Bootstrap
-from ..calls.reask import FolderServers, reask_servers, recorded_urls
+from ..analysis import Bootstrap, Retest, llm_nodes, measure, output_flips
 from ..errors import ConfigurationError, RunFolderError
-from ..graph.compiled import CompiledGraph
-from ..session.plan import Resample, RunArgs
-from ..store.reader import RunReader
-from ..store.records import ManifestParameters, ServerEntry
-from ..store.runkey import RunKey
+from ..graph import CompiledGraph
+from ..kinds import endpoint_wants
+from ..servers import FolderServers, reask_servers, recorded_urls
+from ..session import Resample, RunArgs
+from ..store import ManifestParameters, RunKey, RunReader, ServerEntry
 from .run import _blocking, arun, load_graph
 
 log = logging.getLogger(__name__)
@@ -179,7 +177,7 @@ def _ask_only_named_servers(
 ) -> None:
     """The servers the repeats ask, into `options`: only those the caller named (the rule
     of every re-ask from a folder, `reask_servers`); the run's own are never taken."""
-    found = FolderServers.of(run, graph, params, recorded_urls(servers))
+    found = FolderServers.of(run, endpoint_wants(graph), params, recorded_urls(servers))
     chosen = reask_servers(
         found,
         base_url=options.get("base_url"),

@@ -24,19 +24,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, Unpack, get_type_hints
 
-from ..data.sources import as_source
-from ..engine.settings import SETTINGS, RunArgs, RunSettings, default_of
+from ..data import as_source
+from ..engine import SETTINGS, RunArgs, RunSettings, default_of
 from ..errors import ConfigurationError
-from ..graph.compiled import CompiledGraph
-from ..kinds.graphs import compile_dict, compile_graph
-from ..session.plan import make_plan
-from ..session.session import run_session
+from ..graph import CompiledGraph
+from ..kinds import compile_dict, compile_graph
+from ..session import make_plan, run_session
 from ..shipped import pip_install
-from ..store.folder import RunFolder
-from ..store.protocol import MemoryStore, RunStore
-from ..store.reader import RunReader
-from ..store.records import Manifest, ResultLine, Summary
-from ..ui.progress import run_progress
+from ..store import Manifest, MemoryStore, ResultLine, RunFolder, RunReader, RunStore, Summary
+from ..ui import run_progress
 
 Graph = CompiledGraph
 P = ParamSpec("P")
@@ -124,7 +120,7 @@ class RunResult:
             raise ConfigurationError(
                 "an in-memory run keeps no trace: run with out='runs/NAME' to have node runs"
             )
-        from ..analysis.export import node_runs_frame
+        from ..analysis import node_runs_frame
 
         return node_runs_frame(self.folder)
 
@@ -175,11 +171,11 @@ async def arun(
         compiled = load_graph(graph, prompts_dir=prompts_dir, trust=chosen.trust)
     plan = make_plan(chosen, compiled)
     if plan.executor == "ray":
-        from ..scale.onray import import_ray
+        from ..scale import import_ray
 
         import_ray()  # a missing extra is said before the folder or a server is touched
     elif plan.sharded:
-        from ..scale.processes import check_main_guard
+        from ..scale import check_main_guard
 
         check_main_guard()  # a script without `if __name__ == "__main__":`, said up front
     store: RunStore = RunFolder(out) if out is not None else MemoryStore()

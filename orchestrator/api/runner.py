@@ -11,13 +11,12 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import FileSource
-from ..graph.compiled import CompiledGraph
-from ..kinds.graphs import compile_graph
-from ..session.plan import RunPlan, RunSettings, make_plan
-from ..session.session import run_session
-from ..store.folder import RunFolder
-from ..ui.progress import Console, console_progress
+from ..data import FileSource
+from ..graph import CompiledGraph
+from ..kinds import compile_graph
+from ..session import RunPlan, RunSettings, make_plan, run_session
+from ..store import RunFolder
+from ..ui import Console, console_progress
 
 
 @dataclass(frozen=True, kw_only=True)

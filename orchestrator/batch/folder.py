@@ -20,9 +20,8 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigurationError
-from ..providers.base import served_identity
-from ..providers.batchfile import BatchRequestLine
-from ..store.cache import ResponseCache
+from ..providers import BatchRequestLine, served_identity
+from ..store import ResponseCache
 
 JOB = "batch.json"
 REPLIES = "replies.sqlite"

@@ -13,11 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..calls.errors import MalformedReply
-from ..errors import BatchImportError
-from ..providers.batchfile import BatchOutputLine, ChatReply
-from ..providers.reply import parse_reply
-from ..store.cache import ResponseCache
+from ..errors import BatchImportError, MalformedReply
+from ..providers import BatchOutputLine, ChatReply, parse_reply
+from ..store import ResponseCache
 from .folder import BatchFolder, ExportFile
 from .rounds import RoundOutcome, round_graph, run_round
 

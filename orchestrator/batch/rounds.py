@@ -17,18 +17,21 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..calls.reask import FolderServers, reask_servers
-from ..calls.retry import RetryPolicy
-from ..data.sources import FileSource
-from ..graph.compiled import CompiledGraph
-from ..kinds.graphs import compile_graph
-from ..providers.batch import BATCH_BASE_URL, BatchTransport, Deferred, deferrals_unreported
-from ..providers.batchfile import BatchRequestLine
-from ..session.plan import RunSettings, make_plan
-from ..session.session import run_session
-from ..store.folder import RunFolder
-from ..store.protocol import MemoryStore, RunStore
-from ..ui.progress import run_progress
+from ..calls import RetryPolicy
+from ..data import FileSource
+from ..graph import CompiledGraph
+from ..kinds import compile_graph, endpoint_wants
+from ..providers import (
+    BATCH_BASE_URL,
+    BatchRequestLine,
+    BatchTransport,
+    Deferred,
+    deferrals_unreported,
+)
+from ..servers import FolderServers, reask_servers
+from ..session import RunSettings, make_plan, run_session
+from ..store import MemoryStore, RunFolder, RunStore
+from ..ui import run_progress
 from .folder import BatchFolder, BatchJob, output_name
 
 log = logging.getLogger(__name__)
@@ -67,7 +70,7 @@ def round_graph(
     a provider reaches live) must be named on the command, as for any re-ask from a folder
     (`reask_servers`): the job's params are the folder's, not the user's word."""
     graph = compile_graph(job.graph, trust=trust)
-    found = FolderServers.of(folder.path, graph, job.params)
+    found = FolderServers.of(folder.path, endpoint_wants(graph), job.params)
     reask_servers(
         found,
         base_url=None,

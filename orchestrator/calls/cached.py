@@ -10,12 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..graph.spec import Sampling
-from ..providers.base import Choice
-from ..store.cache import ResponseCache, cache_key
-from ..store.records import Counts
-from ..store.trace import Attempt
-from .registry import Endpoint
+from ..graph import Sampling
+from ..providers import Choice
+from ..servers import Endpoint
+from ..store import Attempt, Counts, ResponseCache, cache_key
 from .structured import Ask, CallResult, StructuredCaller, finish, validate
 
 

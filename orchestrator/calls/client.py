@@ -8,6 +8,7 @@ Every try is kept as an `Attempt` so the trace shows exactly how a value was obt
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
@@ -17,19 +18,16 @@ from pydantic import BaseModel
 from ..errors import LLMCallError as LLMCallError
 from ..errors import ServerError
 from ..events import RunEvents
-from ..graph.spec import Sampling
-from ..providers.base import Provider, ServedModel
-from ..providers.registry import DEFAULT_PROVIDER, make_provider
-from ..store.cache import ResponseCache
-from ..store.records import Counts, OutageEntry
-from ..store.trace import Attempt
+from ..graph import Sampling
+from ..providers import DEFAULT_PROVIDER, Provider, ServedModel, make_provider
+from ..servers import DEFAULT_SERVER_WAIT, Concurrency, Endpoint, ServerRegistry
+from ..store import Attempt, Counts, OutageEntry, ResponseCache
 from .cached import CachedCaller
-from .outage import DEFAULT_SERVER_WAIT
-from .registry import Endpoint, ServerRegistry, canary
 from .retry import RetryPolicy
 from .sender import Sender
 from .structured import CallResult, StructuredCaller
-from .tuner import Concurrency
+
+CANARY_TOKEN = "canary-7f3a9"  # a value no model would guess
 
 
 class CallFn(Protocol):
@@ -188,3 +186,38 @@ class LLMClient:
         one rendered prompt; LLMCallError when the budget runs out. The caller's own
         method, so a node call awaits no extra layer here."""
         return self._caller.call
+
+
+async def canary(sender: Sender, ep: Endpoint, tries: int = 3) -> bool:
+    """Prove the server enforces a JSON schema, with a value no model would guess.
+
+    One good reply proves enforcement; only `tries` bad replies in a row count as
+    "ignored" (one noisy reply is not proof).
+    """
+    schema = {
+        "type": "object",
+        "properties": {
+            "token": {"type": "string", "enum": [CANARY_TOKEN]},
+            "count": {"type": "integer", "minimum": 3, "maximum": 3},
+        },
+        "required": ["token", "count"],
+        "additionalProperties": False,
+    }
+    messages = [{"role": "user", "content": "Write one short sentence about the sea."}]
+    for _ in range(tries):
+        try:
+            choices, _, _ = await sender.chat(
+                ep, messages, {"max_tokens": 40, "temperature": 0.0}, 1, schema
+            )
+        except Exception as exc:
+            raise ServerError(
+                f"the first request to {ep.base_url} ({ep.model}) failed after "
+                f"{sender.retry.retries + 1} tries: {sender.hooks_for(ep).describe(exc)}"
+            ) from exc
+        try:
+            data = json.loads(choices[0].content)
+        except (json.JSONDecodeError, TypeError):
+            continue
+        if data == {"token": CANARY_TOKEN, "count": 3}:
+            return True
+    return False

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..graph.spec import Sampling
-from ..providers.base import ChatRequest, StructuredMode
-from ..providers.wire import chat_body
+from ..graph import Sampling
+from ..providers import ChatRequest, StructuredMode, chat_body
 
 DEFAULT_MAX_TOKENS = 512
 

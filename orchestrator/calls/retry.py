@@ -18,9 +18,9 @@ from tenacity import (
     wait_random,
 )
 
-from ..store.trace import Attempt
-from .errors import DeadlineExceeded, RetryAfterTooLong
-from .outage import DEFAULT_SERVER_WAIT
+from ..errors import DeadlineExceeded, RetryAfterTooLong
+from ..servers import DEFAULT_SERVER_WAIT
+from ..store import Attempt
 
 T = TypeVar("T")
 

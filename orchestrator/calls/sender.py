@@ -10,17 +10,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MalformedReply, ProviderCapabilityError
-from ..providers.base import ChatResponse, Choice, Provider, Tokenizer, sending
-from ..providers.reply import check_reply_size
-from ..store.flight import note_try
-from ..store.records import Counts
-from ..store.trace import Attempt
-from .replicas import Replica, ReplicaSet
+from ..providers import ChatResponse, Choice, Provider, Tokenizer, check_reply_size, sending
+from ..servers import Replica, ReplicaSet
+from ..store import Attempt, Counts, note_try
 from .request import chat_request
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from .registry import Endpoint
+    from ..servers import Endpoint
 
 
 class CallRoute:

@@ -14,14 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from ..graph.schemas import json_schema
-from ..graph.spec import Sampling
-from ..providers.base import Choice
-from ..store.records import Counts
-from ..store.trace import Attempt
-from .errors import LLMCallError
-from .outage import ServerGone
-from .registry import Endpoint, StructuredMode
+from ..errors import LLMCallError
+from ..graph import Sampling, json_schema
+from ..providers import Choice
+from ..servers import Endpoint, ServerGone, StructuredMode
+from ..store import Attempt, Counts
 from .request import request_params, with_schema_instruction
 from .sender import Sender
 

@@ -15,7 +15,7 @@ from .run import GRAPH_HELP, own_server, start_on_first_use, stop_server
 from .settings import given_settings, takes_settings
 
 if TYPE_CHECKING:
-    from ..analysis.align.record import Alignment
+    from ..analysis import Alignment
 
 
 def _counts(text: str) -> list[int]:
@@ -102,7 +102,7 @@ def align(
 ) -> None:
     """Search few-shot sets and variants on folds of the labelled examples, then score the
     graph as given and the best configuration once on a held-out test set."""
-    from ..api.align import align as run_align
+    from ..api import align as run_align
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")

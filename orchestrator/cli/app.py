@@ -66,8 +66,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
-        from ..shipped import DISTRIBUTION
+        from ..shipped import DISTRIBUTION, __version__
 
         typer.echo(f"orchestrator {__version__} (the {DISTRIBUTION} package)")
         raise typer.Exit()

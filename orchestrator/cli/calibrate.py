@@ -29,7 +29,7 @@ def calibrate(
 ) -> None:
     """Pick the confidence threshold whose answered examples err at most --risk, with
     probability 1 − --delta (Learn then Test); no threshold when the labels cannot show it."""
-    from ..analysis.calibrate import calibrate as pick
+    from ..analysis import calibrate as pick
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")

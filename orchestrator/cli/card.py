@@ -60,8 +60,8 @@ def judge_card(
     ] = None,
 ) -> None:
     """How far a run's judges can be trusted: reliability, bias, agreement, juries, flags."""
-    from ..analysis.card.cells import cluster_line, flag_lines, sections
-    from ..api.card import judge_card as build
+    from ..analysis import cluster_line, flag_lines, sections
+    from ..api import judge_card as build
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")
@@ -97,8 +97,8 @@ def judge_card(
             table.add_row(*(escape(cell) for cell in row))
         console.print(table)
     if card.agreement is not None:
-        from ..analysis.metaeval import meta_eval_table
-        from ..ui.tables import rich_table
+        from ..analysis import meta_eval_table
+        from ..ui import rich_table
 
         console.print(rich_table(meta_eval_table(card.agreement.statistics)))
     clustered = cluster_line(card)

@@ -10,8 +10,9 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis.cells import (
+from ..analysis import (
     CORRELATION_COLUMNS,
+    DIFFERENCE_COLUMNS,
     LABEL_COLUMNS,
     correlation_rows,
     difference_cells,
@@ -19,12 +20,11 @@ from ..analysis.cells import (
     pair_label,
     run_rows,
 )
-from ..analysis.comparison import DIFFERENCE_COLUMNS
 from ..errors import OrchestratorError
 from .app import app, console, err, fail
 
 if TYPE_CHECKING:
-    from ..analysis.comparison import Comparison, OutputComparison
+    from ..analysis import Comparison, OutputComparison
 
 
 def _table(title: str, *columns: str, left: int = 1) -> Table:
@@ -163,7 +163,7 @@ def compare(
     ] = None,
 ) -> None:
     """Compare runs of one graph example by example: paired differences, CIs, p-values."""
-    from ..analysis.compare import compare as run_compare
+    from ..analysis import compare as run_compare
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")
@@ -188,7 +188,7 @@ def compare(
     else:
         _show(result)
     if html is not None:
-        from ..report.compare_page import write_compare_page
+        from ..report import write_compare_page
 
         try:
             page = write_compare_page(result, html, top=top)

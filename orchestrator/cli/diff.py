@@ -14,7 +14,7 @@ from ..errors import OrchestratorError
 from .app import app, console, fail
 
 if TYPE_CHECKING:
-    from ..api.diff import RunDiff
+    from ..api import RunDiff
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -73,7 +73,7 @@ def diff(
 ) -> None:
     """Where two runs part: per node how many examples changed, and each changed example's
     first differing node in graph order, with both values."""
-    from ..api.diff import diff as run_diff
+    from ..api import diff as run_diff
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")

@@ -52,7 +52,7 @@ def _needs(graph: Path) -> _Needs:
     functions need a missing extra fails, and saying which extra is the point here."""
     import yaml
 
-    from ..compute.registry import resolve
+    from ..compute import resolve
     from ..shipped import pip_install
 
     spec = yaml.safe_load(graph.read_text(encoding="utf-8")) or {}

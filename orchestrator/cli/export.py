@@ -28,7 +28,7 @@ def export_cmd(
     ] = None,
 ) -> None:
     """Write result lines (one row per example, dotted columns) and/or node runs to a file."""
-    from ..analysis.export import FORMATS, TABLES, export
+    from ..analysis import FORMATS, TABLES, export
 
     if format is not None and format not in FORMATS:
         fail(f"--format must be one of {', '.join(FORMATS)}, not {format!r}")
@@ -63,8 +63,8 @@ def ratings_cmd(
     mixed_judges: Annotated[bool, typer.Option(help="Pool battles of different judges.")] = False,
 ) -> None:
     """Elo and Bradley–Terry with bootstrap intervals over the union of several runs' battles."""
-    from ..analysis.ratings import ratings_across_runs, ratings_tables
-    from ..ui.tables import rich_table
+    from ..analysis import ratings_across_runs, ratings_tables
+    from ..ui import rich_table
 
     if method not in ("elo", "bt", "both"):
         fail(f"--method must be elo, bt or both, not {method!r}")

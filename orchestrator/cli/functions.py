@@ -20,7 +20,7 @@ def functions(
     ] = False,
 ) -> None:
     """List the built-in compute functions with their arguments, or show one in full."""
-    from ..compute.catalog import catalog, catalog_markdown, describe
+    from ..compute import catalog, catalog_markdown, describe
 
     if markdown:
         typer.echo(catalog_markdown(), nl=False)

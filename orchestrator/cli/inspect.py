@@ -18,8 +18,7 @@ from ..errors import OrchestratorError, RunFolderError
 from .app import WideConsole, app, console, fail
 
 if TYPE_CHECKING:
-    from ..store.flight import InFlight
-    from ..store.records import Manifest, NodeRun, NodeServer
+    from ..store import InFlight, Manifest, NodeRun, NodeServer
 
 # `trace` is an audit view: data, prompts and replies are shown as the bytes that were
 # sent. Rich would turn `:thumbs_up:` into an emoji and colour numbers and paths; markup
@@ -59,8 +58,7 @@ def trace(
     prompt_chars: Annotated[int, typer.Option(help="Prompt length shown in text mode.")] = 600,
 ) -> None:
     """Print the decision path of one example: nodes, prompts, outputs, attempts, errors."""
-    from ..store.folder import TRACES
-    from ..store.reader import RunReader
+    from ..store import TRACES, RunReader
 
     run = RunReader(folder)
     if not run.has_trace:
@@ -181,9 +179,7 @@ class RunStatus:
 def read_status(folder: Path) -> RunStatus:
     """The run's status from its files; reads what a running run has flushed (every 0.5 s):
     its finished node runs, and those in flight with the try each is on."""
-    from ..store.flight import timed_out
-    from ..store.lock import holder_alive
-    from ..store.reader import RunReader
+    from ..store import RunReader, holder_alive, timed_out
 
     run = RunReader(folder)
     results = {r.id: r for r in run.results()}
@@ -247,7 +243,7 @@ def status(folder: Annotated[Path, typer.Argument(help="Run folder.")]) -> None:
     """What a run is doing now (or where it stopped): examples finished, node runs in flight
     (example, node, attempt, server, for how long), examples in progress and attempts that
     timed out."""
-    from ..store.folder import MANIFEST
+    from ..store import MANIFEST
 
     if not (folder / MANIFEST).is_file():
         fail(f"{folder} has no {MANIFEST}; is it a run folder?")
@@ -337,7 +333,7 @@ def serve(
     ] = None,
 ) -> None:
     """Prepare and start the embedded vLLM CPU server; Ctrl-C stops it."""
-    from ..local import server as embedded
+    from .. import local as embedded
 
     try:
         # Shared: `run`, `demo` and the API use it (embedded.find_running); it is never
@@ -378,9 +374,8 @@ def report(
     ] = None,
 ) -> None:
     """Write RUN_DIR/report.html, a self-contained page to audit every decision of a run."""
-    from ..report import build_report, make_server
-    from ..report.serve import serve_until_interrupted, serving_line
-    from ..store.reader import RunReader
+    from ..report import build_report, make_server, serve_until_interrupted, serving_line
+    from ..store import RunReader
 
     if not RunReader(folder).has_results:
         fail(f"{folder} has no results.jsonl; is it a run folder?")
@@ -414,8 +409,8 @@ def distill(
     seed: Annotated[int, typer.Option(help="Split and classifier seed.")] = 0,
 ) -> None:
     """Train a small scorer on a jury's labels; print held-out accuracy, macro-F1, Spearman."""
-    from ..analysis.distill import distill as train
-    from ..analysis.distill import format_card
+    from ..analysis import distill as train
+    from ..analysis import format_card
 
     try:
         card = train(
@@ -458,9 +453,9 @@ def meta_eval(
     ] = None,
 ) -> None:
     """Agreement of a run with human labels, with bootstrap intervals → meta_eval.json."""
-    from ..analysis.metaeval import meta_eval as evaluate
-    from ..analysis.metaeval import meta_eval_table
-    from ..ui.tables import rich_table
+    from ..analysis import meta_eval as evaluate
+    from ..analysis import meta_eval_table
+    from ..ui import rich_table
 
     try:
         result = evaluate(
@@ -486,7 +481,7 @@ def cache_cmd(
     path: Annotated[Path | None, typer.Option(help="Cache file.")] = None,
 ) -> None:
     """Show (or clear) the response cache."""
-    from ..store.cache import ResponseCache, default_cache_path
+    from ..store import ResponseCache, default_cache_path
 
     target = path or default_cache_path()
     try:

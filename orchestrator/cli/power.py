@@ -35,7 +35,7 @@ def power(
     format: Annotated[str, typer.Option(help="table | json")] = "table",
 ) -> None:
     """Examples (or clusters) a paired comparison needs to detect --diff at the wanted power."""
-    from ..api.power import power as estimate
+    from ..api import power as estimate
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")

@@ -13,8 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..calls.outage import ServerGone
-from ..engine.settings import SETTINGS, RunArgs, sharded
+from ..engine import SETTINGS, RunArgs, sharded
 from ..errors import (
     GraphError,
     OrchestratorError,
@@ -23,15 +22,16 @@ from ..errors import (
     ServerExited,
     StorageError,
 )
-from ..store.records import plural
+from ..servers import ServerGone
+from ..store import plural
 
 if TYPE_CHECKING:
-    from ..analysis.groups import Grouping
-    from ..api.run import RunResult
-    from ..graph.compiled import CompiledGraph
-    from ..local.server import EmbeddedServer
-    from ..providers.base import Provider
-    from ..store.records import Manifest
+    from ..analysis import Grouping
+    from ..api import RunResult
+    from ..graph import CompiledGraph
+    from ..local import EmbeddedServer
+    from ..providers import Provider
+    from ..store import Manifest
 
 
 from .app import EMBEDDED_TIMEOUT, app, console, err, fail
@@ -102,7 +102,7 @@ def validate(
     prompts: Prompts = None,
 ) -> None:
     """Check a graph file without sending a request; exit 1 listing every problem."""
-    from ..kinds.graphs import compile_graph
+    from ..kinds import compile_graph
 
     try:
         compiled = compile_graph(_graph_path(graph), prompts_dir=prompts, trust=trust)
@@ -155,7 +155,7 @@ def run(
 ) -> None:
     """Run a graph over a dataset into a run folder; re-running the same command resumes."""
     from ..scale import run_options
-    from ..session.plan import UNUSED_BASE_URL
+    from ..session import UNUSED_BASE_URL
 
     # Every option is checked before any server is started.
     given = given_settings(settings)
@@ -200,7 +200,7 @@ def _exit_code(result: RunResult) -> int:
 
 
 def _print_aggregate_errors(summary: dict[str, Any]) -> bool:
-    from ..session.summary import aggregate_errors
+    from ..session import aggregate_errors
 
     errors = aggregate_errors(summary)
     for name, message in errors.items():
@@ -219,7 +219,7 @@ def _print_aggregate_errors(summary: dict[str, Any]) -> bool:
 def _compile_or_exit(
     graph: Path, *, trust: bool = False, prompts: Path | None = None
 ) -> CompiledGraph:
-    from ..kinds.graphs import compile_graph
+    from ..kinds import compile_graph
 
     try:
         return compile_graph(graph, prompts_dir=prompts, trust=trust)
@@ -235,8 +235,8 @@ class OwnServer:
     to stderr, so a command's `--format json` keeps stdout for the JSON."""
 
     def __init__(self, port: int, *, on_first_use: bool) -> None:
-        from ..calls.deferred import DeferredServer
-        from ..local import server as embedded
+        from .. import local as embedded
+        from ..servers import DeferredServer
 
         self.port = port
         self.base_url = embedded.server_url(port)
@@ -249,7 +249,7 @@ class OwnServer:
 
     def start(self) -> None:
         """Start the server (minutes on a CPU: its phases are printed as they pass)."""
-        from ..local import server as embedded
+        from .. import local as embedded
 
         # Said here, not when the command begins: a run answered from the cache, or one
         # that only resumes finished work, starts nothing and should not say it will.
@@ -274,7 +274,7 @@ class OwnServer:
 def own_server(port: int | None, *, on_first_use: bool) -> tuple[str, OwnServer | None]:
     """The running embedded server's URL, or one this command starts for itself: on the
     first request that is not in the cache (`on_first_use`), else now."""
-    from ..local import server as embedded
+    from .. import local as embedded
 
     embedded_port = port or embedded.DEFAULT_PORT
     base_url = embedded.find_running(embedded_port)
@@ -306,8 +306,8 @@ def start_on_first_use(provider: str | None, server: OwnServer | None) -> Provid
     server on the first request it has to send there; None when there is no such server."""
     if server is None or server.deferred is None:
         return None
-    from ..calls.deferred import StartOnFirstUse
-    from ..providers.registry import DEFAULT_PROVIDER, make_provider
+    from ..providers import DEFAULT_PROVIDER, make_provider
+    from ..servers import StartOnFirstUse
 
     return StartOnFirstUse(make_provider(provider or DEFAULT_PROVIDER), [server.deferred])
 
@@ -335,7 +335,7 @@ def _execute(
     `settings` name another or `use_cache` is False."""
     import sys
 
-    from ..api.run import arun
+    from ..api import arun
 
     # A kill (SIGTERM) unwinds like Ctrl-C: queued results and traces are written out and
     # the manifest says "interrupted".
@@ -406,9 +406,8 @@ SHOWN_REASONS = 10  # a run failing in many different ways shows the commonest
 
 def _print_failures(folder: Path) -> None:
     """The reasons examples failed, grouped by message, each with a count and one id."""
-    from ..session.failures import failure_groups
-    from ..store.folder import iter_results
-    from ..store.records import ResultLine
+    from ..session import failure_groups
+    from ..store import ResultLine, iter_results
 
     groups = failure_groups(ResultLine.model_validate(line) for line in iter_results(folder))
     if not groups:
@@ -478,7 +477,7 @@ def demo(
 
 
 def _print_summary(manifest: Manifest, folder: Path) -> None:
-    from ..store.records import duration_text
+    from ..store import duration_text
 
     counts = manifest.counts
     table = Table(title=f"{manifest.graph.name} — {folder}", show_header=False)
@@ -542,8 +541,8 @@ def summarize(
     ] = "table",
 ) -> None:
     """Recompute a run's aggregates (summary.json) from its results, with no LLM request."""
-    from ..session.summary import SUMMARY_FIELDS, summarize
-    from ..store.records import ABSTAIN_NOTE
+    from ..session import SUMMARY_FIELDS, summarize
+    from ..store import ABSTAIN_NOTE
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")
@@ -581,7 +580,7 @@ def summarize(
 
 def _groups(run_dir: Path, by: str) -> Grouping:
     """The run's numeric outputs per value of `by`, or a usage error naming the problem."""
-    from ..analysis.groups import summarize_groups
+    from ..analysis import summarize_groups
 
     try:
         return summarize_groups(run_dir, by)
@@ -591,7 +590,7 @@ def _groups(run_dir: Path, by: str) -> Grouping:
 
 def _print_groups(run_dir: Path, by: str) -> None:
     """The run's numeric outputs per value of `by`: one row per group and output."""
-    from ..analysis.groups import estimate_cells
+    from ..analysis import estimate_cells
 
     grouping = _groups(run_dir, by)
     level = f"{grouping.level:.0%} CI"

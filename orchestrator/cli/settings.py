@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar, cast, get_type_hints
 
 import typer
 
-from ..engine.settings import SETTINGS, UNSET, RunArgs, RunSettings, default_of
+from ..engine import SETTINGS, UNSET, RunArgs, RunSettings, default_of
 from ..errors import OrchestratorError
 from .app import fail
 

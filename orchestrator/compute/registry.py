@@ -128,6 +128,9 @@ def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
+# The functions that ship (registered by the modules of this package as they load) and the
+# user's (`orc.register("name")` anywhere else): a graph finds the user's first.
+_BUILTINS: dict[str, ComputeFunction] = {}
 _REGISTRY: dict[str, ComputeFunction] = {}
 
 
@@ -169,7 +172,8 @@ def register(
         options = _Options(blocking, requires, extra, reads_files, answer_map, languages)
         setattr(fn, _OPTIONS, options)
         if name is not None:
-            _REGISTRY[name] = _with_options(name, fn, options)
+            shipped = (fn.__module__ or "").startswith("orchestrator.")
+            (_BUILTINS if shipped else _REGISTRY)[name] = _with_options(name, fn, options)
         return fn
 
     return wrap
@@ -205,8 +209,9 @@ def resolve(name: str, near: Path | None = None, *, trusted: bool = False) -> Co
     working directory, then the installed packages: the same for `orchestrator` and
     `python -m orchestrator`, whose own search paths differ."""
     _load_builtins()
-    if name in _REGISTRY:
-        return _REGISTRY[name]
+    found = _REGISTRY.get(name) or _BUILTINS.get(name)
+    if found is not None:
+        return found
     module_name, sep, attr = name.partition(":")
     if not sep:
         module_name, _, attr = name.rpartition(".")
@@ -279,16 +284,16 @@ def _known_names() -> list[str]:
     """Every name a graph may use without a module path: the built-ins, the functions
     registered in this process (the user's own) and installed packages' entry points."""
     points = [point.name for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
-    return sorted({*_REGISTRY, *points})
+    return sorted({*_BUILTINS, *_REGISTRY, *points})
 
 
 def registered(name: str) -> ComputeFunction | None:
-    """The function registered under `name` in this process (`register("name")`), if any:
-    what another process cannot find unless it is sent (graph/compiled.py)."""
+    """The user's function registered under `name` in this process (`register("name")`),
+    if any: what another process cannot find unless it is sent (graph/compiled.py)."""
     return _REGISTRY.get(name)
 
 
 def names() -> list[str]:
     """The functions that ship with orchestrator (not those users register by name)."""
     _load_builtins()
-    return sorted(n for n, f in _REGISTRY.items() if f.fn.__module__.startswith("orchestrator."))
+    return sorted(_BUILTINS)

@@ -6,14 +6,27 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import ProviderCapabilityError, TokenizerUnavailable
 from .registry import register
 
-if TYPE_CHECKING:
-    from ..calls.registry import Endpoint
-    from ..calls.runtime import Runtime
+Endpoint = Any  # the calls layer's endpoint, which this layer only hands back
+
+
+class Runtime(Protocol):
+    """What truncating asks of the run (the calls layer's `Runtime`, which the engine
+    passes a function that declares a `runtime` parameter): an endpoint and its tokenizer."""
+
+    def endpoint(self, base_url: str | None = None, model: str | None = None) -> Endpoint:
+        """The endpoint serving `model` at `base_url`."""
+
+    async def tokenize(self, text: str, endpoint: Endpoint) -> dict[str, Any]:
+        """The endpoint's tokens of `text`."""
+
+    async def detokenize(self, tokens: list[int], endpoint: Endpoint) -> dict[str, Any]:
+        """The endpoint's text of token ids."""
+
 
 _WORD = re.compile(r"\S+")
 

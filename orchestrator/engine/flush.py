@@ -14,10 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..events import RunEvents
-from ..store.cache import BUSY_SECONDS, ResponseCache
-from ..store.protocol import RunStore
-from ..store.records import Counts
-from ..store.trace import TraceStore
+from ..store import BUSY_SECONDS, Counts, ResponseCache, RunStore, TraceStore
 
 log = logging.getLogger(__name__)
 

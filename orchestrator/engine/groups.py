@@ -12,12 +12,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..calls.outage import ServerGone
-from ..calls.replicas import start_example
-from ..data.dataset import Row
+from ..data import Row
 from ..errors import NodeAbstained, NodeError
-from ..graph.compiled import CompiledGraph, CompiledNode
-from ..graph.once import group_example, group_orders
+from ..graph import CompiledGraph, CompiledNode, group_example, group_orders
+from ..servers import ServerGone, start_example
 
 # How the engine runs one node for one example (resume from the trace included).
 RunNode = Callable[[CompiledNode, dict[str, Any], str], Awaitable[Any]]

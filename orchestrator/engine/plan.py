@@ -12,7 +12,7 @@ included when the user's do.
 
 It lives in engine/ rather than session/ for the layer contract (pyproject
 [tool.importlinter]): scale/ and engine/ consume it and sit below session/, which builds
-it; `orchestrator.session.plan` re-exports it under the name the design uses.
+it; `orchestrator.session.planning` re-exports it under the name the design uses.
 """
 
 from __future__ import annotations

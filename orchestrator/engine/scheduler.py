@@ -11,19 +11,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..calls.client import LLMClient
-from ..calls.outage import ServerGone
-from ..calls.registry import Endpoint
-from ..calls.replicas import start_example
-from ..calls.runtime import Runtime
-from ..data.dataset import Row
+from ..calls import LLMClient, Runtime
+from ..data import Row
 from ..errors import NodeAbstained, NodeError
-from ..graph.compiled import CompiledGraph, CompiledNode
-from ..graph.once import ONCE_EXAMPLE, once_order, row_order
-from ..kinds.base import RunServices, evaluate
-from ..store.flight import CURRENT as CURRENT_FLIGHT
-from ..store.records import Counts, ResultLine, unstorable
-from ..store.trace import WHOLE, NodeRecord, TraceRecorder
+from ..graph import ONCE_EXAMPLE, CompiledGraph, CompiledNode, once_order, row_order
+from ..kinds import RunServices, evaluate
+from ..servers import Endpoint, ServerGone, start_example
+from ..store import CURRENT as CURRENT_FLIGHT
+from ..store import WHOLE, Counts, NodeRecord, ResultLine, TraceRecorder, unstorable
 from .groups import GroupRuns
 from .settings import RunSettings
 

@@ -25,18 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict, get_args
 
-from ..calls.outage import DEFAULT_SERVER_WAIT
-from ..calls.retry import RetryPolicy
-from ..calls.tuner import Concurrency, parse_concurrency
+from ..calls import RetryPolicy
 from ..errors import ConfigurationError
-from ..providers.base import Transport
-from ..store.runkey import json_value
+from ..providers import Transport
+from ..servers import DEFAULT_SERVER_WAIT, Concurrency, StructuredChoice, parse_concurrency
+from ..store import json_value
 
 Executor = Literal["local", "ray"]
 Workers = int | Literal["auto"]
 # How a node's replies are held to its schema: the server enforces it, the prompt carries
 # it (and the reply is validated), or a canary request decides which.
-StructuredChoice = Literal["auto", "server", "prompt"]
 
 SETTING = "orchestrator.setting"  # the key of a field's `Setting` in its metadata
 UNSET: Any = object()

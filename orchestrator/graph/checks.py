@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError, nodes
 
-from ..compute import ComputeFunction, resolve
-from ..compute.languages import primary
+from ..compute import ComputeFunction, primary, resolve
 from ..errors import GraphError, Problem
 from ..shipped import pip_install, shipped_root
 from .compiled import CompiledGraph, CompiledNode

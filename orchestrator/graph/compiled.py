@@ -3,34 +3,36 @@ schemas) in a runnable order, and what identifies it (source, template closure, 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..compute import ComputeFunction, registered
 from ..errors import ConfigurationError
-from ..store.records import GraphSnapshot
-from .spec import Aggregate, GraphSpec, NodeBase
+from ..store import GraphSnapshot
+from .spec import Aggregate, GraphSpec, Kinds, NodeBase, NodeKind
 from .templates import Expression
-
-if TYPE_CHECKING:
-    # Type hints only (they do not run): the kinds sit above the graph.
-    from ..kinds.base import NodeKind
-    from .spec import Kinds
 
 
 @dataclass
 class _Compilers:
-    """How `CompiledGraph.load` / `.from_dict` compile: with every registered node kind,
-    which only `orchestrator.kinds` knows. It sits above this layer, so it hands these in
-    when imported (`install_compilers`) instead of this module reaching up for them."""
+    """How `CompiledGraph.load` / `.from_dict` compile: with the built-in node kinds plus
+    the user's, which only `orchestrator.kinds` knows. It sits above this layer, so it hands
+    these in when imported (`install_compilers`) instead of this module reaching up for
+    them; a process that never imported it has it loaded by name (`BUILTIN_KINDS`)."""
 
     load: Callable[..., CompiledGraph] | None = None
     from_dict: Callable[..., CompiledGraph] | None = None
 
 
 _COMPILERS = _Compilers()
+
+# The module that defines the built-in kinds and installs the compilers: loaded by name on
+# the first compile that needs it, as compute/ loads its built-in functions, so
+# `CompiledGraph.load` works first thing in a process and nothing here imports upward.
+BUILTIN_KINDS = "orchestrator.kinds.graphs"
 
 
 def install_compilers(
@@ -41,12 +43,11 @@ def install_compilers(
 
 
 def _compiler(which: str) -> Callable[..., CompiledGraph]:
+    if getattr(_COMPILERS, which) is None:
+        importlib.import_module(BUILTIN_KINDS)
     found: Callable[..., CompiledGraph] | None = getattr(_COMPILERS, which)
-    if found is None:
-        raise ConfigurationError(
-            f"CompiledGraph.{which} compiles with the registered node kinds: import "
-            "orchestrator.kinds (or use orchestrator.load_graph / orchestrator.Graph) first"
-        )
+    if found is None:  # the module named did not install them
+        raise ConfigurationError(f"CompiledGraph.{which}: {BUILTIN_KINDS} installed no compiler")
     return found
 
 
@@ -58,7 +59,7 @@ class CompiledNode:
     name: str
     spec: NodeBase
     deps: set[str]
-    kind: NodeKind[Any, Any]
+    kind: NodeKind
     foreach: Expression | None = None
     when: Expression | None = None
 
@@ -158,7 +159,7 @@ class GraphRegistries:
     by value (a kind or function registered inside `main()` included) over their pipes;
     it is never written to a run or batch folder, where loading it would run code."""
 
-    kinds: dict[str, NodeKind[Any, Any]] = field(default_factory=dict)
+    kinds: dict[str, NodeKind] = field(default_factory=dict)
     functions: dict[str, ComputeFunction] = field(default_factory=dict)
 
 

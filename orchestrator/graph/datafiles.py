@@ -6,12 +6,30 @@ and what a worker is sent, exactly as a rendered template does."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from jinja2 import TemplateError, TemplateNotFound
+from jinja2 import Environment, TemplateError, TemplateNotFound
 
-if TYPE_CHECKING:
-    from .checks import Checker
+from .spec import GraphSpec
+
+
+class Checker(Protocol):
+    """What reading the files asks of the graph's checks (checks.py's `Checker`): the
+    prompts environment, the spec, where to note a problem and the files read."""
+
+    data_files: set[str]
+
+    @property
+    def env(self) -> Environment: ...
+
+    @property
+    def spec(self) -> GraphSpec: ...
+
+    @property
+    def params(self) -> dict[str, Any]: ...
+
+    def problem(self, message: str, node: str | None = None, field: str | None = None) -> None:
+        """Note a problem of the graph."""
 
 
 def parse_file(name: str, text: str) -> Any:

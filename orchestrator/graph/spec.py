@@ -6,8 +6,9 @@ import difflib
 import functools
 import operator
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -23,15 +24,7 @@ from ..errors import GraphError, Problem
 from .yamlfile import load_yaml
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    # A type hint only (it does not run): the kinds sit above the graph and hand it their
-    # registry, so nothing here imports them.
-    from ..kinds.base import NodeKind
-
-    # The node kinds a graph is parsed and compiled with, by `kind:` tag, in the order
-    # errors list them.
-    Kinds = Mapping[str, NodeKind[Any, Any]]
+    from ..compute import ComputeFunction
 
 MAX_NODES = 1_000  # more is a runaway or hostile file, not a protocol
 
@@ -264,6 +257,41 @@ def _type_name(value: Any) -> str:
 _PARSERS: dict[tuple[type[NodeBase], ...], type[GraphSpec]] = {}
 
 
+class NodeKind(Protocol):
+    """What the graph layer asks of a node kind (kinds/'s `NodeKind`, above it, which hands
+    its kinds in): the tag, the spec model, the compile step, the executor and what a
+    node of the kind needs of the run."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def spec_model(self) -> type[NodeBase]: ...
+
+    @property
+    def compiled(self) -> type[Any]: ...
+
+    def compile(self, cn: Any, scope: Any) -> None:
+        """Fill in the compiled node."""
+
+    async def execute(self, cn: Any, ctx: dict[str, Any], example: str, item: int, run: Any) -> Any:
+        """Run the node once."""
+
+    def endpoint_want(self, spec: Any) -> object | None:
+        """The server a node talks to, or None."""
+
+    def value_fields(self, spec: Any, graph: GraphSpec) -> dict[str, FieldSpec] | None:
+        """The fields its value is known to have."""
+
+    def functions(self, cn: Any) -> list[ComputeFunction]:
+        """The Python functions it runs."""
+
+
+# The node kinds a graph is parsed and compiled with, by `kind:` tag, in the order errors
+# list them: the kinds above hand their registry in, so nothing here imports them.
+Kinds = Mapping[str, NodeKind]
+
+
 def _parser(kinds: Kinds) -> type[GraphSpec]:
     """GraphSpec whose nodes are the union of `kinds`' models, picked by `kind:` (built once
     per set of kinds)."""
@@ -277,7 +305,7 @@ def _parser(kinds: Kinds) -> type[GraphSpec]:
     return _PARSERS[models]
 
 
-def node_kind(kinds: Kinds, node: NodeBase) -> NodeKind[Any, Any]:
+def node_kind(kinds: Kinds, node: NodeBase) -> NodeKind:
     """The kind among `kinds` whose spec model parsed `node`."""
     for kind in kinds.values():
         if type(node) is kind.spec_model:

@@ -4,8 +4,13 @@ The built-in kinds, `llm` and `compute`, are registered here, when the package i
 imported, so they come first; graphs.py compiles graphs with every registered kind.
 """
 
+from __future__ import annotations
+
 from .base import (
+    BUILTIN_KINDS,
+    USER_KINDS,
     EndpointWant,
+    KindRegistry,
     NodeKind,
     RunServices,
     evaluate,
@@ -15,16 +20,25 @@ from .base import (
     register_kind,
     unregister_kind,
 )
-from .compute import ComputeKind
+from .compute import CompiledCompute, ComputeKind
+from .graphs import compile_dict, compile_graph, compile_source, endpoint_wants
 from .llm import LLMKind
 
 for _builtin in (LLMKind(), ComputeKind()):  # this order is the order errors list them in
-    register_kind(_builtin)
+    BUILTIN_KINDS.add(_builtin)
 
 __all__ = [
+    "BUILTIN_KINDS",
+    "USER_KINDS",
+    "CompiledCompute",
     "EndpointWant",
+    "KindRegistry",
     "NodeKind",
     "RunServices",
+    "compile_dict",
+    "compile_graph",
+    "compile_source",
+    "endpoint_wants",
     "evaluate",
     "get_kind",
     "kind_of",

@@ -12,16 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..compute.confidence import ASK_FOR_CONFIDENCE, judged
+from ..compute import ASK_FOR_CONFIDENCE, judged
 from ..errors import NodeAbstained, NodeError
-from ..store.records import AbstainCheck
+from ..store import AbstainCheck
 from .base import evaluate
 
 if TYPE_CHECKING:
-    from ..graph.checks import NodeScope
-    from ..graph.spec import FieldSpec, Sampling
-    from ..graph.templates import Expression
-    from ..store.trace import NodeRecord
+    from ..graph import Expression, FieldSpec, NodeScope, Sampling
+    from ..store import NodeRecord
 
 __all__ = ["Abstain", "AbstainRule", "compile_abstain"]
 

@@ -10,22 +10,18 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, get_args
 
 from ..errors import NodeError
-from ..graph.spec import NodeBase
+from ..graph import NodeBase
+from ..servers import EndpointWant
 
 if TYPE_CHECKING:
-    from ..calls.client import LLMClient
-    from ..calls.registry import Endpoint
-    from ..calls.runtime import Runtime
+    from ..calls import LLMClient, Runtime
     from ..compute import ComputeFunction
-    from ..engine.settings import Resample, RunSettings
-    from ..graph.checks import NodeScope
-    from ..graph.compiled import CompiledNode
-    from ..graph.spec import FieldSpec, GraphSpec
-    from ..graph.templates import Expression
-    from ..store.trace import TraceRecorder
+    from ..graph import CompiledNode, Expression, FieldSpec, GraphSpec, NodeScope
+    from ..servers import Endpoint
+    from ..store import TraceRecorder
 
 SpecT = TypeVar("SpecT", bound=NodeBase)
 NodeT = TypeVar("NodeT", bound="CompiledNode")
@@ -41,13 +37,25 @@ def evaluate(expr: Expression, ctx: dict[str, Any], node: str, where: str) -> An
         raise NodeError(node, f"{where} `{expr.source}` failed: {exc}") from exc
 
 
-class EndpointWant(NamedTuple):
-    """What a node that talks to a server asks of the run's servers (None: the run's own)."""
+class Reasks(Protocol):
+    """A retest's re-asks as an executor reads them (engine/settings.py's `Resample`)."""
 
-    base_url: str | list[str] | None  # a list: replicas serving the same model
-    model: str | None
-    api_key_env: str | None
-    provider: str | None = None  # a built-in provider's name (None: the run's)
+    @property
+    def temperature(self) -> float | None: ...
+
+    def covers(self, node: str) -> bool:
+        """Whether `node` is asked again."""
+
+    def first_sample(self, node: str, n: int) -> int:
+        """The sample index `node`'s call of n samples starts at."""
+
+
+class RunFacts(Protocol):
+    """What an executor reads of the run's settings (the engine's `RunSettings`, above
+    the kinds)."""
+
+    @property
+    def resample(self) -> Reasks | None: ...
 
 
 @dataclass(slots=True)
@@ -58,11 +66,11 @@ class RunServices:
     trace: TraceRecorder
     endpoints: dict[str, Endpoint]  # node name -> the endpoint it talks to
     runtime: Runtime
-    settings: RunSettings  # how the run goes (its params filled in with the graph's)
+    settings: RunFacts  # how the run goes (engine/settings.py's RunSettings)
     memo: dict[Any, Any] = field(default_factory=dict)  # per-run caches of kinds
 
     @property
-    def resample(self) -> Resample | None:
+    def resample(self) -> Reasks | None:
         """A retest's re-asks: fresh sample indices per node (None: an ordinary run)."""
         return self.settings.resample
 
@@ -103,55 +111,81 @@ class NodeKind(ABC, Generic[SpecT, NodeT]):
         return []
 
 
-_KINDS: dict[str, NodeKind[Any, Any]] = {}
-_BY_MODEL: dict[type[NodeBase], NodeKind[Any, Any]] = {}
+class KindRegistry:
+    """Node kinds by `kind:` tag: a registry's own, over those of the one it extends (the
+    user's over the built-ins), in registration order, built-ins first."""
+
+    def __init__(self, base: KindRegistry | None = None) -> None:
+        self._base = base
+        self._own: dict[str, NodeKind[Any, Any]] = {}
+
+    def add(self, kind: NodeKind[Any, Any], *, replace: bool = False) -> NodeKind[Any, Any]:
+        """Make `kind:` <kind.name> a node kind graphs compiled with this registry may use."""
+        name = kind.name
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ValueError(f"a kind name is lower-case letters, digits and _, got {name!r}")
+        if not (isinstance(kind.spec_model, type) and issubclass(kind.spec_model, NodeBase)):
+            # The engine reads foreach, as, when and after off every node.
+            raise TypeError(
+                f"the spec model of kind '{name}' must subclass orchestrator.graph.spec.NodeBase"
+            )
+        tag = kind.spec_model.model_fields.get("kind")
+        if tag is None or get_args(tag.annotation) != (name,):
+            raise TypeError(
+                f"{kind.spec_model.__name__} must declare `kind: Literal[{name!r}]` "
+                "(graph files pick the node's model by it)"
+            )
+        if name in self.kinds() and not replace:
+            raise ValueError(f"node kind '{name}' is already registered")
+        self._own.pop(name, None)
+        self._own[name] = kind
+        return kind
+
+    def remove(self, name: str) -> None:
+        """Forget a kind of this registry's own (a test's own kind, after the test)."""
+        self._own.pop(name, None)
+
+    def kinds(self) -> dict[str, NodeKind[Any, Any]]:
+        """Every kind by name: the base's, then this registry's own (which win)."""
+        below = self._base.kinds() if self._base is not None else {}
+        return {**below, **self._own}
+
+
+# The kinds that ship (orchestrator.kinds adds `llm` and `compute` when imported), and the
+# user's, over them: `register_kind` adds to the user's, never to the built-ins.
+BUILTIN_KINDS = KindRegistry()
+USER_KINDS = KindRegistry(BUILTIN_KINDS)
 
 
 def register_kind(kind: NodeKind[Any, Any], *, replace: bool = False) -> NodeKind[Any, Any]:
-    """Make `kind:` <kind.name> a node kind graphs may use; returns the kind."""
-    name = kind.name
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"a kind name is lower-case letters, digits and _, got {name!r}")
-    if not (isinstance(kind.spec_model, type) and issubclass(kind.spec_model, NodeBase)):
-        # The engine reads foreach, as, when and after off every node.
-        raise TypeError(
-            f"the spec model of kind '{name}' must subclass orchestrator.graph.spec.NodeBase"
-        )
-    tag = kind.spec_model.model_fields.get("kind")
-    if tag is None or get_args(tag.annotation) != (name,):
-        raise TypeError(
-            f"{kind.spec_model.__name__} must declare `kind: Literal[{name!r}]` "
-            "(graph files pick the node's model by it)"
-        )
-    if name in _KINDS and not replace:
-        raise ValueError(f"node kind '{name}' is already registered")
-    unregister_kind(name)
-    _KINDS[name] = kind
-    _BY_MODEL[kind.spec_model] = kind
-    return kind
+    """Make `kind:` <kind.name> a node kind graphs may use (the user's registry); returns
+    the kind."""
+    return USER_KINDS.add(kind, replace=replace)
 
 
 def unregister_kind(name: str) -> None:
-    """Forget a kind (a test's own kind, after the test)."""
-    kind = _KINDS.pop(name, None)
-    if kind is not None:
-        _BY_MODEL.pop(kind.spec_model, None)
+    """Forget a kind the user registered (a test's own kind, after the test)."""
+    USER_KINDS.remove(name)
 
 
 def kinds() -> dict[str, NodeKind[Any, Any]]:
-    """Every registered kind by name, in registration order (built-ins first): the registry
-    graphs are parsed and compiled with (see graphs.py)."""
-    return dict(_KINDS)
+    """Every kind by name, built-ins first, then the user's: the registry graphs are
+    parsed and compiled with (see graphs.py)."""
+    return USER_KINDS.kinds()
 
 
 def get_kind(name: str) -> NodeKind[Any, Any]:
     """The kind registered under `name`; KeyError naming the registered ones if none."""
-    found = _KINDS.get(name)
+    known = kinds()
+    found = known.get(name)
     if found is None:
-        raise KeyError(f"no node kind '{name}' (registered: {', '.join(_KINDS)})")
+        raise KeyError(f"no node kind '{name}' (registered: {', '.join(known)})")
     return found
 
 
 def kind_of(spec: NodeBase) -> NodeKind[Any, Any]:
     """The kind whose spec model parsed `spec`."""
-    return _BY_MODEL[type(spec)]
+    for kind in kinds().values():
+        if type(spec) is kind.spec_model:
+            return kind
+    raise KeyError(f"no node kind parses {type(spec).__name__}")

@@ -10,18 +10,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from ..calls.outage import ServerGone
 from ..compute import ComputeFunction
 from ..errors import NodeError
-from ..graph.checks import check_arguments, resolve_function
-from ..graph.compiled import CompiledNode
-from ..graph.spec import NodeBase
-from ..graph.templates import Expression
-from ..store.trace import NodeRecord
+from ..graph import CompiledNode, Expression, NodeBase, check_arguments, resolve_function
+from ..servers import ServerGone
+from ..store import NodeRecord
 from .base import NodeKind, RunServices, evaluate
 
 if TYPE_CHECKING:
-    from ..graph.checks import NodeScope
+    from ..graph import NodeScope
 
 
 class ComputeNode(NodeBase):

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..graph import compile as _compile
-from ..graph.compiled import CompiledGraph, GraphRegistries, install_compilers
+from .. import graph as _compile
+from ..graph import CompiledGraph, GraphRegistries, install_compilers
+from ..servers import EndpointWant
 from .base import kinds
 
 
@@ -60,6 +61,13 @@ def compile_source(
         trust=trust,
         known_functions=brought.functions,
     )
+
+
+def endpoint_wants(graph: CompiledGraph) -> dict[str, EndpointWant]:
+    """What each node that talks to a server asks of the run's servers, as its kind reads
+    it (nodes that talk to none are left out)."""
+    wants = {name: cn.kind.endpoint_want(cn.spec) for name, cn in graph.nodes.items()}
+    return {name: want for name, want in wants.items() if isinstance(want, EndpointWant)}
 
 
 # `CompiledGraph.load` / `.from_dict` (public as `orc.Graph`, `orc.CompiledGraph`) compile

@@ -12,23 +12,31 @@ from typing import TYPE_CHECKING, Any, Literal
 from jinja2 import TemplateError
 from pydantic import BaseModel
 
-from ..calls.deferred import start_seconds_within
-from ..calls.endpoints import PARAM_PREFIX
-from ..calls.request import request_params
+from ..calls import request_params
 from ..errors import LLMCallError, NodeError, Problem
-from ..graph.checks import check_sampling
-from ..graph.compiled import CompiledNode
-from ..graph.schemas import SchemaError, build_model, dynamic_fields, json_schema
-from ..graph.spec import SAMPLING_TYPES, FieldSpec, GraphSpec, NodeBase, Sampling, sampling_problem
-from ..providers.registry import unknown_provider
-from ..store.trace import NodeRecord
+from ..graph import (
+    SAMPLING_TYPES,
+    CompiledNode,
+    FieldSpec,
+    GraphSpec,
+    NodeBase,
+    Sampling,
+    SchemaError,
+    build_model,
+    check_sampling,
+    dynamic_fields,
+    json_schema,
+    sampling_problem,
+)
+from ..providers import unknown_provider
+from ..servers import PARAM_PREFIX, start_seconds_within
+from ..store import NodeRecord
 from .abstain import Abstain, AbstainRule, compile_abstain
 from .base import EndpointWant, NodeKind, RunServices, evaluate
 
 if TYPE_CHECKING:
-    from ..calls.registry import Endpoint
-    from ..graph.checks import NodeScope
-    from ..graph.templates import Expression, Prompt
+    from ..graph import Expression, NodeScope, Prompt
+    from ..servers import Endpoint
 
 log = logging.getLogger(__name__)
 

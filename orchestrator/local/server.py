@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from orchestrator.paths import cache_root
-from orchestrator.providers.base import ServedModel
+from orchestrator.providers import ServedModel
 
 from .guard import guarded_command
 from .model import (

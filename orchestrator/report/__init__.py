@@ -7,8 +7,25 @@ serves the same page on localhost and reads each example's trace on demand;
 
 from __future__ import annotations
 
-from .build import REPORT, build_report
-from .compare_page import write_compare_page
-from .serve import make_server, serve_report
+from typing import TYPE_CHECKING
 
-__all__ = ["REPORT", "build_report", "make_server", "serve_report", "write_compare_page"]
+from ..faces import lazy
+
+if TYPE_CHECKING:
+    from .align_page import write_page
+    from .build import REPORT, build_report
+    from .compare_page import write_compare_page
+    from .serve import make_server, serve_report, serve_until_interrupted, serving_line
+
+lazy(__name__)
+
+__all__ = [
+    "REPORT",
+    "build_report",
+    "make_server",
+    "serve_report",
+    "serve_until_interrupted",
+    "serving_line",
+    "write_compare_page",
+    "write_page",
+]

@@ -10,8 +10,8 @@ import time
 from html import escape
 from pathlib import Path
 
-from .. import __version__
-from ..analysis.align.record import Alignment, Estimate, Trial
+from ..analysis import Alignment, Estimate, Trial
+from ..shipped import __version__
 from .build import asset
 from .render import fmt, html_table
 from .svg import Estimate as Mark

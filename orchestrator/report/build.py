@@ -13,9 +13,8 @@ from typing import Any
 
 import orjson
 
-from .. import __version__
-from ..store.folder import read_only
-from ..store.records import NodeRun
+from ..shipped import __version__
+from ..store import NodeRun, read_only
 from .collect import (
     DetailOptions,
     RunData,

@@ -6,8 +6,7 @@ from __future__ import annotations
 import logging
 from html import escape
 
-from ..analysis.card.build import judge_card
-from ..analysis.card.cells import flag_lines, sections
+from ..analysis import flag_lines, judge_card, sections
 from ..errors import OrchestratorError
 from .render import html_table
 from .views import RunContext, register_run_view

@@ -14,16 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..session.summary import numeric_leaves
-from ..store.reader import RunReader, TraceReader
-from ..store.records import (
+from ..session import numeric_leaves
+from ..store import (
     WHOLE,
     Manifest,
     ManifestGraph,
     NodeRun,
     NodeServer,
     ResultLine,
+    RunReader,
     Summary,
+    TraceReader,
     TraceRun,
 )
 from .payload import EARLIER_RUN, PROMPT_LIMIT, RUN, DetailOptions, compact_record

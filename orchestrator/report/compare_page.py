@@ -13,12 +13,18 @@ from html import escape
 from pathlib import Path
 from urllib.parse import quote
 
-from .. import __version__
-from ..analysis.comparison import Comparison, OutputComparison
-from ..analysis.comparison import format_number as number
-from ..analysis.diff import RunDiff, diff
-from ..analysis.examples import ExampleShift, PairExamples, paired_examples
+from ..analysis import (
+    Comparison,
+    ExampleShift,
+    OutputComparison,
+    PairExamples,
+    RunDiff,
+    diff,
+    paired_examples,
+)
+from ..analysis import format_number as number
 from ..errors import OrchestratorError, ReadOnlyRunFolder
+from ..shipped import __version__
 from .build import REPORT, asset, build_report
 from .compare_tables import (
     agreement_tables,

@@ -7,17 +7,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from ..analysis.cells import (
+from ..analysis import (
     CORRELATION_COLUMNS,
+    DIFFERENCE_COLUMNS,
     LABEL_COLUMNS,
+    Comparison,
+    FirstDifference,
+    RunDiff,
     correlation_rows,
     difference_cells,
     label_rows,
     pair_label,
+    path_anchor,
     run_rows,
 )
-from ..analysis.comparison import DIFFERENCE_COLUMNS, Comparison
-from ..analysis.diff import FirstDifference, RunDiff, path_anchor
 from .render import html_table
 
 

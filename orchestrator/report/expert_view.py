@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..compute.expert import AGGREGATIONS as EXPERT_AGGREGATIONS
-from ..compute.expert import aspect_credit, f1, is_matched, mean_credit
+from ..compute import AGGREGATIONS as EXPERT_AGGREGATIONS
+from ..compute import aspect_credit, f1, is_matched, mean_credit
 from .values import finite
 from .views import register_view
 

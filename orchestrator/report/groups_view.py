@@ -7,7 +7,7 @@ use, so the page and the terminal agree.
 
 from __future__ import annotations
 
-from ..analysis.groups import Grouping, group_lines, numeric_outputs
+from ..analysis import Grouping, group_lines, numeric_outputs
 from ..errors import ConfigurationError
 from .svg import Estimate, figure, intervals
 from .values import finite

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..store.records import WHOLE, Attempt, NodeRun
+from ..store import WHOLE, Attempt, NodeRun
 from .values import abridge
 
 PROMPT_LIMIT = 3000  # characters of per-example prompt text kept when abridging

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from ..store.records import (
+from ..store import (
     WORK_COUNTERS,
     Manifest,
     NodeServer,

@@ -16,8 +16,7 @@ from typing import Any
 
 import orjson
 
-from ..store.reader import TraceReader
-from ..store.records import NodeRun
+from ..store import NodeRun, TraceReader
 from .build import Page, render_page
 from .collect import DetailOptions, RunData, example_detail, example_order, load_run
 from .loopback import LoopbackHandler

@@ -11,8 +11,7 @@ from typing import Any
 
 import orjson
 
-from ..store.reader import RunReader
-from ..store.records import Manifest
+from ..store import Manifest, RunReader
 from .values import abridge
 from .views import ScoreField
 
@@ -75,7 +74,7 @@ def find_file(raw: str | None, run_dir: Path) -> Path | None:
 def load_graph(manifest: Manifest, run: RunReader, seen_nodes: Iterable[str]) -> GraphInfo:
     """Nodes and edges from the run's graph file; the trace's node names when it is gone."""
     from ..errors import GraphError
-    from ..kinds.graphs import compile_graph
+    from ..kinds import compile_graph
 
     info = manifest.graph
     fallback = [NodeInfo(name, "?") for name in dict.fromkeys(seen_nodes)]
@@ -149,7 +148,7 @@ def load_inputs(
     manifest: Manifest, run: RunReader, fields: list[str], limit: int | None
 ) -> tuple[dict[str, dict[str, str]], dict[str, int], str | None]:
     """Dataset fields of every row by id (abridged), row numbers, and a note when unusable."""
-    from ..data.dataset import file_hash, read_rows
+    from ..data import file_hash, read_rows
 
     if run.has_inputs:
         return _snapshot_inputs(run, fields, limit)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..store.records import ResultLine
+from ..store import ResultLine
 
 View = Callable[[dict[str, Any]], dict[str, Any] | None]
 

@@ -15,14 +15,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 from typing import Protocol
 
-from ..calls.outage import ServerGone
-from ..data.dataset import Row
-from ..engine.groups import GroupOutcome, GroupRuns
+from ..data import Row
+from ..engine import GroupOutcome, GroupRuns
 from ..events import RunEvents
 from ..events import WorkerLost as WorkerLostEvent  # the record; WorkerLost is the error
-from ..store.protocol import RunStore
-from ..store.records import Counts, WorkerEntry
-from ..store.trace import TraceStore
+from ..servers import ServerGone
+from ..store import Counts, RunStore, TraceStore, WorkerEntry
 from .messages import RowChunk, WorkerFailed, WorkerLost, WorkerReport
 
 log = logging.getLogger(__name__)

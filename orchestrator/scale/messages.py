@@ -13,18 +13,16 @@ from typing import Any, Literal
 import cloudpickle
 from pydantic import BaseModel, Field
 
-from ..calls.registry import StructuredMode
-from ..data.dataset import Row
-from ..engine.groups import GroupOutcome
-from ..engine.plan import RunPlan
+from ..data import Row
+from ..engine import GroupOutcome, RunPlan
 from ..errors import ConfigurationError
 from ..errors import WorkerFailed as WorkerFailed
 from ..errors import WorkerLost as WorkerLost
 from ..events import RunEvent
-from ..graph.compiled import CompiledGraph, GraphRegistries
-from ..kinds.graphs import compile_source
-from ..store.records import Counts, EncodedLine
-from ..store.trace import TraceBatch
+from ..graph import CompiledGraph, GraphRegistries
+from ..kinds import compile_source
+from ..servers import StructuredMode
+from ..store import Counts, EncodedLine, TraceBatch
 
 # (node, foreach item) -> the stored JSON of its finished value, for one example.
 ResumeValues = dict[tuple[str, int], bytes | None]

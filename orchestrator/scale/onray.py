@@ -15,7 +15,7 @@ import logging
 from contextlib import suppress
 from typing import Any
 
-from ..engine.flush import FLUSH_SECONDS
+from ..engine import FLUSH_SECONDS
 from ..errors import ConfigurationError
 from ..shipped import pip_install
 from .messages import RowChunk, WorkerFailed, WorkerJob, WorkerLost, WorkerReport

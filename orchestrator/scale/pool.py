@@ -11,21 +11,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..calls.endpoints import ServerChoice, node_api_key
-from ..calls.registry import Endpoint
-from ..calls.tuner import Concurrency
-from ..data.dataset import Row
-from ..engine.groups import GroupRuns
-from ..engine.plan import RunPlan
-from ..engine.scheduler import engine_window
-from ..engine.settings import RunArgs, parse_workers
+from ..data import Row
+from ..engine import GroupRuns, RunArgs, RunPlan, engine_window, parse_workers
 from ..errors import ConfigurationError
 from ..events import RunEvents
-from ..graph.compiled import CompiledGraph
-from ..kinds.base import EndpointWant
-from ..store.protocol import RunStore
-from ..store.records import Counts, WorkerEntry
-from ..store.trace import TraceStore
+from ..graph import CompiledGraph
+from ..kinds import endpoint_wants
+from ..servers import Concurrency, Endpoint, EndpointWant, ServerChoice, node_api_key
+from ..store import Counts, RunStore, TraceStore, WorkerEntry
 from .coordinator import Coordinator, WorkerLink
 from .messages import EndpointPlan, GraphRecipe, WorkerJob
 
@@ -64,8 +57,7 @@ class ResolvedRun:
 
 def _want(parts: ResolvedRun, node: str) -> EndpointWant:
     """What the node asks of the run's servers, as the run's own client read it."""
-    compiled = parts.graph.nodes[node]
-    want = compiled.kind.endpoint_want(compiled.spec)
+    want = endpoint_wants(parts.graph).get(node)
     if want is None:  # only nodes that talk to a server have endpoints
         raise ConfigurationError(f"node '{node}' has an endpoint but asks for no server")
     return want

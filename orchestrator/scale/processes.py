@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from types import FrameType
 
-from ..engine.flush import FLUSH_SECONDS
+from ..engine import FLUSH_SECONDS
 from ..errors import ConfigurationError
 from .messages import RowChunk, WorkerJob, WorkerLost, WorkerReport
 from .pipes import MessagePipe

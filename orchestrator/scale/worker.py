@@ -13,14 +13,10 @@ from contextlib import ExitStack, suppress
 from dataclasses import replace
 from typing import Any
 
-from ..calls.client import LLMClient
-from ..calls.outage import ServerGone
-from ..calls.registry import Endpoint
-from ..engine.flush import CacheFlusher, fewer_gc_passes
-from ..engine.runtime import ProcessRuntime, build_runtime
-from ..engine.scheduler import Engine
-from ..store.records import Counts, EncodedLine, ResultLine
-from ..store.trace import WHOLE, TraceRecorder, loads
+from ..calls import LLMClient
+from ..engine import CacheFlusher, Engine, ProcessRuntime, build_runtime, fewer_gc_passes
+from ..servers import Endpoint, ServerGone
+from ..store import WHOLE, Counts, EncodedLine, ResultLine, TraceRecorder, loads
 from .messages import ResumeValues, RowChunk, WorkerFailure, WorkerJob, WorkerReport
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..store.records import ResultLine
+from ..store import ResultLine
 
 
 @dataclass(frozen=True)

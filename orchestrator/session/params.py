@@ -10,11 +10,10 @@ import difflib
 import re
 from typing import Any
 
-from ..compute.registry import ComputeFunction
+from ..compute import ComputeFunction
 from ..errors import ConfigurationError
-from ..graph.compiled import CompiledGraph
-from ..graph.templates import Expression
-from ..kinds.compute import CompiledCompute
+from ..graph import CompiledGraph, Expression
+from ..kinds import CompiledCompute
 
 
 def effective_params(graph: CompiledGraph, overrides: dict[str, Any]) -> dict[str, Any]:

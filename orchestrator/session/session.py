@@ -21,40 +21,48 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import __version__
-from ..calls.client import Endpoint
-from ..calls.endpoints import ServerChoice, prepare_endpoints
-from ..calls.outage import ServerGone
-from ..calls.registry import server_urls
-from ..compute.languages import forget_warnings
-from ..data.dataset import Row, check_fields
-from ..data.sources import RowSource, scan_rows
-from ..engine.flush import Flusher, RunObserver, RunProgress, drive, fewer_gc_passes
-from ..engine.plan import RunPlan
-from ..engine.runtime import ProcessRuntime, build_runtime
-from ..engine.scheduler import engine_window
+from ..compute import forget_warnings
+from ..data import Row, RowSource, check_fields, scan_rows
+from ..engine import (
+    Flusher,
+    ProcessRuntime,
+    RunObserver,
+    RunPlan,
+    RunProgress,
+    build_runtime,
+    drive,
+    engine_window,
+    fewer_gc_passes,
+)
 from ..errors import StorageError
-from ..graph.checks import SAMPLE_ROWS, check_input_types
-from ..graph.compiled import CompiledGraph
+from ..graph import SAMPLE_ROWS, CompiledGraph, check_input_types
+from ..kinds import endpoint_wants
 from ..scale import ResolvedRun, WorkerPool
-from ..store.cache import ResponseCache
-from ..store.folder import INPUTS, LAYOUT_VERSION, SNAPSHOT, SNAPSHOT_GRAPH
-from ..store.protocol import RunStore
-from ..store.records import (
+from ..servers import Endpoint, ServerChoice, ServerGone, prepare_endpoints, server_urls
+from ..shipped import __version__
+from ..store import (
+    INPUTS,
+    LAYOUT_VERSION,
+    SNAPSHOT,
+    SNAPSHOT_GRAPH,
     EventEntry,
     Manifest,
     ManifestDataset,
     ManifestGraph,
     ManifestPackage,
     ManifestParameters,
+    ResponseCache,
+    RunKey,
     RunPart,
+    RunStore,
     ServerEntry,
     Summary,
+    TraceStore,
     WorkerEntry,
+    server_components,
+    static_components,
     summed_work,
 )
-from ..store.runkey import RunKey, server_components, static_components
-from ..store.trace import TraceStore
 from .params import effective_params
 from .summary import abstain_note, output_means, run_aggregates, status_counts
 
@@ -171,7 +179,7 @@ async def _plan(
     run_id = new_run_id()
     choice = _server_choice(plan, given_params)
     try:
-        endpoints, servers = await prepare_endpoints(graph, runtime.client, choice)
+        endpoints, servers = await prepare_endpoints(endpoint_wants(graph), runtime.client, choice)
         run_key = RunKey.from_components(
             {
                 **static_key.components,

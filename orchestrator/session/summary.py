@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NodeError
-from ..graph.compiled import CompiledAggregate, CompiledGraph
-from ..graph.templates import Expression
-from ..store.records import ABSTAIN_NOTE, unstorable
+from ..graph import CompiledAggregate, CompiledGraph, Expression
+from ..store import ABSTAIN_NOTE, unstorable
 
 if TYPE_CHECKING:
-    from ..store.reader import RunReader
+    from ..store import RunReader
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +145,7 @@ def _snapshot_functions(reader: RunReader, snapshot: Path, trust: bool) -> Compi
     graph's own module is not in the snapshot (the folder keeps the graph and its templates,
     not the code beside them): that is refused naming the graph to give instead."""
     from ..errors import GraphError, RunFolderError, visible
-    from ..kinds.graphs import compile_graph
+    from ..kinds import compile_graph
 
     try:
         return compile_graph(snapshot, prompts_dir=reader.snapshot_prompts, trust=trust)
@@ -178,11 +177,17 @@ def summarize(
     `trust=True` lets either import its own modules (see `load_graph`).
     """
     from ..errors import DamagedRunFile, RunFolderError
-    from ..kinds.graphs import compile_graph
-    from ..store.folder import MANIFEST, RunFolder, not_a_run_folder, read_only, write_json
-    from ..store.lock import RunLock
-    from ..store.reader import RunReader
-    from ..store.records import Summary
+    from ..kinds import compile_graph
+    from ..store import (
+        MANIFEST,
+        RunFolder,
+        RunLock,
+        RunReader,
+        Summary,
+        not_a_run_folder,
+        read_only,
+        write_json,
+    )
 
     reader = RunReader(folder)
     snapshot = reader.snapshot_graph

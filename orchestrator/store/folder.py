@@ -26,7 +26,7 @@ from .runkey import RunKey
 from .trace import TraceStore, check_intact
 
 if TYPE_CHECKING:
-    from ..data.dataset import Row
+    from ..data import Row
 
 RESULTS = "results.jsonl"
 TRACES = "traces.sqlite"

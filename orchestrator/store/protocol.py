@@ -17,7 +17,7 @@ from .runkey import RunKey
 from .trace import TraceStore
 
 if TYPE_CHECKING:
-    from ..data.dataset import Row
+    from ..data import Row
 
 
 class RunStore(Protocol):

@@ -14,13 +14,33 @@ import hashlib
 import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from pydantic import BaseModel
 
-if TYPE_CHECKING:
-    from ..graph.compiled import CompiledGraph
+
+class _Params(Protocol):
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+
+
+class HashedGraph(Protocol):
+    """What the run key reads of a compiled graph (graph/'s `CompiledGraph`, above the
+    store): its file, the templates it can render, its params and its user functions."""
+
+    @property
+    def source(self) -> bytes: ...
+
+    @property
+    def templates(self) -> Mapping[str, str]: ...
+
+    @property
+    def spec(self) -> _Params: ...
+
+    def user_functions(self) -> Mapping[str, Any]:
+        """The functions named by module path, whose code is part of the identity."""
+
 
 # Components that depend on the server (known only once endpoints are resolved).
 SERVER_PARTS = ("model ", "endpoint ", "server ", "structured ")
@@ -108,7 +128,7 @@ def function_source_hash(fn: Any) -> str | None:
 
 
 def static_components(
-    graph: CompiledGraph, params: Mapping[str, Any], data_hash: str
+    graph: HashedGraph, params: Mapping[str, Any], data_hash: str
 ) -> dict[str, str]:
     """Graph file, template closure, effective params, user functions and data."""
     parts = {

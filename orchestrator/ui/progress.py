@@ -12,7 +12,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..engine.flush import RunProgress
+from ..engine import RunProgress
 from ..events import RunEvent
 
 __all__ = ["Console", "ProgressDisplay", "console_progress", "run_progress"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis.tables import TextTable
+from ..analysis import TextTable
 
 
 def rich_table(table: TextTable) -> Table:

@@ -4,6 +4,7 @@ and both read confidence through the one function in compute/confidence.py."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
@@ -17,10 +18,12 @@ from helpers import judge_graph, results, user_text, write_graph, write_rows
 from typer.testing import CliRunner
 
 import orchestrator as orc
-from orchestrator.analysis import calibrate as calibrate_module
 from orchestrator.cli import app
 from orchestrator.compute import confidence as shared
 from orchestrator.store.reader import RunReader, TraceReader
+
+# The module, not the package's `calibrate` export of the same name.
+calibrate_module = importlib.import_module("orchestrator.analysis.calibrate")
 
 ROWS = 150
 

@@ -20,7 +20,7 @@ from helpers import is_canary, judge_graph, orchestrator_command, write_graph, w
 
 import orchestrator as orc
 from orchestrator.batch import BatchFolder, BatchJob, export_round, import_output
-from orchestrator.calls.reask import FolderServers, Reask, reask_servers
+from orchestrator.servers.reask import FolderServers, Reask, reask_servers
 
 pytestmark = pytest.mark.reliability
 

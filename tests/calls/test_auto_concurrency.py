@@ -11,17 +11,17 @@ import pytest
 from fakeserver import FakeServer, vllm_metrics
 from helpers import judge_graph, run_graph, write_graph, write_rows
 
-from orchestrator.calls.autolimit import (
+from orchestrator.providers.openai_compat import OpenAITransport
+from orchestrator.servers.autolimit import (
     LatencyController,
     MetricsController,
     ServerLoad,
     Tuning,
     parse_vllm_metrics,
 )
-from orchestrator.calls.limiter import Limiter
-from orchestrator.calls.registry import ServerRegistry
-from orchestrator.calls.tuner import SCRAPE_FAILURES, parse_concurrency
-from orchestrator.providers.openai_compat import OpenAITransport
+from orchestrator.servers.limiter import Limiter
+from orchestrator.servers.registry import ServerRegistry
+from orchestrator.servers.tuner import SCRAPE_FAILURES, parse_concurrency
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}
 

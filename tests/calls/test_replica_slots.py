@@ -25,9 +25,9 @@ from test_replicas import (
 )
 
 import orchestrator as orc
-from orchestrator.calls.limiter import Limiter
-from orchestrator.calls.outage import ServerGone, ServerWatch
-from orchestrator.calls.replicas import Replica, ReplicaSet
+from orchestrator.servers.limiter import Limiter
+from orchestrator.servers.outage import ServerGone, ServerWatch
+from orchestrator.servers.replicas import Replica, ReplicaSet
 
 
 class Probe:

@@ -16,12 +16,12 @@ from fakeserver import FakeServer, Reply, latency_responder, schema_responder
 from helpers import is_canary, judge_graph, run_graph, write_graph, write_rows
 
 import orchestrator as orc
-from orchestrator.calls.limiter import Limiter
-from orchestrator.calls.outage import ServerWatch
-from orchestrator.calls.registry import ServerRegistry
-from orchestrator.calls.replicas import Replica, ReplicaSet, start_example
 from orchestrator.errors import RunFolderError, ServerError
 from orchestrator.providers.fake import FakeTransport
+from orchestrator.servers.limiter import Limiter
+from orchestrator.servers.outage import ServerWatch
+from orchestrator.servers.registry import ServerRegistry
+from orchestrator.servers.replicas import Replica, ReplicaSet, start_example
 from orchestrator.store.runkey import REPLICAS, server_components
 
 PROMPTS = {"judge.jinja": "Rate this text.\n<<{{ text }}>>"}

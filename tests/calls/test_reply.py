@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from orchestrator.calls.errors import MalformedReply
+from orchestrator.errors import MalformedReply
 from orchestrator.providers.reply import parse_reply
 
 

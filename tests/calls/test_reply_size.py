@@ -12,7 +12,7 @@ import pytest
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import is_canary, judge_graph, results, run_graph, write_graph, write_rows
 
-from orchestrator.calls.errors import ReplyTooLarge
+from orchestrator.errors import ReplyTooLarge
 from orchestrator.providers.base import ChatResponse as ParsedReply
 from orchestrator.providers.base import Choice
 from orchestrator.providers.reply import check_reply_size, content_cap

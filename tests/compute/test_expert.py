@@ -425,7 +425,7 @@ def test_server_gone_during_truncation_stops_the_run(tmp_path: Path) -> None:
     """A server that stays away while /tokenize is asked stops the run (status "server
     gone", the example left for the resume) as it does for an LLM call; before, the
     truncation node failed the example as if the example were at fault."""
-    from orchestrator.calls.outage import ServerGone
+    from orchestrator.servers.outage import ServerGone
 
     data = write_rows(tmp_path / "rows.jsonl", [json.loads(EXAMPLES.open().readline())])
     with FakeServer() as server:

@@ -21,10 +21,10 @@ from test_auto_concurrency import VLLM_TEXT
 from typer.testing import CliRunner
 
 import orchestrator as orc
-from orchestrator.calls.deferred import DeferredServer, StartOnFirstUse
 from orchestrator.cli import app
 from orchestrator.local import server as embedded
 from orchestrator.providers.base import ServedModel, identity_at
+from orchestrator.servers.deferred import DeferredServer, StartOnFirstUse
 
 fake_vllm = embedded_tests.fake_vllm  # the stand-in for vLLM, put in `server_command`
 URL = "http://127.0.0.1:65001/v1"  # never reached: the fake transport answers in-process
@@ -100,7 +100,7 @@ def test_the_start_is_not_part_of_a_request_deadline(tmp_path: Path) -> None:
 async def test_the_progress_line_says_the_server_is_starting() -> None:
     """While a server started on first use comes up (minutes on a CPU), the progress line
     says so instead of "in flight 0 · 0.0 req/s" (issue 35 item 14)."""
-    from orchestrator.calls.registry import ServerRegistry
+    from orchestrator.servers.registry import ServerRegistry
 
     fake = orc.FakeTransport(models=[embedded.DEFAULT_MODEL_NAME])
     server = DeferredServer(URL, embedded.served_models(), Starter())

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import orchestrator as orc
 from orchestrator.calls.client import LLMClient
-from orchestrator.calls.runtime import Runtime
+from orchestrator.calls.compute_runtime import Runtime
 from orchestrator.cli import app
 from orchestrator.compute.truncate import truncate_to_tokens
 from orchestrator.errors import (

@@ -26,7 +26,7 @@ from helpers import (
     write_rows,
 )
 
-from orchestrator.calls.outage import ServerGone, ServerWatch
+from orchestrator.servers.outage import ServerGone, ServerWatch
 
 pytestmark = pytest.mark.reliability
 
@@ -215,9 +215,9 @@ async def test_watch_waits_once_for_many_callers_then_lets_them_all_retry(
     probe, calls = scripted_probe([False, False, True])
     watch = ServerWatch("http://s/v1", probe, patience=30)
     failed_at = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="orchestrator.calls.outage"):
+    with caplog.at_level(logging.WARNING, logger="orchestrator.servers.outage"):
         outages = await asyncio.gather(*(watch.after_failure(failed_at) for _ in range(20)))
-    said = [r.getMessage() for r in caplog.records if r.name == "orchestrator.calls.outage"]
+    said = [r.getMessage() for r in caplog.records if r.name == "orchestrator.servers.outage"]
     assert len(watch.outages) == 1 and all(o is watch.outages[0] for o in outages)
     assert watch.outages[0].recovered
     assert calls["n"] == 3  # one probe per wait, not one per waiting request

@@ -23,10 +23,10 @@ from rich.console import Console
 
 import orchestrator as orc
 from orchestrator import events as ev
-from orchestrator.calls.registry import ServerRegistry
 from orchestrator.engine.flush import FLUSH_SECONDS, RunProgress, drive
 from orchestrator.errors import WorkerLost
 from orchestrator.providers.openai_compat import OpenAITransport
+from orchestrator.servers.registry import ServerRegistry
 from orchestrator.session import session as session_module
 from orchestrator.store.records import Counts
 from orchestrator.ui.progress import ProgressDisplay
@@ -110,7 +110,7 @@ def test_an_outage_is_the_same_records_in_the_manifest_the_log_and_the_bar(
     # The log: each record's line once, from the module where it happened (as before).
     said = [(r.name, r.getMessage()) for r in caplog.records]
     for event in (down, back):
-        assert said.count(("orchestrator.calls.outage", event.describe())) == 1
+        assert said.count(("orchestrator.servers.outage", event.describe())) == 1
     assert "waiting up to" in down.describe() and "is back after" in back.describe()
 
 
@@ -124,7 +124,7 @@ async def test_a_limit_change_under_auto_concurrency_is_a_record(
         seen: list[ev.RunEvent] = []
         registry.events.subscribe(seen.append)
         registry.endpoint(fake.base_url, fake.model)
-        caplog.set_level(logging.DEBUG, logger="orchestrator.calls.replicas")
+        caplog.set_level(logging.DEBUG, logger="orchestrator.servers.replicas")
         try:
             await registry.start_tuning()
             await registry.tuner.stop()  # the ticks are the test's
@@ -143,7 +143,7 @@ async def test_a_limit_change_under_auto_concurrency_is_a_record(
     assert [(c.limit, c.reason, c.t) for c in replica.report().limits] == [
         (e.limit, e.reason, e.t) for e in changes
     ]
-    said = [r.getMessage() for r in caplog.records if r.name == "orchestrator.calls.replicas"]
+    said = [r.getMessage() for r in caplog.records if r.name == "orchestrator.servers.replicas"]
     assert said == [e.describe() for e in changes]
 
 

@@ -13,8 +13,8 @@ import pytest
 from helpers import judge_graph
 
 import orchestrator as orc
-from orchestrator.engine.runtime import build_runtime
-from orchestrator.session.plan import RunPlan, RunSettings, make_plan
+from orchestrator.engine.process import build_runtime
+from orchestrator.session.planning import RunPlan, RunSettings, make_plan
 
 GRAPH = orc.graph_from_dict(judge_graph(), {"judge.jinja": "Rate {{ text }}"})
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ...store.reader import RunReader
-from ...store.records import WHOLE
+from ...store import WHOLE, RunReader
 from ..metaeval import field_value
 
 

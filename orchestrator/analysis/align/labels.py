@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...compute.confidence import wrong_answer
+from ...compute import wrong_answer
 from ...errors import LabelError
 from ..metaeval import annotated, label_truth, read_labels
 from ..metaeval_stats import Bootstrap, codes
 from .scoring import Kind
 
 if TYPE_CHECKING:
-    from ...graph.spec import FieldSpec
+    from ...graph import FieldSpec
 
 
 def read_truth(

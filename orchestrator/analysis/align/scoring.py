@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from ...compute.statistics import cohen_kappa
+from ...compute import cohen_kappa
 from ..metaeval_stats import Bootstrap, agreement, alpha, correlation, intervals
 from .record import Difference, Estimate, Metric, Verdict
 

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from ...errors import ConfigurationError
-from ...store.outfolder import check_out, claim_out, clear_out, command_output
+from ...store import check_out, claim_out, clear_out, command_output
 from .record import Alignment
 from .variants import PROMPTS
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...compute.confidence import field_value
+from ...compute import field_value
 from ...errors import ConfigurationError, LabelError
-from ...store.reader import RunReader
+from ...store import RunReader
 from ..metaeval import _choice_field, meta_eval, read_labels
 from .record import Agreement
 

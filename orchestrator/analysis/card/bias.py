@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ...compute.bias import position_bias as position_tables
-from ...compute.ratings import ALL
+from ...compute import ALL
+from ...compute import position_bias as position_tables
 from ...stats import (
     RESAMPLES,
     bootstrap,

@@ -13,8 +13,7 @@ from typing import Any
 import yaml
 
 from ...errors import ConfigurationError, RunFolderError
-from ...store.reader import RunReader
-from ...store.records import WHOLE, NodeRun
+from ...store import WHOLE, NodeRun, RunReader
 from ..groups import cluster_keys, cluster_labels
 from .agreement import agreement
 from .bias import length_bias, position_bias, prefer_longer, self_preference

@@ -8,7 +8,7 @@ from itertools import combinations
 import numpy as np
 from numpy.typing import NDArray
 
-from ...compute.statistics import krippendorff_alpha
+from ...compute import krippendorff_alpha
 from .record import Jury, JuryPair
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ...store.records import NodeRun, Tally
+from ...store import NodeRun, Tally
 from .record import Reliability
 
 BAD_REPLY = ("invalid", "truncated")

@@ -28,10 +28,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ...graph.compiled import CompiledGraph
-from ...graph.spec import FieldSpec
+from ...graph import CompiledGraph, FieldSpec
 from ...stats import cluster_index, draw_counts, percentile_interval, weighted_alpha
-from ...store.reader import RunReader
+from ...store import RunReader
 from ..metaeval_stats import Bootstrap, alpha, code, codes
 
 Level = Literal["nominal", "interval"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..store.trace import Attempt
+from ..servers import Endpoint
+from ..store import Attempt
 from .client import LLMClient
-from .registry import Endpoint
 
 
 @dataclass

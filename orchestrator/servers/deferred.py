@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from ..errors import ServerGone
-from ..providers.base import (
+from ..providers import (
     Connection,
     Provider,
     ServedModel,

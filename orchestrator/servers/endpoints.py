@@ -7,24 +7,64 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, NamedTuple, Protocol
 
 import httpx
 
 from ..errors import ConfigurationError, ServerError
-from ..providers.base import ServedModel
-from ..store.records import ServerEntry
-from .client import LLMClient
-from .registry import Endpoint, server_urls, weights_text
-
-if TYPE_CHECKING:
-    from ..engine.settings import StructuredChoice
-    from ..graph.compiled import CompiledGraph
-    from ..kinds.base import EndpointWant
+from ..providers import Provider, ServedModel
+from ..store import ServerEntry
+from .registry import Endpoint, ServerRegistry, server_urls, weights_text
 
 log = logging.getLogger(__name__)
+
+StructuredChoice = Literal["auto", "server", "prompt"]  # how structured output is asked for
+
+
+class EndpointWant(NamedTuple):
+    """What a node that talks to a server asks of the run's servers (None: the run's own)."""
+
+    base_url: str | list[str] | None  # a list: replicas serving the same model
+    model: str | None
+    api_key_env: str | None
+    provider: str | None = None  # a built-in provider's name (None: the run's)
+
+
+class _Deadline(Protocol):
+    @property
+    def timeout(self) -> float: ...
+
+
+class ServerClient(Protocol):
+    """What checking the servers asks of the client that will call them (the calls layer's
+    `LLMClient`): its registry, the model lists, the canary's verdict and its deadline."""
+
+    @property
+    def servers(self) -> ServerRegistry: ...
+
+    @property
+    def retry(self) -> _Deadline: ...
+
+    def provider(self, name: str | None) -> Provider: ...
+
+    def endpoint(
+        self,
+        base_url: str | Sequence[str],
+        model: str,
+        api_key: str = "EMPTY",
+        *,
+        identity: str | None = None,
+        check_joins: bool = False,
+        provider: Provider | None = None,
+    ) -> Endpoint: ...
+
+    async def list_models(
+        self, base_url: str, api_key: str = "EMPTY", provider: Provider | None = None
+    ) -> list[ServedModel]: ...
+
+    async def canary(self, ep: Endpoint, tries: int = 3) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -164,10 +204,10 @@ def node_identity(
 
 
 async def prepare_endpoints(
-    graph: CompiledGraph, client: LLMClient, choice: ServerChoice
+    node_wants: Mapping[str, EndpointWant], client: ServerClient, choice: ServerChoice
 ) -> tuple[dict[str, Endpoint], dict[str, ServerEntry]]:
-    """The endpoint of every node that talks to a server (its kind says which, and what it
-    asks for), and what the manifest records of each server."""
+    """The endpoint of every node that talks to a server (`node_wants`: what each asks for,
+    as its kind reads it), and what the manifest records of each server."""
     endpoints: dict[str, Endpoint] = {}
     served_by: dict[str, list[ServedModel]] = {}
     down: dict[str, ServerError] = {}  # replicas that did not answer at start
@@ -175,10 +215,7 @@ async def prepare_endpoints(
     run_urls = server_urls(choice.base_url)
     wants: list[tuple[str, EndpointWant, tuple[str, ...]]] = []
     talks_to: dict[str, list[str]] = {}
-    for name, cn in graph.nodes.items():
-        want = cn.kind.endpoint_want(cn.spec)
-        if want is None:
-            continue
+    for name, want in node_wants.items():
         urls = node_urls(want.base_url, choice, name)
         refused = _refused_urls(want, urls, choice)
         if refused:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 from ..events import LimitChanged, ReplicaRefused
-from ..store.records import LimitChange, ReplicaEntry, ReplicaOutage
+from ..store import LimitChange, ReplicaEntry, ReplicaOutage
 from .limiter import Limiter
 from .outage import FIRST_WAIT, MAX_WAIT, Outage, ServerGone, ServerWatch
 

@@ -12,12 +12,10 @@ from __future__ import annotations
 import os
 from dataclasses import fields
 
-from ..engine.plan import Executor, Resample, RunPlan, Workers
-from ..engine.settings import RunArgs, RunSettings, parse_workers
+from ..engine import Executor, Resample, RunArgs, RunPlan, RunSettings, Workers, parse_workers
 from ..errors import ConfigurationError
-from ..graph.compiled import CompiledGraph
-from ..providers.fake import FAKE_BASE_URL
-from ..providers.registry import make_provider
+from ..graph import CompiledGraph
+from ..providers import FAKE_BASE_URL, make_provider
 
 __all__ = [
     "UNUSED_BASE_URL",
@@ -75,7 +73,7 @@ def _default_base_url(graph: CompiledGraph) -> str:
     url = os.environ.get("OPENAI_BASE_URL")
     if url:
         return url
-    from ..local import server as embedded
+    from .. import local as embedded
 
     running = embedded.find_running(embedded.DEFAULT_PORT)
     if running:

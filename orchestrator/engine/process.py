@@ -11,11 +11,10 @@ from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 
-from ..calls.client import Endpoint, LLMClient
-from ..graph.compiled import CompiledGraph
-from ..store.cache import ResponseCache, default_cache_path, open_cache
-from ..store.records import Counts
-from ..store.trace import TraceRecorder
+from ..calls import LLMClient
+from ..graph import CompiledGraph
+from ..servers import Endpoint
+from ..store import Counts, ResponseCache, TraceRecorder, default_cache_path, open_cache
 from .plan import RunPlan
 from .scheduler import Engine, EngineOptions
 

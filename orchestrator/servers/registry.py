@@ -5,7 +5,6 @@ into the trace, results, manifest or logs."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from typing import Any
 
 from ..errors import ServerError
 from ..events import RunEvents
-from ..providers.base import (
+from ..providers import (
     Connection,
     LoadGauge,
     Provider,
@@ -22,15 +21,12 @@ from ..providers.base import (
     no_metrics,
     provider_identity,
 )
-from ..store.records import OutageEntry, ReplicaEntry
+from ..store import OutageEntry, ReplicaEntry
 from .deferred import DeferredServer, StartOnFirstUse
 from .limiter import Limiter
 from .outage import DEFAULT_SERVER_WAIT, ServerWatch
 from .replicas import Admission, Replica, ReplicaSet
-from .sender import Sender
 from .tuner import Concurrency, LimitTuner
-
-CANARY_TOKEN = "canary-7f3a9"
 
 
 @dataclass
@@ -319,38 +315,3 @@ class ServerRegistry:
             await replicas.close()
         for pool in self._pools.values():
             await pool.close()
-
-
-async def canary(sender: Sender, ep: Endpoint, tries: int = 3) -> bool:
-    """Prove the server enforces a JSON schema, with a value no model would guess.
-
-    One good reply proves enforcement; only `tries` bad replies in a row count as
-    "ignored" (one noisy reply is not proof).
-    """
-    schema = {
-        "type": "object",
-        "properties": {
-            "token": {"type": "string", "enum": [CANARY_TOKEN]},
-            "count": {"type": "integer", "minimum": 3, "maximum": 3},
-        },
-        "required": ["token", "count"],
-        "additionalProperties": False,
-    }
-    messages = [{"role": "user", "content": "Write one short sentence about the sea."}]
-    for _ in range(tries):
-        try:
-            choices, _, _ = await sender.chat(
-                ep, messages, {"max_tokens": 40, "temperature": 0.0}, 1, schema
-            )
-        except Exception as exc:
-            raise ServerError(
-                f"the first request to {ep.base_url} ({ep.model}) failed after "
-                f"{sender.retry.retries + 1} tries: {sender.hooks_for(ep).describe(exc)}"
-            ) from exc
-        try:
-            data = json.loads(choices[0].content)
-        except (json.JSONDecodeError, TypeError):
-            continue
-        if data == {"token": CANARY_TOKEN, "count": 3}:
-            return True
-    return False

@@ -16,15 +16,12 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigurationError
-from ..store.records import ServerEntry
-from .endpoints import own_urls
+from ..store import ServerEntry
+from .endpoints import EndpointWant, own_urls
 from .registry import server_urls
-
-if TYPE_CHECKING:
-    from ..graph.compiled import CompiledGraph
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +57,15 @@ class FolderServers:
     def of(
         cls,
         folder: Path,
-        graph: CompiledGraph,
+        node_wants: Mapping[str, EndpointWant],
         params: Mapping[str, Any],
         recorded: Iterable[str] = (),
     ) -> FolderServers:
-        """The node servers of `graph` under `params`; the run's are the `recorded` URLs
-        (what a manifest lists) that no node names as its own."""
+        """The node servers a graph's nodes ask for (`node_wants`) under `params`; the run's
+        are the `recorded` URLs (what a manifest lists) that no node names as its own."""
         nodes: dict[str, tuple[str, ...]] = {}
-        for name, compiled in graph.nodes.items():
-            want = compiled.kind.endpoint_want(compiled.spec)
-            if want is not None and want.base_url is not None:
+        for name, want in node_wants.items():
+            if want.base_url is not None:
                 nodes[name] = own_urls(want.base_url, dict(params), name)
         own = {_same(url) for urls in nodes.values() for url in urls}
         run = tuple(dict.fromkeys(url for url in recorded if _same(url) not in own))
