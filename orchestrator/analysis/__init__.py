@@ -81,7 +81,7 @@ if TYPE_CHECKING:
         summarize,
         summarize_groups,
     )
-    from .metaeval import meta_eval, meta_eval_table
+    from .metaeval import label_lines, meta_eval, meta_eval_table, read_labels
     from .metaeval_stats import Bootstrap
     from .power import PowerEstimate, estimate_power
     from .ratings import ratings_across_runs, ratings_tables
@@ -147,6 +147,7 @@ __all__ = [
     "integer_range",
     "isotonic",
     "judge_card",
+    "label_lines",
     "label_rows",
     "llm_nodes",
     "measure",
@@ -164,6 +165,7 @@ __all__ = [
     "path_anchor",
     "ratings_across_runs",
     "ratings_tables",
+    "read_labels",
     "read_truth",
     "run_inputs",
     "run_rows",
