@@ -43,6 +43,8 @@ def review(
     from ..report import make_review_server, serve_until_interrupted
     from ..store import RunReader
 
+    if not 0 <= port <= 65535:
+        fail(f"--port {port}: a port is 0 to 65535 (0: a free one)")
     if not RunReader(folder).has_results:
         fail(f"{folder} has no results.jsonl; is it a run folder?")
     try:

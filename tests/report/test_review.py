@@ -330,3 +330,21 @@ def test_a_kill_during_an_answer_loses_at_most_that_answer(finished: Path, tmp_p
     finally:
         served.close()
     assert [x["id"] for x in lines(labels)] == [x["id"] for x in saved] + [expected]
+
+
+def test_the_command_says_what_is_wrong_in_one_line(finished: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text('{"id": "r1", "probability": 2}\n')
+    for args, says in (
+        (["--field", "verdict"], "--field 'verdict': no example"),
+        (["--field", "score", "--plan", str(plan)], "plan.jsonl:1: 'probability' must be"),
+        (["--field", "score", "--port", "-5"], "--port -5: a port is 0 to 65535"),
+    ):
+        result = CliRunner().invoke(app, ["review", str(finished), "--no-browser", *args])
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), args
+        assert says in " ".join(result.output.split()), (args, result.output)
+        assert "Traceback" not in result.output
