@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         output_flips,
         sections,
     )
+    from .cascade import CascadeCalibration, calibrate_cascade, cascade_thresholds
     from .cells import (
         CORRELATION_COLUMNS,
         LABEL_COLUMNS,
@@ -101,6 +102,7 @@ __all__ = [
     "Alignment",
     "Bootstrap",
     "Calibration",
+    "CascadeCalibration",
     "Coder",
     "Comparison",
     "Configuration",
@@ -124,6 +126,8 @@ __all__ = [
     "Trial",
     "Variant",
     "calibrate",
+    "calibrate_cascade",
+    "cascade_thresholds",
     "check_counts",
     "check_variant",
     "choose",
