@@ -56,7 +56,12 @@ if TYPE_CHECKING:
         output_flips,
         sections,
     )
-    from .cascade import CascadeCalibration, calibrate_cascade, cascade_thresholds
+    from .cascade import (
+        CascadeCalibration,
+        calibrate_cascade,
+        cascade_thresholds,
+        write_calibrated,
+    )
     from .cells import (
         CORRELATION_COLUMNS,
         LABEL_COLUMNS,
@@ -183,6 +188,7 @@ __all__ = [
     "variant_spec",
     "variant_texts",
     "with_isotonic",
+    "write_calibrated",
     "write_graph",
     "write_record",
 ]

@@ -14,20 +14,37 @@ nothing of its errors gets no threshold and never answers on its own.
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from pydantic import BaseModel
 
 from ..compute import judged, wrong_answer
-from ..errors import CalibrationError, LabelError
+from ..errors import CalibrationError, ConfigurationError, LabelError
 from ..stats import generator
-from ..store import NodeRun, RunReader, TraceReader
+from ..store import (
+    NodeRun,
+    RunReader,
+    TraceReader,
+    check_out,
+    claim_out,
+    clear_out,
+    command_output,
+    on_disk,
+)
 from .calibrate import NO_CONFIDENCE, check_bounds, consensus_labels, select_threshold
 from .metaeval import label_truth, read_labels
 
-__all__ = ["CascadeCalibration", "Stage", "calibrate_cascade", "cascade_thresholds"]
+__all__ = [
+    "CascadeCalibration",
+    "Stage",
+    "calibrate_cascade",
+    "cascade_thresholds",
+    "write_calibrated",
+]
 
 
 class Stage(BaseModel):
@@ -216,3 +233,56 @@ def calibrate_cascade(
         held_out_errors=int(sum(wrong[who[i], i] for i in index[answered_test])),
         message=message,
     )
+
+
+GRAPH_FILE = "graph.yaml"
+RECORD_FILE = "calibration.json"
+PROMPTS = "prompts"
+# What `orchestrator calibrate --out` writes, and how it knows the folder is its own.
+CALIBRATED_FOLDER = command_output("calibrate", {GRAPH_FILE, RECORD_FILE, PROMPTS})
+
+
+def cascade_node(spec: dict[str, Any], stages: list[str], where: Path) -> str:
+    """The name of the graph's cascade node whose `escalate:` is `stages`, in order."""
+    nodes = spec.get("nodes") if isinstance(spec.get("nodes"), dict) else {}
+    for name, node in (nodes or {}).items():
+        cascade = isinstance(node, dict) and node.get("kind") == "cascade"
+        if cascade and list(node.get("escalate") or []) == stages:
+            return str(name)
+    raise ConfigurationError(
+        f"{where}: no node of kind cascade has escalate: [{', '.join(stages)}] "
+        "(add one to the graph, run it, then calibrate)"
+    )
+
+
+def write_calibrated(
+    out: Path, run_dir: Path, record: CascadeCalibration, stages: list[str], overwrite: bool
+) -> Path:
+    """OUT/graph.yaml: the run's graph with the cascade's thresholds set, its prompts
+    copied beside it, and OUT/calibration.json. OUT follows the one `--out` rule (missing,
+    empty or calibrate's own, never a folder holding what the command reads)."""
+    reader = RunReader(run_dir)
+    known = reader.manifest.graph.path
+    source = Path(known) if known else None
+    if source is None or not source.is_file():
+        raise ConfigurationError(f"{run_dir}: its graph file {known!r} is not there to copy")
+    spec = yaml.safe_load(source.read_text(encoding="utf-8"))
+    if not isinstance(spec, dict):
+        raise ConfigurationError(f"{source}: not a graph file")
+    node = cascade_node(spec, stages, source)
+    prompts = (source.parent / str(spec.get("prompts", "../prompts"))).resolve()
+    check_out(out, CALIBRATED_FOLDER, overwrite, reads=[source, prompts, reader.path])
+    if overwrite and out.is_dir():
+        clear_out(out, CALIBRATED_FOLDER)
+    claim_out(out, CALIBRATED_FOLDER)
+    with on_disk(out):
+        if prompts.is_dir():
+            shutil.copytree(prompts, out / PROMPTS, dirs_exist_ok=True)
+        spec["prompts"] = PROMPTS
+        spec["nodes"][node]["thresholds"] = record.thresholds
+        graph = out / GRAPH_FILE
+        graph.write_text(
+            yaml.safe_dump(spec, sort_keys=False, allow_unicode=True), encoding="utf-8"
+        )
+        (out / RECORD_FILE).write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return graph
