@@ -35,6 +35,10 @@ def review(
     blind: Annotated[
         bool, typer.Option(help="Hide the judge's answer until the person has given theirs.")
     ] = False,
+    abstained: Annotated[
+        bool,
+        typer.Option(help="Walk the examples no judge answered (abstain:, a cascade's queue)."),
+    ] = False,
 ) -> None:
     """Serve a page on 127.0.0.1 that walks the examples of a run (or of --plan) one at a
     time, with every call's prompt and reply, and appends each answer to the labels file
@@ -49,7 +53,14 @@ def review(
         fail(f"{folder} has no results.jsonl; is it a run folder?")
     try:
         server = make_review_server(
-            folder, field, plan=plan, labels=labels, reviewer=reviewer, blind=blind, port=port
+            folder,
+            field,
+            plan=plan,
+            labels=labels,
+            reviewer=reviewer,
+            blind=blind,
+            abstained=abstained,
+            port=port,
         )
     except OrchestratorError as exc:
         fail(str(exc))

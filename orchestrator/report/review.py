@@ -29,7 +29,7 @@ import orjson
 from ..errors import LabelError
 from ..store import WHOLE, NodeRun, TraceReader
 from .build import asset
-from .collect import DetailOptions, RunData, load_run, node_path
+from .collect import DetailOptions, RunData, example_order, load_run, node_path
 from .labelfile import LabelFile
 from .loopback import LoopbackHandler
 
@@ -172,6 +172,7 @@ class Review:
         labels: Path | None = None,
         reviewer: str | None = None,
         blind: bool = False,
+        abstained: bool = False,
     ) -> None:
         self.run: RunData = load_run(Path(run_dir), full_prompts=True)
         self.field = field_name
@@ -185,8 +186,14 @@ class Review:
                 raise LabelError(
                     f"{plan}: {len(unknown)} id(s) not in {run_dir}, e.g. {unknown[0]!r}"
                 )
-        else:
-            self.queue = [(r.id, None) for r in self.run.results if field_name in r.outputs]
+        else:  # in dataset order, as the report lists them
+            rows = [self.run.results[i] for i in example_order(self.run)]
+            if abstained:  # the review queue of `abstain:` or a cascade: no judge answered
+                self.queue = [(r.id, None) for r in rows if r.status == "abstained"]
+            else:
+                self.queue = [(r.id, None) for r in rows if field_name in r.outputs]
+        if not self.queue and abstained:
+            raise LabelError(f"--abstained: no example of {run_dir} abstained")
         if not self.queue:
             known = sorted({k for r in self.run.results for k in r.outputs})
             raise LabelError(
@@ -390,9 +397,18 @@ def make_review_server(
     labels: Path | None = None,
     reviewer: str | None = None,
     blind: bool = False,
+    abstained: bool = False,
     port: int = 0,
     token: str | None = None,
 ) -> ReviewServer:
     """A review server bound to 127.0.0.1:port (0: a free one), not yet serving."""
-    review = Review(run_dir, field_name, plan=plan, labels=labels, reviewer=reviewer, blind=blind)
+    review = Review(
+        run_dir,
+        field_name,
+        plan=plan,
+        labels=labels,
+        reviewer=reviewer,
+        blind=blind,
+        abstained=abstained,
+    )
     return ReviewServer(review, port, token)

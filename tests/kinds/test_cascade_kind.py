@@ -208,3 +208,14 @@ def test_from_labels_to_a_calibrated_cascade_that_escalates(tmp_path: Path) -> N
     assert sorted(i for i, s in status.items() if s == "abstained") == sorted(
         f"e{i}" for i in range(2, texts, 3)
     )
+    # What no stage answered is the review queue: `review --abstained` walks it.
+    from orchestrator.report import make_review_server
+
+    queue = make_review_server(second, "score", abstained=True, labels=tmp_path / "l.jsonl")
+    try:
+        assert queue.review.progress()["total"] == texts // 3
+        first_up = queue.review.next_example()
+        assert first_up["id"] == "e2" and first_up["form"]["key"] == "score"
+        assert [c["node"] for c in first_up["calls"]] == [SMALL, LARGE, "decision"]
+    finally:
+        queue.server_close()
