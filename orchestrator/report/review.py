@@ -192,6 +192,7 @@ class Review:
                 self.queue = [(r.id, None) for r in rows if r.status == "abstained"]
             else:
                 self.queue = [(r.id, None) for r in rows if field_name in r.outputs]
+        self.chances = dict(self.queue)
         if not self.queue and abstained:
             raise LabelError(f"--abstained: no example of {run_dir} abstained")
         if not self.queue:
@@ -278,9 +279,9 @@ class Review:
             raise LabelError("an answer is an object with an 'id'")
         example = str(body["id"])
         where = f"answer for {example!r}"
-        chance = dict(self.queue).get(example, -1.0)
-        if chance == -1.0:
+        if example not in self.chances:
             raise LabelError(f"{where}: not an example of this review")
+        chance = self.chances[example]
         note = body.get("note")
         if note is not None and (not isinstance(note, str) or len(note) > MAX_NOTE):
             raise LabelError(f"{where}: 'note' must be text of at most {MAX_NOTE} characters")

@@ -348,3 +348,22 @@ def test_the_command_says_what_is_wrong_in_one_line(finished: Path, tmp_path: Pa
         assert result.exit_code == 1 and isinstance(result.exception, SystemExit), args
         assert says in " ".join(result.output.split()), (args, result.output)
         assert "Traceback" not in result.output
+
+
+def test_the_form_follows_the_reply_schema() -> None:
+    from orchestrator.report.review import Form, schema_form, value_form
+
+    verdict = {"properties": {"verdict": {"enum": ["good", "bad"]}, "winner": {"enum": PAIR}}}
+    assert schema_form("verdict", verdict) == Form("choice", ["good", "bad"])
+    assert schema_form("winner", verdict) == Form("winner", PAIR)
+    number = {"properties": {"p": {"type": "number", "minimum": 0, "maximum": 1}}}
+    assert schema_form("p", number) == Form("score", minimum=0, maximum=1, integer=False)
+    assert schema_form("missing", number) is None
+    assert value_form("x", [1, 2.5]) == Form("score")
+    assert value_form("x", ["A", "tie", "B"]) == Form("winner", PAIR)
+    with pytest.raises(LabelError, match="'choice' must be one of good, bad, got 'fine'"):
+        Form("choice", ["good", "bad"]).check("fine", "here")
+    assert Form("score", minimum=0, maximum=1).check(0.25, "here") == 0.25
+
+
+PAIR = ["A", "B", "tie"]
