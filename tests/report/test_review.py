@@ -367,3 +367,26 @@ def test_the_form_follows_the_reply_schema() -> None:
 
 
 PAIR = ["A", "B", "tie"]
+
+
+def test_two_reviewers_answering_at_once_lose_nothing(finished: Path, tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    labels = tmp_path / "shared.jsonl"
+    servers = [Served(finished, labels=labels, reviewer=name) for name in ("ann", "bob")]
+    note = "x" * 3000  # long lines: a torn or interleaved write would show
+    try:
+        jobs = [(s, f"r{i}") for i in range(EXAMPLES) for s in servers]
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            body = {"score": 5, "note": note}
+            codes = list(
+                pool.map(lambda j: j[0].call("POST", "/api/labels", {**body, "id": j[1]})[0], jobs)
+            )
+    finally:
+        for server in servers:
+            server.close()
+    assert codes == [200] * len(jobs)
+    saved = lines(labels)  # every line whole JSON
+    assert sorted((x["reviewer"], x["id"]) for x in saved) == sorted(
+        (name, f"r{i}") for i in range(EXAMPLES) for name in ("ann", "bob")
+    )
