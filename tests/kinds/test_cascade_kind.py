@@ -186,6 +186,14 @@ def test_from_labels_to_a_calibrated_cascade_that_escalates(tmp_path: Path) -> N
         assert "judge_small: threshold 1.0; reached by 90, answers 30 (0 wrong)" in done.output
         assert "judge_large: threshold 1.0; reached by 60, answers 30 (0 wrong)" in done.output
         assert "to review 30" in done.output
+        # What each stage would send: one request per example that reaches it.
+        assert "answers 30 (0 wrong); 90 requests" in done.output
+        assert "answers 30 (0 wrong); 60 requests" in done.output
+        held = CliRunner().invoke(app, [*args, "--holdout", "0.5", "--format", "json"])
+        record = json.loads(held.output)
+        # Half the labels kept out: too few sure examples left to certify either stage.
+        assert (record["n"], record["held_out"], record["held_out_answered"]) == (45, 45, 0)
+        assert record["stages"][0]["threshold"] is None and "review" in record["message"]
         refused = CliRunner().invoke(app, [*args, "--out", str(first)])
         assert refused.exit_code == 1 and "--out" in refused.output
         written = yaml.safe_load((out / "graph.yaml").read_text())

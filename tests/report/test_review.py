@@ -22,7 +22,7 @@ import pytest
 from helpers import judge_graph, write_graph, write_rows
 
 import orchestrator as orc
-from orchestrator.analysis import meta_eval, read_labels
+from orchestrator.analysis import meta_eval, read_labels, read_truth
 from orchestrator.errors import LabelError
 from orchestrator.report import ReviewServer, make_review_server
 
@@ -258,6 +258,9 @@ def test_resume_two_reviewers_and_the_card(finished: Path, tmp_path: Path) -> No
     finally:
         again.close()
     assert len(lines(labels)) == 5
+    # As align reads it: one truth per example, the two reviewers' consensus.
+    kind, truth, _ = read_truth(labels, "score")
+    assert kind == "scores" and truth == {"r0": 3.5, "r1": 2.5, "r2": 3}
     # As judge-card reads it (its agreement with people is this meta-eval, kept whole).
     scores = meta_eval(finished, labels, "score", resamples=50)["scores"]
     assert scores["annotators"] == 2 and scores["labels"] == 5
