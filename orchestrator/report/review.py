@@ -235,8 +235,9 @@ class Review:
         """The judge's answer for the field, and its confidence when the node measured one."""
         answer = self.results[example].outputs.get(self.field)
         confidence = None
+        # Measured where a threshold was applied: an `abstain:` node, or a cascade.
         for rec in reversed(records if records is not None else self.records(example)):
-            if rec.node == self.node and rec.abstain is not None:
+            if rec.abstain is not None and rec.abstain["field"] == self.field:
                 confidence = rec.abstain["confidence"]
                 break
         return {"answer": answer, "confidence": confidence}

@@ -225,5 +225,7 @@ def test_from_labels_to_a_calibrated_cascade_that_escalates(tmp_path: Path) -> N
         first_up = queue.review.next_example()
         assert first_up["id"] == "e2" and first_up["form"]["key"] == "score"
         assert [c["node"] for c in first_up["calls"]] == [SMALL, LARGE, "decision"]
+        # The decision's confidence, as the cascade measured it: 3 of 5 samples agreed.
+        assert first_up["judge"] == {"answer": None, "confidence": pytest.approx(0.6)}
     finally:
         queue.server_close()
