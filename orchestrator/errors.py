@@ -228,10 +228,13 @@ class NodeAbstained(NodeError):
     """A node with `abstain:` less sure of its answer than its threshold: the example ends
     as "abstained" (finished, not failed), and the nodes after it do not run."""
 
-    def __init__(self, node: str, confidence: float, threshold: float) -> None:
+    def __init__(
+        self, node: str, confidence: float, threshold: float, reason: str | None = None
+    ) -> None:
         self.confidence = confidence
         self.threshold = threshold
-        super().__init__(node, abstain_reason(node, confidence, threshold))
+        # A cascade none of whose stages was sure enough says so in its own words.
+        super().__init__(node, reason or abstain_reason(node, confidence, threshold))
 
     def __str__(self) -> str:
         return self.message

@@ -56,6 +56,12 @@ if TYPE_CHECKING:
         output_flips,
         sections,
     )
+    from .cascade import (
+        CascadeCalibration,
+        calibrate_cascade,
+        cascade_thresholds,
+        write_calibrated,
+    )
     from .cells import (
         CORRELATION_COLUMNS,
         LABEL_COLUMNS,
@@ -81,7 +87,7 @@ if TYPE_CHECKING:
         summarize,
         summarize_groups,
     )
-    from .metaeval import meta_eval, meta_eval_table
+    from .metaeval import label_lines, meta_eval, meta_eval_table, read_labels
     from .metaeval_stats import Bootstrap
     from .power import PowerEstimate, estimate_power
     from .ratings import ratings_across_runs, ratings_tables
@@ -101,6 +107,7 @@ __all__ = [
     "Alignment",
     "Bootstrap",
     "Calibration",
+    "CascadeCalibration",
     "Coder",
     "Comparison",
     "Configuration",
@@ -124,6 +131,8 @@ __all__ = [
     "Trial",
     "Variant",
     "calibrate",
+    "calibrate_cascade",
+    "cascade_thresholds",
     "check_counts",
     "check_variant",
     "choose",
@@ -147,6 +156,7 @@ __all__ = [
     "integer_range",
     "isotonic",
     "judge_card",
+    "label_lines",
     "label_rows",
     "llm_nodes",
     "measure",
@@ -164,6 +174,7 @@ __all__ = [
     "path_anchor",
     "ratings_across_runs",
     "ratings_tables",
+    "read_labels",
     "read_truth",
     "run_inputs",
     "run_rows",
@@ -177,6 +188,7 @@ __all__ = [
     "variant_spec",
     "variant_texts",
     "with_isotonic",
+    "write_calibrated",
     "write_graph",
     "write_record",
 ]

@@ -21,13 +21,14 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
 
 from ..compute import ASK_FOR_CONFIDENCE, judged, wrong_answer
 from ..errors import CalibrationError, LabelError
-from ..stats import binomial_tail
+from ..stats import binomial_tail, fixed_sequence, least_answered
 from ..store import RunReader, TraceReader
 from .metaeval import annotated, judge_value, label_truth, read_labels
 from .metaeval_stats import Bootstrap
@@ -60,11 +61,6 @@ class Calibration(BaseModel):
     message: str | None = None
 
 
-def _least_answered(risk: float, delta: float) -> int:
-    """The fewest answers with which "risk > R" can be rejected at δ (all of them right)."""
-    return max(1, math.ceil(math.log(delta) / math.log(1.0 - risk) - 1e-12))
-
-
 def select_threshold(
     confidence: np.ndarray, wrong: np.ndarray, risk: float, delta: float
 ) -> np.ndarray:
@@ -86,13 +82,33 @@ def select_threshold(
     # Fewer answers than this cannot reject even with no error, (1 − R)^n > δ: such
     # thresholds leave the sequence before any error is looked at (else the first, with one
     # answer, would always stop it).
-    last &= answered >= _least_answered(risk, delta)
-    failed = last & (binomial_tail(errors, answered, risk) > delta)
-    kept = last & (np.cumsum(failed, axis=1) == 0)
-    any_kept = kept.any(axis=1)
-    index = conf.shape[1] - 1 - np.argmax(kept[:, ::-1], axis=1)
-    chosen = conf_sorted[np.arange(conf.shape[0]), index]
-    return np.where(any_kept, chosen, np.nan)
+    last &= answered >= least_answered(risk, delta)
+    index = fixed_sequence(binomial_tail(errors, answered, risk), last, delta)
+    chosen = conf_sorted[np.arange(conf.shape[0]), np.maximum(index, 0)]
+    return np.where(index >= 0, chosen, np.nan)
+
+
+def check_bounds(risk: float, delta: float, tolerance: float) -> None:
+    """ValueError unless risk and delta are in (0, 1) and tolerance a finite number ≥ 0."""
+    if not 0.0 < risk < 1.0 or not 0.0 < delta < 1.0:
+        raise ValueError(f"risk and delta must be between 0 and 1, got {risk!r}, {delta!r}")
+    # NaN compares false with every distance (no answer is ever wrong), infinity the same
+    # way by agreement: either would promise a threshold the labels never tested.
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise ValueError(f"tolerance must be a finite number of 0 or more, got {tolerance!r}")
+
+
+def consensus_labels(
+    rows: dict[str, dict[str, Any]], items: list[dict[str, Any]], field: str
+) -> list[dict[str, Any]]:
+    """One label per example: several people's become their consensus, as meta-eval merges
+    them (its bootstrap of the human ceiling is not used here, so a few resamples do)."""
+    merged: list[dict[str, Any]] = []
+    for kind, level in (("score", "interval"), ("choice", "nominal")):
+        some = [x for x in items if ("score" in x) == (kind == "score")]
+        if some:
+            merged += annotated(rows, some, field, level, Bootstrap(resamples=50))[0]
+    return merged
 
 
 def calibrate(
@@ -117,12 +133,7 @@ def calibrate(
     threshold meets `risk`, `threshold` is None and `coverage` 0. Learn then Test with
     fixed-sequence testing and exact binomial p-values: see the module.
     """
-    if not 0.0 < risk < 1.0 or not 0.0 < delta < 1.0:
-        raise ValueError(f"risk and delta must be between 0 and 1, got {risk!r}, {delta!r}")
-    # NaN compares false with every distance (no answer is ever wrong), infinity the same
-    # way by agreement: either would promise a threshold the labels never tested.
-    if not math.isfinite(tolerance) or tolerance < 0:
-        raise ValueError(f"tolerance must be a finite number of 0 or more, got {tolerance!r}")
+    check_bounds(risk, delta, tolerance)
     folder = Path(run_dir)
     items = read_labels(Path(labels))
     rows = {r.id: r.outputs for r in RunReader(folder).results() if r.status == "ok"}
@@ -133,13 +144,7 @@ def calibrate(
         values = {r.example_id: r.value for r in trace.node_runs(node=node) if r.status == "ok"}
     if not values:
         raise CalibrationError(f"{folder}: the trace has no ok run of node '{node}'")
-    # Several people per example become one consensus label, as meta-eval merges them
-    # (its bootstrap of the human ceiling is not used here, so a few resamples do).
-    merged = []
-    for kind, level in (("score", "interval"), ("choice", "nominal")):
-        some = [x for x in items if ("score" in x) == (kind == "score")]
-        if some:
-            merged += annotated(rows, some, field, level, Bootstrap(resamples=50))[0]
+    merged = consensus_labels(rows, items, field)
     confidences, wrong, sources = [], [], set()
     for label in merged:
         answer = judge_value(rows.get(label["id"]), field, label)

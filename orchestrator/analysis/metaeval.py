@@ -6,14 +6,22 @@ choice (compared by accuracy), optionally per `aspect`/`dimension` and, for prot
 that judge several pairs per example, per `pair` ("a|b", or `a` and `b`).
 
 Several humans per example: lines that share an id (and aspect and pair) with different
-`annotator` fields, or one line with a `labels` list of {annotator, score|choice}. The
-run is then compared with their consensus, and their agreement with each other is the
-ceiling (section `humans`). Every statistic gets a seeded bootstrap interval over examples.
+`annotator` fields (`reviewer`, as `orchestrator review` writes it, is the annotator), or
+one line with a `labels` list of {annotator, score|choice}. The run is then compared with
+their consensus, and their agreement with each other is the ceiling (section `humans`).
+Every statistic gets a seeded bootstrap interval over examples.
+
+One person's later line for the same example replaces their earlier one (an edit is a new
+line, so a labels file is only ever appended to); a line flagged without an answer
+(`"flag": true`, a note and no score or choice) withdraws theirs. A last line cut short
+without its newline (a writer killed mid-line) is left out with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +44,11 @@ from .metaeval_stats import (
 )
 from .metaeval_table import meta_eval_table
 
+log = logging.getLogger(__name__)
+
 META_EVAL = "meta_eval.json"
 CHOICE_FIELDS = ("choices", "outcomes", "choice", "winner")  # tried in order by default
-__all__ = ["LabelError", "meta_eval", "meta_eval_table", "read_labels"]
+__all__ = ["LabelError", "label_lines", "meta_eval", "meta_eval_table", "read_labels"]
 SHOWN_MISSING = 20  # ids listed per section; the count is always complete
 TRUTH_FIELDS = ("score", "choice", "winner")
 NO_CEILING = "one human label per example: no human–human agreement to compare the run with"
@@ -66,13 +76,25 @@ def _score(label: dict[str, Any], where: str) -> None:
         raise LabelError(f"{where}: 'score' must be a finite number, got {value!r}")
 
 
+def _choice(label: dict[str, Any], where: str) -> None:
+    """Check a label's `choice` or `winner` is one plain value (a name, a number, true or
+    false): null, a list or an object would compare unequal to every answer and count as
+    the judge's error without a word."""
+    for key in ("choice", "winner"):
+        if key in label and (label[key] is None or isinstance(label[key], list | dict)):
+            raise LabelError(f"{where}: {key!r} must be a name or a number, got {label[key]!r}")
+
+
 def _expand(item: dict[str, Any], where: str) -> list[dict[str, Any]]:
     """One line's labels: itself, or one label per entry of its `labels` list."""
     listed = item.pop("labels", None)
     if listed is None:
         if not any(k in item for k in TRUTH_FIELDS):
+            if item.get("flag") is True:
+                return [item]  # flagged without an answer: no label, but it replaces one
             raise LabelError(f"{where}: a label needs 'score', 'choice' or 'winner'")
         _score(item, where)
+        _choice(item, where)
         return [item]
     if not isinstance(listed, list) or not listed:
         raise LabelError(f"{where}: 'labels' is a non-empty list of {{annotator, score|choice}}")
@@ -82,30 +104,67 @@ def _expand(item: dict[str, Any], where: str) -> list[dict[str, Any]]:
             raise LabelError(f"{where}: labels[{position}] needs 'score', 'choice' or 'winner'")
         label = {**item, "annotator": f"#{position}", **entry}
         _score(label, f"{where}: labels[{position}]")
+        _choice(label, f"{where}: labels[{position}]")
         out.append(label)
     return out
 
 
-def read_labels(path: Path) -> list[dict[str, Any]]:
-    """Every label, each checked to carry an id and a score or a choice."""
+def label_lines(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each line of a labels file as (where, object): checked to be an object with an id
+    (made a string), `where` naming the file and line. A last line without its newline
+    that is not JSON is a line a killed writer left half written: skipped, with a warning."""
     if not path.is_file():
         raise LabelError(f"{path}: labels file not found")
-    labels = []
-    for number, line in enumerate(path.read_bytes().splitlines(), start=1):
+    data = path.read_bytes()
+    lines = data.splitlines()
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        where = f"{path}:{number}"
         try:
             item = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            raise LabelError(f"{path}:{number}: not valid JSON ({exc})") from exc
+            if number == len(lines) and not data.endswith(b"\n"):
+                log.warning(
+                    "%s: a last line cut short (a writer stopped mid-line): left out", where
+                )
+                return
+            raise LabelError(f"{where}: not valid JSON ({exc})") from exc
         if not isinstance(item, dict) or item.get("id") in (None, ""):
-            raise LabelError(f"{path}:{number}: a label is an object with an 'id'")
+            raise LabelError(f"{where}: a label is an object with an 'id'")
         item["id"] = str(item["id"])
-        for label in _expand(item, f"{path}:{number}"):
-            if "annotator" in label:
-                label["annotator"] = str(label["annotator"])
-            labels.append(label)
-    return labels
+        yield where, item
+
+
+def label_unit(label: dict[str, Any]) -> tuple[str, str | None, str | None, str | None]:
+    """What one person labels once: (id, aspect, pair, annotator); a later line of the same
+    unit replaces an earlier one."""
+    annotator = label.get("annotator")
+    return label["id"], _label_key(label), _label_pair(label), annotator
+
+
+def read_labels(path: Path) -> list[dict[str, Any]]:
+    """Every label, each checked to carry an id and a score or a choice; `reviewer` is the
+    annotator, and of one annotator's lines for one example the last stands."""
+    place: dict[tuple[str, str | None, str | None, str | None], int] = {}
+    labels: list[dict[str, Any]] = []
+    for where, item in label_lines(path):
+        if item.get("reviewer") not in (None, ""):
+            item["annotator"] = item["reviewer"]
+        for label in _expand(item, where):
+            if "annotator" not in label:
+                labels.append(label)
+                continue
+            label["annotator"] = str(label["annotator"])
+            unit = label_unit(label)
+            # The unit keeps the place of its first line and takes its latest line.
+            if unit in place:
+                labels[place[unit]] = label
+            else:
+                place[unit] = len(labels)
+                labels.append(label)
+    # A flag without an answer only withdraws the person's earlier answer.
+    return [x for x in labels if any(k in x for k in TRUTH_FIELDS)]
 
 
 def _label_key(label: dict[str, Any]) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .bias import position_bias
 from .catalog import catalog, catalog_markdown, describe
-from .confidence import ASK_FOR_CONFIDENCE, field_value, judged, wrong_answer
+from .confidence import ASK_FOR_CONFIDENCE, Judged, field_value, judged, wrong_answer
 from .distilled import CARD_FILE, SCORER_FILE, Scorer, compose, load_scorer
 from .embeddings import encoder, resolve_model_path
 from .expert import AGGREGATIONS, aspect_credit, f1, is_matched, mean_credit
@@ -21,6 +21,7 @@ __all__ = [
     "LEVELS",
     "SCORER_FILE",
     "ComputeFunction",
+    "Judged",
     "Scorer",
     "aspect_credit",
     "bradley_terry",

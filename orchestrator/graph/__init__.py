@@ -11,6 +11,7 @@ from ..faces import lazy
 if TYPE_CHECKING:
     from .checks import (
         SAMPLE_ROWS,
+        Checker,
         NodeScope,
         check_arguments,
         check_input_types,
@@ -37,6 +38,7 @@ __all__ = [
     "ONCE_EXAMPLE",
     "SAMPLE_ROWS",
     "SAMPLING_TYPES",
+    "Checker",
     "CompiledAggregate",
     "CompiledGraph",
     "CompiledNode",

@@ -197,8 +197,10 @@ def _compile(origin: GraphOrigin, spec: GraphSpec, functions: bool) -> CompiledG
     graph = nx.DiGraph()
     graph.add_nodes_from(node_names)
     for name, node in spec.nodes.items():
-        cn = _compile_node(ck, name, node, inputs, node_names)
-        compiled[name] = cn
+        compiled[name] = _compile_node(ck, name, node, inputs, node_names)
+    for cn in list(compiled.values()):
+        cn.kind.link(cn, compiled, ck)  # a cascade's later stages wait for earlier ones
+    for name, cn in compiled.items():
         for dep in cn.deps:
             graph.add_edge(dep, name)
 

@@ -286,6 +286,9 @@ class NodeKind(Protocol):
     def functions(self, cn: Any) -> list[ComputeFunction]:
         """The Python functions it runs."""
 
+    def link(self, cn: Any, nodes: Any, ck: Any) -> None:
+        """Tie other compiled nodes to this one once all are compiled (a cascade's stages)."""
+
 
 # The node kinds a graph is parsed and compiled with, by `kind:` tag, in the order errors
 # list them: the kinds above hand their registry in, so nothing here imports them.

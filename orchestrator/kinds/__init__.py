@@ -1,6 +1,7 @@
 """Node kinds: each owns its spec model, its compile step and its executor (see base.py).
 
-The built-in kinds, `llm` and `compute`, are registered here, when the package is first
+The built-in kinds, `llm`, `compute` and `cascade` (cascade.py: one decision escalated
+from one judge to the next), are registered here, when the package is first
 imported, so they come first; graphs.py compiles graphs with every registered kind.
 """
 
@@ -20,11 +21,13 @@ from .base import (
     register_kind,
     unregister_kind,
 )
+from .cascade import CascadeKind
 from .compute import CompiledCompute, ComputeKind
 from .graphs import compile_dict, compile_graph, compile_source, endpoint_wants
 from .llm import LLMKind
 
-for _builtin in (LLMKind(), ComputeKind()):  # this order is the order errors list them in
+# This order is the order errors list them in.
+for _builtin in (LLMKind(), ComputeKind(), CascadeKind()):
     BUILTIN_KINDS.add(_builtin)
 
 __all__ = [

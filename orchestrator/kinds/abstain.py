@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..graph import Expression, FieldSpec, NodeScope, Sampling
     from ..store import NodeRecord
 
-__all__ = ["Abstain", "AbstainRule", "compile_abstain"]
+__all__ = ["Abstain", "AbstainRule", "compile_abstain", "field_known", "no_confidence"]
 
 
 class Abstain(BaseModel):
@@ -103,7 +103,7 @@ def _failed(rec: NodeRecord, error: NodeError) -> NodeError:
     return error
 
 
-def _field_known(output: dict[str, FieldSpec], path: str) -> bool:
+def field_known(output: dict[str, FieldSpec], path: str) -> bool:
     """Whether a dotted field path names a field of the output schema."""
     fields: dict[str, FieldSpec] | None = output
     for part in path.split("."):
@@ -111,6 +111,14 @@ def _field_known(output: dict[str, FieldSpec], path: str) -> bool:
             return False
         fields = fields[part].fields
     return True
+
+
+def no_confidence(sampling: Sampling) -> bool:
+    """Whether a node's sampling surely gives no confidence: neither token logprobs nor
+    several samples (an expression may give either: it is judged per call instead)."""
+    n, logprobs = sampling.n, sampling.logprobs
+    known = not isinstance(n, str) and not isinstance(logprobs, str)
+    return known and not logprobs and int(n or 1) <= 1
 
 
 def compile_abstain(
@@ -124,7 +132,7 @@ def compile_abstain(
             field = next(iter(output))
         else:
             scope.problem(f"the output has several fields ({fields}): name one", "abstain.field")
-    elif not _field_known(output, field):
+    elif not field_known(output, field):
         scope.problem(f"'{field}' is not a field of the output ({fields})", "abstain.field")
         field = None
     rule = AbstainRule(field or "", tolerance=spec.tolerance)
@@ -134,10 +142,7 @@ def compile_abstain(
         scope.problem(problem, "abstain.threshold")
     else:
         rule.threshold = float(spec.threshold)
-    n, logprobs = sampling.n, sampling.logprobs
-    # An expression may give either; it is judged per call (a reply without is an error).
-    known = not isinstance(n, str) and not isinstance(logprobs, str)
-    if known and not logprobs and int(n or 1) <= 1:
+    if no_confidence(sampling):
         scope.problem(
             "abstain needs a confidence, and the node asks for neither token logprobs nor "
             f"several samples: ask for {ASK_FOR_CONFIDENCE}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, get_args
 
@@ -19,7 +20,7 @@ from ..servers import EndpointWant
 if TYPE_CHECKING:
     from ..calls import LLMClient, Runtime
     from ..compute import ComputeFunction
-    from ..graph import CompiledNode, Expression, FieldSpec, GraphSpec, NodeScope
+    from ..graph import Checker, CompiledNode, Expression, FieldSpec, GraphSpec, NodeScope
     from ..servers import Endpoint
     from ..store import TraceRecorder
 
@@ -109,6 +110,11 @@ class NodeKind(ABC, Generic[SpecT, NodeT]):
     def functions(self, cn: NodeT) -> list[ComputeFunction]:
         """Python functions it runs: user code among them is part of the run's identity."""
         return []
+
+    def link(self, cn: NodeT, nodes: Mapping[str, CompiledNode], ck: Checker) -> None:
+        """Once every node is compiled, before the order is found: tie other nodes to this
+        one (a cascade makes each later stage wait for, and run only past, the ones before
+        it); report problems through `ck`. Most kinds tie nothing."""
 
 
 class KindRegistry:

@@ -71,26 +71,15 @@ class _Handler(LoopbackHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path in ("/", "/index.html", "/report.html"):
-            self._send(200, "text/html; charset=utf-8", self.server.page)
+            self.send_body(200, "text/html; charset=utf-8", self.server.page)
             return
         match = _EXAMPLE.match(path)
         if match:
             detail = self.server.detail(int(match.group(1)))
             if detail is not None:
-                self._send(200, "application/json", orjson.dumps(detail, default=str))
+                self.send_body(200, "application/json", orjson.dumps(detail, default=str))
                 return
-        self._send(404, "text/plain; charset=utf-8", f"not found: {path}".encode())
-
-    def _send(self, status: int, kind: str, body: bytes) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
+        self.send_body(404, "text/plain; charset=utf-8", f"not found: {path}".encode())
 
 
 def make_server(run_dir: Path, port: int = 8770, full_prompts: bool = False) -> ReportServer:
@@ -110,8 +99,8 @@ def serving_line(run_dir: Path, server: ReportServer) -> str:
     return f"Report of {run_dir} at {server.url} (Ctrl-C stops it)"
 
 
-def serve_until_interrupted(server: ReportServer) -> None:
-    """Serve until Ctrl-C, then release the port and the trace."""
+def serve_until_interrupted(server: ThreadingHTTPServer) -> None:
+    """Serve until Ctrl-C, then release the port and the trace (a report's or a review's)."""
     try:
         server.serve_forever()
     except KeyboardInterrupt:

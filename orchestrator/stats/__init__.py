@@ -2,8 +2,9 @@
 beyond chance: Cohen's and Fleiss' κ, Krippendorff's α (`agreement.py`), the
 bootstrap with percentile, BCa and whole-cluster resamples (`bootstrap.py`), the sign-flip
 test and the interval that inverts it, plain and clustered (`signflip.py`), one-number
-intervals and tests: Wilson, the exact binomial tail, Holm, Welch (`intervals.py`), and the
-t-test's power with the intra-cluster correlation (`power.py`). Compute functions, compare,
+intervals and tests: Wilson, the exact binomial tail, Holm, Welch (`intervals.py`), the
+t-test's power with the intra-cluster correlation (`power.py`), and Learn then Test's
+fixed-sequence step (`ltt.py`). Compute functions, compare,
 the judge card, align, calibrate, power and meta-eval all call these; import them from
 here, not from the modules.
 
@@ -42,6 +43,7 @@ from .intervals import (
     welch_p,
     wilson,
 )
+from .ltt import fixed_sequence, least_answered
 from .power import normal_n, one_way_icc, t_power
 from .ranks import (
     Method,
@@ -92,11 +94,13 @@ __all__ = [
     "draw_counts",
     "draws",
     "finite",
+    "fixed_sequence",
     "fleiss_kappa",
     "generator",
     "holm",
     "kendall_tau_b",
     "krippendorff_alpha_counts",
+    "least_answered",
     "mean_interval",
     "normal_n",
     "one_way_icc",

@@ -10,6 +10,7 @@ from ..faces import lazy
 
 if TYPE_CHECKING:
     from .cache import BUSY_SECONDS, ResponseCache, cache_key, default_cache_path, open_cache
+    from .disk import on_disk
     from .flight import CURRENT, InFlight, note_try, timed_out
     from .folder import (
         INPUTS,
@@ -131,6 +132,7 @@ __all__ = [
     "loads",
     "not_a_run_folder",
     "note_try",
+    "on_disk",
     "open_cache",
     "plural",
     "read_only",

@@ -177,11 +177,11 @@ def test_unknown_kind_lists_every_registered_kind() -> None:
     graph["nodes"]["band"]["kind"] = "lokup"
     [(file, node, field, message)] = problems(graph)
     assert (file, node, field) == ("demo.yaml", "band", "kind")
-    assert message == "unknown kind 'lokup': use 'llm', 'compute' or 'lookup'"
+    assert message == "unknown kind 'lokup': use 'llm', 'compute', 'cascade' or 'lookup'"
 
 
 def test_registration_is_checked_and_undone() -> None:
-    assert list(kinds()) == ["llm", "compute", "lookup"]
+    assert list(kinds()) == ["llm", "compute", "cascade", "lookup"]
     with pytest.raises(ValueError, match="already registered"):
         register_kind(LookupKind())
 
@@ -200,10 +200,10 @@ def test_registration_is_checked_and_undone() -> None:
 
     with pytest.raises(TypeError, match=r"must subclass orchestrator\.graph\.spec\.NodeBase"):
         register_kind(LooseKind())
-    assert list(kinds()) == ["llm", "compute", "lookup"]
+    assert list(kinds()) == ["llm", "compute", "cascade", "lookup"]
 
     unregister_kind("lookup")
-    message = "unknown kind 'lookup': use 'llm' or 'compute'"
+    message = "unknown kind 'lookup': use 'llm', 'compute' or 'cascade'"
     assert problems(spec()) == [
         ("demo.yaml", "band", "kind", message),
         ("demo.yaml", "per_word", "kind", message),

@@ -12,18 +12,18 @@ from orchestrator.kinds import BUILTIN_KINDS, USER_KINDS, KindRegistry, kinds
 
 def test_register_kind_adds_to_the_users_registry_over_the_builtins() -> None:
     builtins = BUILTIN_KINDS.kinds()
-    assert list(builtins) == ["llm", "compute"]
+    assert list(builtins) == ["llm", "compute", "cascade"]
     mine = KindRegistry(BUILTIN_KINDS)
     llm = builtins["llm"]
     with pytest.raises(ValueError, match="already registered"):
         mine.add(llm)
-    assert list(mine.kinds()) == ["llm", "compute"]
+    assert list(mine.kinds()) == ["llm", "compute", "cascade"]
     compute = builtins["compute"]
     mine.add(compute, replace=True)  # the user's own, over the built-in of that name
     assert mine.kinds()["compute"] is compute and BUILTIN_KINDS.kinds() == builtins
     mine.remove("compute")
     mine.remove("llm")  # not its own: the built-in stays
-    assert list(mine.kinds()) == ["llm", "compute"]
+    assert list(mine.kinds()) == ["llm", "compute", "cascade"]
     # the process's user registry is one such registry: the built-ins stay as they are
     assert USER_KINDS.kinds() == kinds()
     assert BUILTIN_KINDS.kinds() == builtins
