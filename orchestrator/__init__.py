@@ -23,6 +23,8 @@ _EXPORTS = {
     "load_graph": ".api.run",
     "run": ".api.run",
     "aretest": ".api.retest",
+    "areplay": ".api.replay",
+    "replay": ".api.replay",
     "retest": ".api.retest",
     "Retest": ".analysis.card.stability",
     "Stability": ".analysis.card.stability",
@@ -89,6 +91,7 @@ if TYPE_CHECKING:
     from .api.card import JudgeCard, judge_card
     from .api.diff import diff
     from .api.power import PowerEstimate, power
+    from .api.replay import areplay, replay
     from .api.retest import aretest, retest
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .api.runner import RunConfig, RunOutcome, execute
@@ -171,6 +174,7 @@ __all__ = [
     "WorkerLost",
     "__version__",
     "align",
+    "areplay",
     "aretest",
     "arun",
     "calibrate",
@@ -187,6 +191,7 @@ __all__ = [
     "ratings_across_runs",
     "register",
     "register_kind",
+    "replay",
     "retest",
     "run",
     "summarize",

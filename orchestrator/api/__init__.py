@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .card import JudgeCard, judge_card
     from .diff import RunDiff, diff
     from .power import PowerEstimate, power
+    from .replay import areplay, replay
     from .retest import aretest, retest
     from .run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .runner import RunConfig, RunOutcome, execute
@@ -29,6 +30,7 @@ __all__ = [
     "RunOutcome",
     "RunResult",
     "align",
+    "areplay",
     "aretest",
     "arun",
     "diff",
@@ -37,6 +39,7 @@ __all__ = [
     "judge_card",
     "load_graph",
     "power",
+    "replay",
     "retest",
     "run",
 ]
