@@ -25,6 +25,10 @@ _EXPORTS = {
     "aretest": ".api.retest",
     "areplay": ".api.replay",
     "replay": ".api.replay",
+    "astress": ".api.stress",
+    "stress": ".api.stress",
+    "StressReport": ".analysis.stress",
+    "register_perturbation": ".analysis.stress",
     "retest": ".api.retest",
     "Retest": ".analysis.card.stability",
     "Stability": ".analysis.card.stability",
@@ -87,6 +91,7 @@ if TYPE_CHECKING:
     from .analysis.export import export, node_runs_frame
     from .analysis.groups import summarize
     from .analysis.ratings import ratings_across_runs
+    from .analysis.stress import StressReport, register_perturbation
     from .api.align import Alignment, align
     from .api.card import JudgeCard, judge_card
     from .api.diff import diff
@@ -95,6 +100,7 @@ if TYPE_CHECKING:
     from .api.retest import aretest, retest
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .api.runner import RunConfig, RunOutcome, execute
+    from .api.stress import astress, stress
     from .calls.retry import RetryPolicy
     from .compute.registry import register
     from .data.sources import RowSource
@@ -168,6 +174,7 @@ __all__ = [
     "ServerUnavailable",
     "Stability",
     "StorageError",
+    "StressReport",
     "Summary",
     "Transport",
     "WorkerFailed",
@@ -177,6 +184,7 @@ __all__ = [
     "areplay",
     "aretest",
     "arun",
+    "astress",
     "calibrate",
     "compare",
     "compile_graph",
@@ -191,8 +199,10 @@ __all__ = [
     "ratings_across_runs",
     "register",
     "register_kind",
+    "register_perturbation",
     "replay",
     "retest",
     "run",
+    "stress",
     "summarize",
 ]

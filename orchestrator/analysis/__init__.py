@@ -85,6 +85,17 @@ if TYPE_CHECKING:
     from .metaeval_stats import Bootstrap
     from .power import PowerEstimate, estimate_power
     from .ratings import ratings_across_runs, ratings_tables
+    from .stress import (
+        Perturbation,
+        StressEffect,
+        StressReport,
+        register_perturbation,
+        stress_effect,
+        stress_fields,
+        stress_flags,
+        stress_perturbations,
+        stress_variants,
+    )
     from .tables import TextTable
 
 lazy(__name__)
@@ -114,12 +125,15 @@ __all__ = [
     "NodeChange",
     "OutputComparison",
     "PairExamples",
+    "Perturbation",
     "PowerEstimate",
     "Retest",
     "RunDiff",
     "Shot",
     "Side",
     "Stability",
+    "StressEffect",
+    "StressReport",
     "TextTable",
     "Trial",
     "Variant",
@@ -165,12 +179,18 @@ __all__ = [
     "ratings_across_runs",
     "ratings_tables",
     "read_truth",
+    "register_perturbation",
     "run_inputs",
     "run_rows",
     "sections",
     "shot_record",
     "split",
     "strata",
+    "stress_effect",
+    "stress_fields",
+    "stress_flags",
+    "stress_perturbations",
+    "stress_variants",
     "summarize",
     "summarize_groups",
     "trial",

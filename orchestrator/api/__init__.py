@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .retest import aretest, retest
     from .run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .runner import RunConfig, RunOutcome, execute
+    from .stress import astress, stress
 
 lazy(__name__)
 
@@ -33,6 +34,7 @@ __all__ = [
     "areplay",
     "aretest",
     "arun",
+    "astress",
     "diff",
     "execute",
     "graph_from_dict",
@@ -42,4 +44,5 @@ __all__ = [
     "replay",
     "retest",
     "run",
+    "stress",
 ]

@@ -18,8 +18,9 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Unpack
+from typing import Any, Unpack
 
 from ..errors import ConfigurationError, RunFolderError
 from ..graph import CompiledGraph, load_yaml
@@ -51,14 +52,58 @@ async def areplay(
     the run's, its cache file too, but the server is only the one named (`base_url`, or
     `transport`; `allow_servers` for a node's own), never one the folder records. `out`
     follows every run folder's rule: missing, empty, or this replay's own (resumed)."""
+    prepared = prepare(run_dir, node, out, prompt, options)
+    _announce(prepared.run, prepared.graph, prepared.asked, len(prepared.rows), options)
+    settings: RunArgs = {
+        **options,
+        "params": prepared.params,
+        "replay": prepared.record(),
+    }
+    return await arun(prepared.graph, prepared.rows, out=Path(out), **settings)
+
+
+@dataclass
+class Prepared:
+    """A replay decided, before any request: the graph (its prompt changed), the nodes
+    asked again, what changed, the params, the run's rows; `options` filled in."""
+
+    run: Path
+    graph: CompiledGraph
+    reader: RunReader
+    source_key: str
+    named: list[str]
+    asked: list[str]
+    changes: dict[str, str]
+    params: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+    def record(self, **more: str) -> Replay:
+        """The `Replay` setting of a run of it, with `more` changes."""
+        return Replay(
+            source=str(self.run),
+            source_key=self.source_key,
+            named=tuple(self.named),
+            nodes=tuple(self.asked),
+            changes={**self.changes, **more},
+        )
+
+
+def prepare(
+    run_dir: str | Path,
+    node: str | Sequence[str],
+    out: str | Path | None,
+    prompt: str | Path | None,
+    options: RunArgs,
+) -> Prepared:
+    """Check and decide a replay of the run in `run_dir` (see `areplay`); `options` get the
+    servers named (the re-ask rule) and the run's model and cache where not given."""
     fixed = sorted(set(options) & set(_FIXED))
     if fixed:
         raise ConfigurationError(f"a replay sets {', '.join(fixed)} itself: leave it out")
     run = Path(run_dir)
-    target = Path(out)
-    if target.resolve() == run.resolve():
+    if out is not None and Path(out).resolve() == run.resolve():
         raise ConfigurationError(
-            f"--out {target} is the run replayed: a replay writes a folder of its own"
+            f"--out {out} is the run replayed: a replay writes a folder of its own"
         )
     reader = RunReader(run)
     snapshot = reader.snapshot_graph
@@ -78,25 +123,25 @@ async def areplay(
     recorded = dict(manifest.parameters.params)
     for key, value in params.items():
         changes[f"params.{key}"] = f"{recorded.get(key)!r} → {value!r}"
-    run_params = {**recorded, **params}
     if options.get("model") is not None and options.get("model") != manifest.model:
         changes["model"] = f"{manifest.model} → {options.get('model')}"
-    asked = _descendants(graph, named)
+    run_params = {**recorded, **params}
     _ask_only_named_servers(run, graph, run_params, manifest.servers, options)
     _run_defaults(options, graph, manifest.parameters, manifest.model)
     rows = [{**line.data, "id": line.id} for line in reader.inputs() if line.data is not None]
     if not rows:
         raise RunFolderError(f"{run} holds no example inputs to replay")
-    _announce(run, graph, asked, len(rows), options)
-    replay = Replay(
-        source=str(run),
+    return Prepared(
+        run=run,
+        graph=graph,
+        reader=reader,
         source_key=manifest.run_key.digest,
-        named=tuple(named),
-        nodes=tuple(asked),
+        named=named,
+        asked=_descendants(graph, named),
         changes=changes,
+        params=run_params,
+        rows=rows,
     )
-    settings: RunArgs = {**options, "params": run_params, "replay": replay}
-    return await arun(graph, rows, out=target, **settings)
 
 
 replay = _blocking(areplay)

@@ -42,6 +42,6 @@ from . import calibrate  # noqa: F401 - calibrate
 from . import align  # noqa: F401 - align
 
 # isort: split
-from . import replay  # noqa: F401 - replay
+from . import replay  # noqa: F401 - replay, stress
 
 __all__ = ["app", "main"]
