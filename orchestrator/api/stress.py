@@ -30,10 +30,10 @@ from ..analysis import (
     stress_perturbations,
     stress_variants,
 )
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, RunFolderError
 from ..graph import CompiledGraph
 from ..session import RunArgs
-from ..store import WHOLE, RunReader
+from ..store import WHOLE, RunReader, check_out, claim_out, command_output, write_json
 from .replay import Prepared, prepare
 from .retest import _chosen_rows
 from .run import _blocking, arun
@@ -41,6 +41,10 @@ from .run import _blocking, arun
 log = logging.getLogger(__name__)
 
 DEFAULT = ("length", "injection", "typos", "format")
+REPORT_FILE = "stress.json"  # the report, beside the replays it was made from
+# The stress folder: its replays (each a run folder of its own) and the report; marked as
+# this command's so `--out` never writes into a folder holding anything else.
+STRESS_FOLDER = command_output("stress", {REPORT_FILE, "baseline"})
 
 
 async def astress(
@@ -84,6 +88,7 @@ async def astress(
     llm = [name for name in prepared.asked if prepared.graph.nodes[name].is_llm]
     requests = (len(variants) + 1) * len(picked) * len(llm)
     folder = Path(out) if out is not None else prepared.run / f"stress-{node}-n{rows}-s{seed}"
+    check_out(folder, STRESS_FOLDER, overwrite=False)
     log.info(
         "Stress of %s in %s: %d variants and a baseline on %d rows, asking %s again: at "
         "most %d requests to %s (fewer from the cache)",
@@ -95,6 +100,7 @@ async def astress(
         requests,
         options.get("base_url") or "the transport given",
     )
+    claim_out(folder, STRESS_FOLDER)
     baseline = await _replay(prepared, picked, folder / "baseline", options, "baseline")
     before = _answers(baseline, node)
     effects: list[StressEffect] = []
@@ -117,7 +123,7 @@ async def astress(
             if found is not None:
                 effects.append(found)
     flags = stress_flags(effects)
-    return StressReport(
+    report = StressReport(
         run=str(prepared.run),
         node=node,
         judged=field,
@@ -128,6 +134,11 @@ async def astress(
         perturbations=effects,
         flags=flags,
     )
+    try:
+        write_json(folder / REPORT_FILE, report.model_dump(mode="json"))
+    except OSError as exc:
+        raise RunFolderError(f"{folder / REPORT_FILE} could not be written: {exc}") from exc
+    return report
 
 
 stress = _blocking(astress)

@@ -9,6 +9,7 @@ import logging
 import random
 import re
 from collections.abc import Iterator
+from html import escape
 from pathlib import Path
 
 import numpy as np
@@ -232,3 +233,40 @@ def test_order_reads_the_baseline_swapped() -> None:
     assert positional is not None and faithful is not None
     assert positional.estimate == 1.0 and positional.p < 0.001
     assert faithful.estimate == 0.0 and faithful.p == 1.0
+
+
+def test_the_report_shows_the_stress_tests_and_a_replay_its_lineage(
+    run: tuple[Path, FakeServer], tmp_path: Path
+) -> None:
+    from orchestrator.report import build_report
+
+    folder, server = run
+    server.responder = judge_responder("length")
+    found = orc.stress(folder, node="judge", perturb=["length"], rows=6, base_url=server.base_url)
+    kept = folder / "stress-judge-n6-s0" / "stress.json"
+    assert json.loads(kept.read_text(encoding="utf-8"))["flags"] == found.flags
+    html = build_report(folder).read_text(encoding="utf-8")
+    assert 'data-view="stress"' in html and "<h3>Stress</h3>" in html
+    for flag in found.flags:
+        assert escape(flag) in html
+    assert 'data-view="replay"' not in html  # the run replays nothing
+    # A stress replay is a replay: its own report names the run it replays and the change.
+    html = build_report(folder / "stress-judge-n6-s0" / "length-padded-2x").read_text("utf-8")
+    assert 'data-view="replay"' in html and escape(str(folder)) in html
+    assert "length: padded 2x" in html
+
+
+def test_stress_writes_only_into_a_folder_of_its_own(
+    run: tuple[Path, FakeServer], tmp_path: Path
+) -> None:
+    folder, server = run
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep", encoding="utf-8")
+    before = len(server.requests)
+    with pytest.raises(orc.RunFolderError, match=r"notes\.txt"):
+        orc.stress(
+            folder, node="judge", perturb=["typos"], rows=4, out=mine, base_url=server.base_url
+        )
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert node_requests(server, before) == 0
