@@ -325,3 +325,25 @@ def test_the_worked_example_of_the_replay_page_runs_as_shown(
     assert len(prompts) == 3 and all(p.startswith("Be strict.") for p in prompts)
     first, strict = results(Path("runs/two")), results(Path("runs/two-strict"))
     assert {k: v["draft"] for k, v in first.items()} == {k: v["draft"] for k, v in strict.items()}
+
+
+def test_diff_names_the_replayed_node_as_where_the_runs_part(
+    tmp_path: Path, server: FakeServer
+) -> None:
+    run = first_run(tmp_path, server)
+    new = tmp_path / "judge.jinja"
+    new.write_text("Strictly, draft {{ draft.score }}: {{ text }}", encoding="utf-8")
+    orc.replay(
+        run, node="judge", prompt=new, out=tmp_path / "r2", base_url=server.base_url, cache=False
+    )
+    found = orc.diff(run, tmp_path / "r2")
+    changed = {n.node: n.changed for n in found.nodes}
+    assert changed["draft"] == changed["side"] == 0 and changed["judge"] > 0
+    assert found.differences and {d.node for d in found.differences} == {"judge"}
+    # An ordinary run folder: the judge card and the report read it, lineage shown.
+    card = orc.judge_card(tmp_path / "r2")
+    assert {r.node for r in card.reliability} >= {"judge"}
+    from orchestrator.report import build_report
+
+    html = build_report(tmp_path / "r2").read_text(encoding="utf-8")
+    assert 'data-view="replay"' in html and "asked again" in html
