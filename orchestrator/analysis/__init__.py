@@ -86,9 +86,11 @@ if TYPE_CHECKING:
     from .power import PowerEstimate, estimate_power
     from .ratings import ratings_across_runs, ratings_tables
     from .stress import (
+        STRESS_REPORT,
         Perturbation,
         StressEffect,
         StressReport,
+        kept_stress,
         register_perturbation,
         stress_effect,
         stress_fields,
@@ -108,6 +110,7 @@ __all__ = [
     "LABEL_COLUMNS",
     "METRICS",
     "PAGE_FILE",
+    "STRESS_REPORT",
     "TABLES",
     "Alignment",
     "Bootstrap",
@@ -161,6 +164,7 @@ __all__ = [
     "integer_range",
     "isotonic",
     "judge_card",
+    "kept_stress",
     "label_rows",
     "llm_nodes",
     "measure",

@@ -13,6 +13,7 @@ for a verdict, Holm across the whole report.
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -21,10 +22,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import ConfigurationError
 from ..stats import EXACT_UP_TO, holm, mean_interval, sign_flip_test, wilson
+
+log = logging.getLogger(__name__)
 
 # A perturbation's variants: each a name and the function making the changed row.
 Change = Callable[[dict[str, Any], random.Random], dict[str, Any]]
@@ -244,6 +247,7 @@ class StressReport(BaseModel):
     rows: int
     seed: int
     requests: int
+    folder: str = ""  # where its replays are
     holds: dict[str, str] = Field(default_factory=dict)
     perturbations: list[StressEffect] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)
@@ -352,6 +356,22 @@ def stress_flags(effects: list[StressEffect], alpha: float = ALPHA) -> list[str]
         item.flagged = q <= alpha
         item.text = describe(item)
     return [e.text for e in effects if e.flagged]
+
+
+STRESS_REPORT = "stress.json"  # a stress test's report, beside the replays it was made from
+
+
+def kept_stress(run_dir: Path) -> list[StressReport]:
+    """The stress tests kept in a run folder (`stress-*/stress.json`: the default place of
+    `orchestrator stress`'s replays), by folder name; a file that does not read is logged
+    and left out."""
+    found = []
+    for path in sorted(run_dir.glob(f"stress-*/{STRESS_REPORT}")):
+        try:
+            found.append(StressReport.model_validate_json(path.read_bytes()))
+        except (OSError, ValidationError) as exc:
+            log.warning("%s left out: %s", path, exc)
+    return found
 
 
 def stress_fields(value: Any) -> dict[str, Any]:

@@ -80,7 +80,7 @@ class Prepared:
     def record(self, **more: str) -> Replay:
         """The `Replay` setting of a run of it, with `more` changes."""
         return Replay(
-            source=str(self.run),
+            source=str(self.run.resolve()),
             source_key=self.source_key,
             named=tuple(self.named),
             nodes=tuple(self.asked),

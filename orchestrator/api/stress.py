@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from ..analysis import (
+    STRESS_REPORT,
     StressEffect,
     StressReport,
     stress_effect,
@@ -41,10 +42,9 @@ from .run import _blocking, arun
 log = logging.getLogger(__name__)
 
 DEFAULT = ("length", "injection", "typos", "format")
-REPORT_FILE = "stress.json"  # the report, beside the replays it was made from
 # The stress folder: its replays (each a run folder of its own) and the report; marked as
 # this command's so `--out` never writes into a folder holding anything else.
-STRESS_FOLDER = command_output("stress", {REPORT_FILE, "baseline"})
+STRESS_FOLDER = command_output("stress", {STRESS_REPORT, "baseline"})
 
 
 async def astress(
@@ -130,14 +130,15 @@ async def astress(
         rows=len(picked),
         seed=seed,
         requests=requests,
+        folder=str(folder),
         holds={p.name: p.holds for p in chosen},
         perturbations=effects,
         flags=flags,
     )
     try:
-        write_json(folder / REPORT_FILE, report.model_dump(mode="json"))
+        write_json(folder / STRESS_REPORT, report.model_dump(mode="json"))
     except OSError as exc:
-        raise RunFolderError(f"{folder / REPORT_FILE} could not be written: {exc}") from exc
+        raise RunFolderError(f"{folder / STRESS_REPORT} could not be written: {exc}") from exc
     return report
 
 

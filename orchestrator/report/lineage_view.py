@@ -8,9 +8,7 @@ import logging
 from html import escape
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from ..analysis import StressReport
+from ..analysis import kept_stress
 from ..errors import OrchestratorError
 from ..store import RunReader
 from .render import html_table
@@ -40,26 +38,16 @@ def replay_panel(context: RunContext) -> str | None:
     return html_table(["", ""], rows)
 
 
-def stress_reports(run_dir: Path) -> list[tuple[Path, StressReport]]:
-    """Each stress test kept in the run folder (`stress-*/stress.json`), by folder name."""
-    found = []
-    for path in sorted(run_dir.glob("stress-*/stress.json")):
-        try:
-            found.append((path.parent, StressReport.model_validate_json(path.read_bytes())))
-        except (OSError, ValidationError) as exc:
-            log.warning("%s left out of the report: %s", path, exc)
-    return found
-
-
 def stress_panel(context: RunContext) -> str | None:
     """The flags and effects of each stress test of the run, None when none was run."""
     if context.run_dir is None:
         return None
-    reports = stress_reports(context.run_dir)
+    reports = kept_stress(context.run_dir)
     if not reports:
         return None
     parts = []
-    for folder, report in reports:
+    for report in reports:
+        folder = Path(report.folder)
         flags = report.flags or ["no perturbation moved the judge beyond chance"]
         parts.append(
             f"<h4>{escape(report.node)}: {escape(folder.name)} ({report.rows} rows)</h4>"

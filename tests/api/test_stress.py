@@ -242,16 +242,17 @@ def test_the_report_shows_the_stress_tests_and_a_replay_its_lineage(
 
     folder, server = run
     server.responder = judge_responder("length")
-    found = orc.stress(folder, node="judge", perturb=["length"], rows=6, base_url=server.base_url)
-    kept = folder / "stress-judge-n6-s0" / "stress.json"
+    found = orc.stress(folder, node="judge", perturb=["length"], rows=10, base_url=server.base_url)
+    kept = folder / "stress-judge-n10-s0" / "stress.json"
     assert json.loads(kept.read_text(encoding="utf-8"))["flags"] == found.flags
     html = build_report(folder).read_text(encoding="utf-8")
     assert 'data-view="stress"' in html and "<h3>Stress</h3>" in html
+    assert found.flags
     for flag in found.flags:
         assert escape(flag) in html
     assert 'data-view="replay"' not in html  # the run replays nothing
     # A stress replay is a replay: its own report names the run it replays and the change.
-    html = build_report(folder / "stress-judge-n6-s0" / "length-padded-2x").read_text("utf-8")
+    html = build_report(folder / "stress-judge-n10-s0" / "length-padded-2x").read_text("utf-8")
     assert 'data-view="replay"' in html and escape(str(folder)) in html
     assert "length: padded 2x" in html
 
@@ -270,3 +271,20 @@ def test_stress_writes_only_into_a_folder_of_its_own(
         )
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
     assert node_requests(server, before) == 0
+
+
+def test_the_judge_card_shows_the_stress_tests_of_the_run(
+    run: tuple[Path, FakeServer],
+) -> None:
+    from orchestrator.analysis import flag_lines, sections
+
+    folder, server = run
+    assert orc.judge_card(folder).stress == []
+    server.responder = judge_responder("length")
+    found = orc.stress(folder, node="judge", perturb=["length"], rows=10, base_url=server.base_url)
+    card = orc.judge_card(folder)
+    assert [report.flags for report in card.stress] == [found.flags] and found.flags
+    lines = flag_lines(card)
+    assert all(flag in lines for flag in found.flags)
+    (table,) = [s for s in sections(card) if s.title.startswith("Stress of judge")]
+    assert [row[1] for row in table.rows] == ["padded 1.5x", "padded 2x", "truncated"]
