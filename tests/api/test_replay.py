@@ -347,3 +347,54 @@ def test_diff_names_the_replayed_node_as_where_the_runs_part(
 
     html = build_report(tmp_path / "r2").read_text(encoding="utf-8")
     assert 'data-view="replay"' in html and "asked again" in html
+
+
+def test_a_foreach_node_read_back_keeps_its_items(tmp_path: Path, server: FakeServer) -> None:
+    """A node run once per list element, read back: its items are in the replay's trace as
+    in the run's (the report shows them), a diff finds no change there, and the reader is
+    asked on the same values."""
+    llm = {"kind": "llm", "output": SCORE}
+    spec = {
+        "name": "per_aspect",
+        "inputs": ["text"],
+        "params": {"aspects": ["clarity", "depth", "tone"]},
+        "defaults": {"temperature": 0.0, "max_tokens": 60},
+        "nodes": {
+            "aspect": {
+                **llm,
+                "prompt": "aspect.jinja",
+                "foreach": "params.aspects",
+                "as": "name",
+            },
+            "overall": {**llm, "prompt": "overall.jinja"},
+        },
+        "outputs": {"overall": "overall.score"},
+    }
+    templates = {
+        "aspect.jinja": "Rate the {{ name }} of: {{ text }}",
+        "overall.jinja": "Aspects {{ aspect | map(attribute='score') | join(',') }}: {{ text }}",
+    }
+    graph = write_graph(tmp_path / "g", spec, templates)
+    data = write_rows(tmp_path / "rows.jsonl", ROWS)
+    orc.run(graph, data, out=tmp_path / "run", base_url=server.base_url, cache=False)
+    before = len(server.requests)
+    new = tmp_path / "overall.jinja"
+    new.write_text("Overall, {{ aspect | map(attribute='score') | join(',') }}: {{ text }}")
+    orc.replay(
+        tmp_path / "run",
+        node="overall",
+        prompt=new,
+        out=tmp_path / "r2",
+        base_url=server.base_url,
+        cache=False,
+    )
+    assert [p.startswith("Overall, ") for p in asked(server, before)] == [True] * len(ROWS)
+    found = orc.diff(tmp_path / "run", tmp_path / "r2")
+    assert {n.node: n.changed for n in found.nodes}["aspect"] == 0
+
+    def items(folder: Path) -> dict[tuple[str, int], Any]:
+        with orc.RunReader(folder).trace() as trace:
+            return {(r.example_id, r.item): r.value for r in trace.node_runs(node="aspect")}
+
+    assert items(tmp_path / "r2") == items(tmp_path / "run")
+    assert len(items(tmp_path / "run")) == len(ROWS) * 4  # three items and the whole, each
