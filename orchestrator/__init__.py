@@ -23,6 +23,12 @@ _EXPORTS = {
     "load_graph": ".api.run",
     "run": ".api.run",
     "aretest": ".api.retest",
+    "areplay": ".api.replay",
+    "replay": ".api.replay",
+    "astress": ".api.stress",
+    "stress": ".api.stress",
+    "StressReport": ".analysis.stress",
+    "register_perturbation": ".analysis.stress",
     "retest": ".api.retest",
     "Retest": ".analysis.card.stability",
     "Stability": ".analysis.card.stability",
@@ -85,13 +91,16 @@ if TYPE_CHECKING:
     from .analysis.export import export, node_runs_frame
     from .analysis.groups import summarize
     from .analysis.ratings import ratings_across_runs
+    from .analysis.stress import StressReport, register_perturbation
     from .api.align import Alignment, align
     from .api.card import JudgeCard, judge_card
     from .api.diff import diff
     from .api.power import PowerEstimate, power
+    from .api.replay import areplay, replay
     from .api.retest import aretest, retest
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .api.runner import RunConfig, RunOutcome, execute
+    from .api.stress import astress, stress
     from .calls.retry import RetryPolicy
     from .compute.registry import register
     from .data.sources import RowSource
@@ -165,14 +174,17 @@ __all__ = [
     "ServerUnavailable",
     "Stability",
     "StorageError",
+    "StressReport",
     "Summary",
     "Transport",
     "WorkerFailed",
     "WorkerLost",
     "__version__",
     "align",
+    "areplay",
     "aretest",
     "arun",
+    "astress",
     "calibrate",
     "compare",
     "compile_graph",
@@ -187,7 +199,10 @@ __all__ = [
     "ratings_across_runs",
     "register",
     "register_kind",
+    "register_perturbation",
+    "replay",
     "retest",
     "run",
+    "stress",
     "summarize",
 ]

@@ -102,6 +102,34 @@ def latency_responder(seconds: float, inner: Responder = schema_responder) -> Re
     return respond
 
 
+BIASES = ("none", "length", "injection")
+
+
+def judge_responder(bias: str = "none") -> Responder:
+    """A fake judge answering a `score` (1–10) from its prompt (any other schema: as
+    `schema_responder`). `none`: the score is a hash of the prompt, so changing the text
+    moves it at random, never one way; `length`: it grows with the prompt's words (one
+    point per six); `injection`: the top score when the prompt carries an instruction to
+    give it or a grade line, else as `none`."""
+    if bias not in BIASES:
+        raise ValueError(f"bias must be one of {', '.join(BIASES)}, not {bias!r}")
+
+    def respond(body: dict) -> Reply:
+        fmt = (body.get("response_format") or {}).get("json_schema") or {}
+        if "score" not in (fmt.get("schema") or {}).get("properties", {}):
+            return schema_responder(body)
+        text = _message_text(body)
+        if bias == "length":
+            score = 1 + _word_count(text) // 6
+        elif bias == "injection" and ("highest possible score" in text or "10/10" in text):
+            score = 10
+        else:
+            score = zlib.crc32(text.encode()) % 10 + 1
+        return Reply(content=json.dumps({"score": max(1, min(10, score))}))
+
+    return respond
+
+
 # --------------------------------------------------------------------------------------------
 # Deterministic JSON-schema instances
 # --------------------------------------------------------------------------------------------
@@ -737,8 +765,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per reply")
     parser.add_argument("--model", default="fake-model")
+    parser.add_argument(
+        "--bias", choices=BIASES, default=None, help="answer `score` as a biased judge"
+    )
     args = parser.parse_args(argv)
-    responder = latency_responder(args.latency) if args.latency > 0 else schema_responder
+    inner = judge_responder(args.bias) if args.bias else schema_responder
+    responder = latency_responder(args.latency, inner) if args.latency > 0 else inner
     server = FakeServer(responder, model=args.model).start(port=args.port)
     print(
         f"fake OpenAI server on {server.base_url} (latency {args.latency}s); Ctrl-C to stop",

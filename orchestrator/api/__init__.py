@@ -13,9 +13,11 @@ if TYPE_CHECKING:
     from .card import JudgeCard, judge_card
     from .diff import RunDiff, diff
     from .power import PowerEstimate, power
+    from .replay import areplay, replay
     from .retest import aretest, retest
     from .run import Graph, RunResult, arun, graph_from_dict, load_graph, run
     from .runner import RunConfig, RunOutcome, execute
+    from .stress import astress, stress
 
 lazy(__name__)
 
@@ -29,14 +31,18 @@ __all__ = [
     "RunOutcome",
     "RunResult",
     "align",
+    "areplay",
     "aretest",
     "arun",
+    "astress",
     "diff",
     "execute",
     "graph_from_dict",
     "judge_card",
     "load_graph",
     "power",
+    "replay",
     "retest",
     "run",
+    "stress",
 ]

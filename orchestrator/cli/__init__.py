@@ -42,6 +42,9 @@ from . import calibrate  # noqa: F401 - calibrate
 from . import align  # noqa: F401 - align
 
 # isort: split
-from . import review  # noqa: F401 - review
+from . import (
+    replay,  # noqa: F401 - replay, stress
+    review,  # noqa: F401 - review
+)
 
 __all__ = ["app", "main"]

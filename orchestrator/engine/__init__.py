@@ -18,7 +18,7 @@ if TYPE_CHECKING:
         fewer_gc_passes,
     )
     from .groups import GroupOutcome, GroupRuns
-    from .plan import Executor, Resample, RunPlan, Workers
+    from .plan import Executor, Replay, Resample, RunPlan, Workers
     from .process import ProcessRuntime, build_runtime
     from .scheduler import Engine, engine_window
     from .settings import SETTINGS, UNSET, RunArgs, RunSettings, default_of, parse_workers, sharded
@@ -36,6 +36,7 @@ __all__ = [
     "GroupOutcome",
     "GroupRuns",
     "ProcessRuntime",
+    "Replay",
     "Resample",
     "RunArgs",
     "RunObserver",

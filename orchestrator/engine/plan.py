@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from .settings import (
     FIELDS,
     Executor,
+    Replay,
     Resample,
     RunSettings,
     Workers,
 )
 
-__all__ = ["Executor", "Resample", "RunPlan", "Workers"]
+__all__ = ["Executor", "Replay", "Resample", "RunPlan", "Workers"]
 
 
 @dataclass(frozen=True, kw_only=True)

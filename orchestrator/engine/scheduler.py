@@ -20,6 +20,7 @@ from ..servers import Endpoint, ServerGone, start_example
 from ..store import CURRENT as CURRENT_FLIGHT
 from ..store import WHOLE, Counts, NodeRecord, ResultLine, TraceRecorder, unstorable
 from .groups import GroupRuns
+from .replay import RecordedOutputs
 from .settings import RunSettings
 
 # Where each example's line goes as it ends: the run store (`RunStore.write_result`), or a
@@ -108,6 +109,9 @@ class Engine:
         self.groups = GroupRuns(graph, self._run_node, self._shared)
         self._grouped = {name for names in self.groups.orders.values() for name in names}
         self._runs = 0  # `run` calls under way (a worker starts one per chunk of rows)
+        replay = options.settings.replay
+        # A replay's nodes not asked again: their outputs come from the replayed run.
+        self.recorded = RecordedOutputs(replay, list(graph.nodes)) if replay else None
 
     # -- dataset level ----------------------------------------------------------------
 
@@ -278,6 +282,8 @@ class Engine:
         found, value = self.trace.finished_value(example, cn.name)
         if found:
             return value
+        if self.recorded is not None and self.recorded.reads_back(cn.name):
+            return self.recorded.read(example, cn.name, self.trace)
         if cn.foreach is None:
             if cn.when is not None and not evaluate(cn.when, ctx, cn.name, "when"):
                 self.trace.record(NodeRecord(example_id=example, node=cn.name, status="skipped"))

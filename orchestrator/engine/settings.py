@@ -142,6 +142,36 @@ class Resample:
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class Replay:
+    """A replay of a finished run (`orc.replay`): `nodes` (the ones named and every node
+    that depends on them) are asked again, and every other node's output is read back from
+    the trace of the run in `source`, the rows its key `source_key` wrote, so it sends no
+    request. `changes` says what differs from that run (prompt, model, params), in words
+    and digests; with the source's key it is part of this run's key, so two replays of one
+    run with different changes never resume or share a folder."""
+
+    source: str
+    source_key: str
+    named: tuple[str, ...]
+    nodes: tuple[str, ...]
+    changes: Mapping[str, str] = field(default_factory=dict)
+
+    def reads_back(self, node: str) -> bool:
+        """Whether `node`'s output comes from the source's trace rather than a request."""
+        return node not in self.nodes
+
+    def describe(self) -> dict[str, Any]:
+        """As the manifest and the run key show it."""
+        return {
+            "source": self.source,
+            "source_key": self.source_key,
+            "named": list(self.named),
+            "nodes": list(self.nodes),
+            "changes": dict(self.changes),
+        }
+
+
 _ENDPOINTS = "each LLM node's model, server and structured mode (`model NODE`, …)"
 
 
@@ -360,6 +390,17 @@ class RunSettings:
             show=lambda value: None if value is None else value.describe(),
         ),
     )
+    replay: Replay | None = field(
+        default=None,
+        metadata=about(
+            help="A replay: which nodes are asked again and where the others' outputs are read "
+            "back from (orc.replay sets it).",
+            run_key=True,
+            manifest=True,
+            only_if_set=True,
+            show=lambda value: None if value is None else value.describe(),
+        ),
+    )
 
     transport: Transport | None = field(
         default=None,
@@ -491,5 +532,6 @@ class RunArgs(TypedDict, total=False):
     trust: bool
     allow_servers: list[str] | tuple[str, ...]
     resample: Resample | None
+    replay: Replay | None
     transport: Transport | None
     retry: RetryPolicy | None

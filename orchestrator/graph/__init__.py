@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .schemas import SchemaError, build_model, dynamic_fields, json_schema
     from .spec import SAMPLING_TYPES, FieldSpec, GraphSpec, NodeBase, Sampling, sampling_problem
     from .templates import Expression, Prompt
+    from .yamlfile import load_yaml
 
 lazy(__name__)
 
@@ -64,6 +65,7 @@ __all__ = [
     "group_orders",
     "install_compilers",
     "json_schema",
+    "load_yaml",
     "once_order",
     "resolve_function",
     "row_order",

@@ -108,6 +108,7 @@ _BUILTIN_MODULES = (
     "orchestrator.report.metaeval_view",
     "orchestrator.report.groups_view",
     "orchestrator.report.card_view",
+    "orchestrator.report.lineage_view",
 )
 
 

@@ -10,7 +10,15 @@ from ..faces import lazy
 
 if TYPE_CHECKING:
     from .failures import failure_groups
-    from .planning import UNUSED_BASE_URL, Resample, RunArgs, RunPlan, RunSettings, make_plan
+    from .planning import (
+        UNUSED_BASE_URL,
+        Replay,
+        Resample,
+        RunArgs,
+        RunPlan,
+        RunSettings,
+        make_plan,
+    )
     from .session import run_session
     from .summary import SUMMARY_FIELDS, aggregate_errors, numeric_leaves, summarize
 
@@ -19,6 +27,7 @@ lazy(__name__)
 __all__ = [
     "SUMMARY_FIELDS",
     "UNUSED_BASE_URL",
+    "Replay",
     "Resample",
     "RunArgs",
     "RunPlan",

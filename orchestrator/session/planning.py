@@ -12,7 +12,16 @@ from __future__ import annotations
 import os
 from dataclasses import fields
 
-from ..engine import Executor, Resample, RunArgs, RunPlan, RunSettings, Workers, parse_workers
+from ..engine import (
+    Executor,
+    Replay,
+    Resample,
+    RunArgs,
+    RunPlan,
+    RunSettings,
+    Workers,
+    parse_workers,
+)
 from ..errors import ConfigurationError
 from ..graph import CompiledGraph
 from ..providers import FAKE_BASE_URL, make_provider
@@ -20,6 +29,7 @@ from ..providers import FAKE_BASE_URL, make_provider
 __all__ = [
     "UNUSED_BASE_URL",
     "Executor",
+    "Replay",
     "Resample",
     "RunArgs",
     "RunPlan",

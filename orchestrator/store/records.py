@@ -583,6 +583,17 @@ class ManifestResample(ManifestPart):
     temperature: float | None = None
 
 
+class ManifestReplay(ManifestPart):
+    """A replay's lineage as the manifest shows it (`Replay.describe`): the run replayed,
+    the nodes named and all asked again, and what changed."""
+
+    source: str | None = None  # the folder replayed
+    source_key: str | None = None  # its run key's digest
+    named: list[str] | None = None
+    nodes: list[str] | None = None
+    changes: dict[str, str] | None = None
+
+
 class ManifestParameters(ManifestPart):
     """The run's settings as it ran with them: each one its record (engine/settings.py)
     marks for the manifest, under its own name, the cache as the file opened. A setting
@@ -601,6 +612,7 @@ class ManifestParameters(ManifestPart):
     workers: int | str | None = None
     executor: str | None = None
     resample: ManifestResample | None = None  # a retest's repeats only
+    replay: ManifestReplay | None = None  # a replay's lineage only
     transport: str | None = None  # the type of a transport given in Python
 
 

@@ -15,6 +15,7 @@ import yaml
 from ...errors import ConfigurationError, RunFolderError
 from ...store import WHOLE, NodeRun, RunReader
 from ..groups import cluster_keys, cluster_labels
+from ..stress import kept_stress
 from .agreement import agreement
 from .bias import length_bias, position_bias, prefer_longer, self_preference
 from .distribution import distribution
@@ -360,6 +361,7 @@ def judge_card(
     if jurors:
         _jury_part(card, jurors, columns)
     card.stability = stability
+    card.stress = kept_stress(folder)
     card.findings, card.flags = correct(_tests(card), alpha)
     log.debug(
         "judge card of %s: %d findings, %d flags", folder, len(card.findings), len(card.flags)

@@ -176,15 +176,39 @@ def sections(card: JudgeCard) -> list[Section]:
             ],
         )
     )
+    for report in card.stress:
+        found.append(
+            Section(
+                f"Stress of {report.node} ({report.rows} rows, {report.folder})",
+                ["perturbation", "variant", "output", "n", "effect", "95% CI", "Holm p"],
+                [
+                    [
+                        e.perturbation,
+                        e.variant,
+                        f"{e.node}.{e.field}",
+                        str(e.n),
+                        f"{e.estimate:+.2f}" if e.kind == "shift" else f"{e.estimate:.0%} flip",
+                        "–" if e.low is None or e.high is None else f"[{e.low:.2f}, {e.high:.2f}]",
+                        f"{e.p_holm:.3g}",
+                    ]
+                    for e in report.perturbations
+                ],
+            )
+        )
     return [s for s in found if s.rows]
 
 
 def flag_lines(card: JudgeCard) -> list[str]:
-    """The flags, or one line saying that no finding survived the correction."""
+    """The flags, or one line saying that no finding survived the correction; then each
+    stress test's flags (Holm across its own report)."""
+    stress = [line for report in card.stress for line in report.flags]
     if card.flags:
-        return list(card.flags)
+        return [*card.flags, *stress]
     tested = len(card.findings)
-    return [f"no flag: none of {tested} tested effects survives Holm at α = {card.alpha:g}"]
+    return [
+        f"no flag: none of {tested} tested effects survives Holm at α = {card.alpha:g}",
+        *stress,
+    ]
 
 
 def cluster_line(card: JudgeCard) -> str | None:

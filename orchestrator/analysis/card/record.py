@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 # A part's `ci`: a percentile bootstrap interval unless the part says otherwise.
 from ...stats import Interval as Interval
+from ..stress import StressReport
 from .stability import Retest
 
 
@@ -148,6 +149,9 @@ class JudgeCard(BaseModel):
     flags: list[str] = Field(default_factory=list)
     # Test-retest stability (`--retest`): the repeats' record, when a retest was asked for.
     stability: Retest | None = None
+    # The stress tests kept in the run folder (`orchestrator stress`), each with its own
+    # Holm correction and flags.
+    stress: list[StressReport] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     # `--cluster FIELD`: the row field examples are nested in, and how many clusters it has;
     # the card's bootstraps and sign-flip tests then draw and flip whole clusters.
