@@ -11,6 +11,7 @@ from ..faces import lazy
 
 if TYPE_CHECKING:
     from .export import Exported, export_run, parse_headers, require_otel, resolve_endpoint
+    from .live import OtlpObserver
     from .spans import SEMCONV_VERSION, RunFacts, SpanBuilder, SpanData, derived_id, trace_id
 
 lazy(__name__)
@@ -18,6 +19,7 @@ lazy(__name__)
 __all__ = [
     "SEMCONV_VERSION",
     "Exported",
+    "OtlpObserver",
     "RunFacts",
     "SpanBuilder",
     "SpanData",

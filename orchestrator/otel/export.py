@@ -236,7 +236,7 @@ def export_run(
             sent += _send(exporter, batch, url, sent, SpanExportResult.SUCCESS)
     finally:
         exporter.shutdown()
-    log.info("exported %d spans of %d examples to %s", sent, len(traces), url)
+    log.debug("exported %d spans of %d examples to %s", sent, len(traces), url)
     return Exported(sent, len(traces), url)
 
 
