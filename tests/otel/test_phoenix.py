@@ -8,6 +8,7 @@ Skipped, saying why, while that venv is missing."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -191,3 +192,40 @@ def test_a_live_run_reads_back_from_phoenix(phoenix: str, tmp_path: Path) -> Non
     )
     root = RunReader(out).manifest.parts[0].run_id
     check_run(phoenix_spans(phoenix, {trace_id(root, row["id"]) for row in ROWS}, 22), out)
+
+
+def test_phoenix_shows_the_protocols_trace(phoenix: str, tmp_path: Path) -> None:
+    """The trace of an example whose call was re-asked, as Phoenix's own page draws it;
+    PHOENIX_SCREENSHOT=1 refreshes docs/phoenix-trace.png from it."""
+    from orchestrator.report.browser import CHROMIUM
+    from orchestrator.report.browser import CHROMIUM_ARGS as ARGS
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    out = tmp_path / "run"
+    fake = orc.FakeTransport(answer, faults=["malformed"])
+    orc.run(graph_file(tmp_path / "g"), ROWS, out=out, transport=fake, concurrency=1)
+    export(out, f"{phoenix}/v1/traces")
+    root = RunReader(out).manifest.parts[0].run_id
+    spans = phoenix_spans(phoenix, {trace_id(root, row["id"]) for row in ROWS}, 22)
+    reasked = next(s for s in spans if "orchestrator.reask_error" in s["attributes"])
+    project = httpx.get(f"{phoenix}/v1/projects", timeout=10).json()["data"][0]["id"]
+    url = f"{phoenix}/projects/{project}/traces/{reasked['context']['trace_id']}"
+    shot = tmp_path / "phoenix-trace.png"
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            tab = chromium.new_page(viewport={"width": 1400, "height": 900})
+            tab.goto(url)
+            # The span tree is drawn once the trace is fetched: its spans' names are there.
+            tab.get_by_text("chat fake-model").first.wait_for(timeout=30_000)
+            tab.get_by_text("attempt 2").first.click()
+            tab.wait_for_timeout(1000)
+            tab.screenshot(path=str(shot))
+        finally:
+            chromium.close()
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("PHOENIX_SCREENSHOT"):
+        shutil.copy(shot, REPO / "docs" / "phoenix-trace.png")
