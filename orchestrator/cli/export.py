@@ -51,6 +51,10 @@ def export_cmd(
     """Write result lines (one row per example, dotted columns) and/or node runs to a file,
     or send the decision trace to an OpenTelemetry backend (--otlp)."""
     if otlp is not None:
+        if format is not None or out is not None or what != "results":
+            fail(
+                "--otlp sends the trace and writes no file: give it without --format, --out, --what"
+            )
         _export_otlp(folder, otlp, otlp_header or [], content)
         return
     from ..analysis import FORMATS, TABLES, export

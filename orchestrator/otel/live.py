@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -234,6 +235,9 @@ def main() -> None:
     """The sender process: its job on stdin's first line, then a line per flush until
     stdin closes (the run ended, or its process did); the counts on stdout at the end."""
     logging.basicConfig(level=logging.WARNING, format="orchestrator --otlp: %(message)s")
+    # Ctrl-C reaches the whole process group: the run's side says when to stop (its end,
+    # or its exit closing this stdin), so what it wrote until then is still sent.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The job's line, then unbuffered reads: one read per wake, however many ticks wait.
     job = b""
     while not job.endswith(b"\n"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -97,8 +98,9 @@ def output_messages(raw: str | None, finish_reason: str | None) -> str:
     )
 
 
+@lru_cache(maxsize=256)  # a run has a few servers, and every call and attempt names one
 def _server(url: str | None) -> dict[str, AttributeValue]:
-    """`server.address` and `server.port` of a server URL."""
+    """`server.address` and `server.port` of a server URL (read, never changed)."""
     if not url:
         return {}
     parts = urlsplit(url)

@@ -242,6 +242,8 @@ def test_bad_options_are_one_line_errors(run: Path, monkeypatch: pytest.MonkeyPa
     assert result.exit_code == 1 and "--otlp takes the full OTLP/HTTP traces URL" in result.output
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    result = runner.invoke(app, ["export", str(run), "--otlp", "env", "--format", "csv"])
+    assert result.exit_code == 1 and "--otlp sends the trace and writes no file" in result.output
     result = runner.invoke(app, ["export", str(run), "--otlp", "env"])
     assert result.exit_code == 1 and "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" in result.output
     result = runner.invoke(
