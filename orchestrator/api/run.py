@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, Unpack, get_type_hints
 
 from ..data import as_source
-from ..engine import SETTINGS, RunArgs, RunSettings, default_of
+from ..engine import SETTINGS, Observers, RunArgs, RunObserver, RunPlan, RunSettings, default_of
 from ..errors import ConfigurationError
 from ..graph import CompiledGraph
 from ..kinds import compile_dict, compile_graph
@@ -178,14 +178,29 @@ async def arun(
         from ..scale import check_main_guard
 
         check_main_guard()  # a script without `if __name__ == "__main__":`, said up front
+    observer: RunObserver = run_progress(progress)
+    if plan.otlp is not None:
+        observer = Observers(observer, live_exporter(plan, out))
     store: RunStore = RunFolder(out) if out is not None else MemoryStore()
-    outcome = await run_session(compiled, as_source(data), store, plan, run_progress(progress))
+    outcome = await run_session(compiled, as_source(data), store, plan, observer)
     return RunResult(
         manifest=outcome.manifest,
         summary=outcome.summary,
         folder=Path(out) if out is not None else None,
         _store=store,
     )
+
+
+def live_exporter(plan: RunPlan, out: str | Path | None) -> RunObserver:
+    """The observer that sends the run's spans to `plan.otlp` as it goes; it reads them
+    from the run folder's trace, so a run kept in memory has none to send."""
+    if out is None:
+        raise ConfigurationError(
+            "otlp= sends the spans the run folder's trace holds: give the run a folder (out=)"
+        )
+    from ..otel import OtlpObserver
+
+    return OtlpObserver(out, plan.otlp, plan.otlp_headers, content=plan.otlp_content)
 
 
 def _signature() -> inspect.Signature:

@@ -26,8 +26,37 @@ def export_cmd(
         Path | None,
         typer.Option(help="A file for one table, or a folder (default: RUN_DIR/export/)."),
     ] = None,
+    otlp: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="Send the decision trace to this OTLP/HTTP traces endpoint instead of writing "
+            "files (e.g. http://127.0.0.1:4318/v1/traces; `env`: the one "
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT names); docs/observability.md.",
+        ),
+    ] = None,
+    otlp_header: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="KEY=VALUE",
+            help="A header for the OTLP endpoint (repeatable; also OTEL_EXPORTER_OTLP_HEADERS); "
+            "sent, never written to disk.",
+        ),
+    ] = None,
+    content: Annotated[
+        bool,
+        typer.Option(help="With --otlp: send prompts, replies and outputs (--no-content: none)."),
+    ] = True,
 ) -> None:
-    """Write result lines (one row per example, dotted columns) and/or node runs to a file."""
+    """Write result lines (one row per example, dotted columns) and/or node runs to a file,
+    or send the decision trace to an OpenTelemetry backend (--otlp)."""
+    if otlp is not None:
+        if format is not None or out is not None or what != "results":
+            fail(
+                "--otlp sends the trace and writes no file: give it without --format, --out, --what"
+            )
+        _export_otlp(folder, otlp, otlp_header or [], content)
+        return
     from ..analysis import FORMATS, TABLES, export
 
     if format is not None and format not in FORMATS:
@@ -42,6 +71,20 @@ def export_cmd(
         fail(f"could not write the export: {exc}")
     for name, path in written.items():
         console.print(f"{name} written to {path}", soft_wrap=True, markup=False)
+
+
+def _export_otlp(folder: Path, endpoint: str, headers: list[str], content: bool) -> None:
+    from ..otel import export_run
+
+    try:
+        sent = export_run(folder, endpoint, headers, content=content)
+    except OrchestratorError as exc:
+        fail(str(exc))
+    console.print(
+        f"{sent.spans} spans of {sent.traces} examples sent to {sent.endpoint}",
+        soft_wrap=True,
+        markup=False,
+    )
 
 
 @app.command("ratings")

@@ -119,6 +119,33 @@ class RunObserver(Protocol):
         """The work ended, however it did: the last redraw, every subscription dropped."""
 
 
+class Observers:
+    """Several observers told as one, in order (the progress display, a live exporter); one
+    that fails does not keep the others from being told."""
+
+    def __init__(self, *observers: RunObserver) -> None:
+        self.observers = observers
+
+    def start(self, run: RunProgress) -> None:
+        self._each(lambda observer: observer.start(run))
+
+    def tick(self) -> None:
+        self._each(lambda observer: observer.tick())
+
+    def stop(self) -> None:
+        self._each(lambda observer: observer.stop())
+
+    def _each(self, call: Callable[[RunObserver], None]) -> None:
+        failed: BaseException | None = None
+        for observer in self.observers:
+            try:
+                call(observer)
+            except Exception as exc:  # the first is raised once every one was told
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
+
 async def drive(
     work: Awaitable[None],
     flush: Callable[[], None],

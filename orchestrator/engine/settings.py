@@ -402,6 +402,37 @@ class RunSettings:
         ),
     )
 
+    otlp: str | None = field(
+        default=None,
+        metadata=about(
+            help="Send the decision trace, while the run goes, to this OTLP/HTTP traces endpoint "
+            "(e.g. http://127.0.0.1:4318/v1/traces; `env`: the one OTEL_EXPORTER_OTLP_TRACES_"
+            "ENDPOINT names). Needs a run folder and the otel extra (docs/observability.md).",
+            flag="--otlp",
+            metavar="URL",
+        ),
+    )
+    # Sent with each export request, never recorded: a header is often a backend's key.
+    otlp_headers: list[str] | tuple[str, ...] = field(
+        default=(),
+        repr=False,
+        metadata=about(
+            help="A header for the --otlp endpoint, key=value (repeatable; also "
+            "OTEL_EXPORTER_OTLP_HEADERS); never written to disk.",
+            flag="--otlp-header",
+            cli_type=list[str] | None,
+            cli_default=None,
+            metavar="KEY=VALUE",
+        ),
+    )
+    otlp_content: bool = field(
+        default=True,
+        metadata=about(
+            help="With --otlp: send prompts, replies and outputs (--no-otlp-content: none).",
+            flag="--otlp-content/--no-otlp-content",
+        ),
+    )
+
     transport: Transport | None = field(
         default=None,
         repr=False,
@@ -426,7 +457,7 @@ class RunSettings:
     def __post_init__(self) -> None:
         # A list (the command line's repeated options, a caller's) is kept as a tuple: the
         # record is frozen, and one URL in a list still names replicas of one.
-        for name in ("base_url", "allow_servers"):
+        for name in ("base_url", "allow_servers", "otlp_headers"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
@@ -533,5 +564,8 @@ class RunArgs(TypedDict, total=False):
     allow_servers: list[str] | tuple[str, ...]
     resample: Resample | None
     replay: Replay | None
+    otlp: str | None
+    otlp_headers: list[str] | tuple[str, ...]
+    otlp_content: bool
     transport: Transport | None
     retry: RetryPolicy | None

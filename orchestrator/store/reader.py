@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -151,20 +151,21 @@ class TraceReader:
         self.close()
 
     def node_runs(
-        self, example_id: str | None = None, node: str | None = None
-    ) -> Iterator[NodeRun]:
-        """Node executions, oldest first (an earlier run's before a resumed one's)."""
+        self, example_id: str | None = None, node: str | None = None, after: int = 0
+    ) -> Generator[NodeRun, None, None]:
+        """Node executions, oldest first (an earlier run's before a resumed one's); `after`:
+        only those written after the node run of that id (a reader following a run)."""
         try:
-            yield from self._node_runs(example_id, node)
+            yield from self._node_runs(example_id, node, after)
         except sqlite3.DatabaseError as exc:
             # Damaged pages open fine and fail only when a query reaches them.
             raise storage_error(self.path, exc, writing=False) from exc
 
-    def _node_runs(self, example_id: str | None, node: str | None) -> Iterator[NodeRun]:
+    def _node_runs(self, example_id: str | None, node: str | None, after: int) -> Iterator[NodeRun]:
         present = self._columns("node_runs", NODE_RUN_COLUMNS)
         json_columns = [c.name for c in present if c.json]
-        sql = f"SELECT {', '.join(c.name for c in present)} FROM node_runs WHERE 1=1"
-        args: list[Any] = []
+        sql = f"SELECT {', '.join(c.name for c in present)} FROM node_runs WHERE id > ?"
+        args: list[Any] = [after]
         if example_id is not None:
             sql += " AND example_id=?"
             args.append(example_id)
