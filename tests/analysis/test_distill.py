@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import random
@@ -10,8 +11,10 @@ from pathlib import Path
 import pytest
 from helpers import run_graph
 
-from orchestrator.analysis import distill as d
 from orchestrator.compute import distilled, embeddings
+
+# The module, not the package's `distill` export of the same name.
+d = importlib.import_module("orchestrator.analysis.distill")
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,8 +18,17 @@ from typing import Any
 import pytest
 from fakeserver import FakeServer
 
+from orchestrator import local
 from orchestrator.local import server as embedded
 from orchestrator.local.server import EmbeddedServerError
+
+
+def default_port(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
+    """The embedded server's default port for this test, where the server module and the
+    package's face (which other packages read) both hold it: a real embedded server of
+    another test on 8765 must not be found."""
+    monkeypatch.setattr(embedded, "DEFAULT_PORT", port)
+    monkeypatch.setattr(local, "DEFAULT_PORT", port)
 
 
 @pytest.fixture
@@ -385,7 +394,7 @@ def test_run_starts_its_own_server_elsewhere_when_the_default_port_is_taken(
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
         with FakeServer(model=embedded.DEFAULT_MODEL_NAME) as foreign:
-            monkeypatch.setattr(embedded, "DEFAULT_PORT", foreign.port)
+            default_port(monkeypatch, foreign.port)
             url, own = own_server(None, on_first_use=False)
             server = own.server if own is not None else None
             assert server is not None

@@ -18,6 +18,7 @@ import pytest
 import test_embedded_unit as embedded_tests
 from helpers import judge_graph, trace_records, write_graph, write_rows
 from test_auto_concurrency import VLLM_TEXT
+from test_embedded_unit import default_port
 from typer.testing import CliRunner
 
 import orchestrator as orc
@@ -213,7 +214,7 @@ def test_the_cli_starts_the_embedded_server_only_for_a_miss(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(embedded, "DEFAULT_PORT", embedded.free_port())
+    default_port(monkeypatch, embedded.free_port())
     graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
     data = write_rows(tmp_path / "rows.jsonl", ROWS[:3])
     command = [
@@ -252,7 +253,7 @@ def test_the_demo_runs_twice_on_one_machine(
     answers pointwise from the cache, so the server is first needed by ExPerT: the
     pointwise run's tuning hook, registered on the server it never started, must not run
     on that finished run's closed connections ("the client has been closed")."""
-    monkeypatch.setattr(embedded, "DEFAULT_PORT", embedded.free_port())
+    default_port(monkeypatch, embedded.free_port())
     runner = CliRunner()
     for folder in ("first", "second"):
         done = runner.invoke(app, ["demo", "--out", str(tmp_path / folder), "--limit", "2"])
@@ -275,7 +276,7 @@ def test_an_embedded_server_that_exits_mid_run_is_reported_at_once(
     wait --server-wait (600 s) for a process that cannot come back. It stops within
     seconds, exit 3, naming the exit code, the cause in its log and the log's path, and the
     examples that finished are kept for a re-run, which starts a new server."""
-    monkeypatch.setattr(embedded, "DEFAULT_PORT", embedded.free_port())
+    default_port(monkeypatch, embedded.free_port())
     error = "RuntimeError: CPU Generator does not use offset"
 
     def command(model_dir: Path, port: int) -> list[str]:
@@ -382,7 +383,7 @@ def test_align_starts_the_embedded_server_as_run_does(
 ) -> None:
     """No --base-url and no OPENAI_BASE_URL: `align` starts the embedded server on its first
     miss and stops it after; a repeat is all cache and starts nothing."""
-    monkeypatch.setattr(embedded, "DEFAULT_PORT", embedded.free_port())
+    default_port(monkeypatch, embedded.free_port())
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     graph = write_graph(tmp_path, judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
     rows = [{"id": f"e{i}", "text": f"text {i}"} for i in range(12)]
