@@ -75,6 +75,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         Path(target).write_text(json.dumps(_figures, indent=1), encoding="utf-8")
 
 
+# tryfirst: xdist's worker turns the marks into groups in this same hook, and a conftest's
+# plain hook ran after it, so the marks came too late and each worker started a server.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test`: `-n 2 --dist loadgroup`), every test that talks to
     the real embedded vLLM server runs on one worker, so the session starts one server

@@ -1,8 +1,9 @@
 """`make test` relies on pytest-xdist's `--dist loadgroup` keeping every real-server test on
-one worker (tests/conftest.py marks them), so one embedded vLLM starts, not two. pytest 9.2
-changed how node ids are stored and xdist 3.8's grouping stopped taking effect without a
-word (pytest-dev/pytest-xdist#1386): both workers started a server on the 2-core CI machine.
-This runs the real conftest on a tiny suite under the installed pytest and xdist."""
+one worker (tests/conftest.py marks them), so one embedded vLLM starts, not two. Two things
+broke it without a word: the conftest hook ran after xdist's worker had read the marks (it
+needs `tryfirst`), and pytest 9.2 stores node ids so that xdist 3.8's grouping no longer
+takes effect (pytest-dev/pytest-xdist#1386). Either way both workers started a server on the
+2-core CI machine. This runs the real conftest on a tiny suite under the installed pair."""
 
 from __future__ import annotations
 
