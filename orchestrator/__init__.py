@@ -28,6 +28,8 @@ _EXPORTS = {
     "Stability": ".analysis.card.stability",
     "compare": ".analysis.compare",
     "diff": ".api.diff",
+    "estimate": ".api.estimate",
+    "Estimation": ".api.estimate",
     "power": ".api.power",
     "PowerEstimate": ".api.power",
     "calibrate": ".analysis.calibrate",
@@ -88,6 +90,7 @@ if TYPE_CHECKING:
     from .api.align import Alignment, align
     from .api.card import JudgeCard, judge_card
     from .api.diff import diff
+    from .api.estimate import Estimation, estimate
     from .api.power import PowerEstimate, power
     from .api.retest import aretest, retest
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
@@ -136,6 +139,7 @@ __all__ = [
     "ConfigurationError",
     "DamagedRunFile",
     "DatasetError",
+    "Estimation",
     "FakeAnswer",
     "FakeTransport",
     "Graph",
@@ -177,6 +181,7 @@ __all__ = [
     "compare",
     "compile_graph",
     "diff",
+    "estimate",
     "execute",
     "export",
     "graph_from_dict",

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from .comparison import DIFFERENCE_COLUMNS, Comparison, OutputComparison, format_number
     from .diff import DiffRun, FirstDifference, NodeChange, RunDiff, diff, path_anchor
     from .distill import distill, format_card
+    from .estimate import Estimation, Share, Value, estimate_mean
     from .examples import ExampleShift, PairExamples, paired_examples
     from .export import FORMATS, TABLES, export, node_runs_frame
     from .groups import (
@@ -106,6 +107,7 @@ __all__ = [
     "Configuration",
     "DiffRun",
     "Estimate",
+    "Estimation",
     "ExampleShift",
     "FirstDifference",
     "Grouping",
@@ -117,11 +119,13 @@ __all__ = [
     "PowerEstimate",
     "Retest",
     "RunDiff",
+    "Share",
     "Shot",
     "Side",
     "Stability",
     "TextTable",
     "Trial",
+    "Value",
     "Variant",
     "calibrate",
     "check_counts",
@@ -137,6 +141,7 @@ __all__ = [
     "distill",
     "draw_shots",
     "estimate_cells",
+    "estimate_mean",
     "estimate_power",
     "export",
     "flag_lines",

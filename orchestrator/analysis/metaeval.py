@@ -86,8 +86,20 @@ def _expand(item: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return out
 
 
-def read_labels(path: Path) -> list[dict[str, Any]]:
-    """Every label, each checked to carry an id and a score or a choice."""
+def _keyed(item: dict[str, Any], key: str, where: str) -> None:
+    """A line whose label sits under another key: that value as its score or choice."""
+    if item.get(key) is None:
+        raise LabelError(f"{where}: no {key!r} (the label field asked for)")
+    value = item[key]
+    for name in TRUTH_FIELDS:
+        item.pop(name, None)
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    item["score" if numeric else "choice"] = value
+
+
+def read_labels(path: Path, key: str | None = None) -> list[dict[str, Any]]:
+    """Every label, each checked to carry an id and a score or a choice; with `key`, each
+    line's label is that key's value instead (a number becomes its score, else its choice)."""
     if not path.is_file():
         raise LabelError(f"{path}: labels file not found")
     labels = []
@@ -101,6 +113,8 @@ def read_labels(path: Path) -> list[dict[str, Any]]:
         if not isinstance(item, dict) or item.get("id") in (None, ""):
             raise LabelError(f"{path}:{number}: a label is an object with an 'id'")
         item["id"] = str(item["id"])
+        if key is not None and key not in TRUTH_FIELDS:
+            _keyed(item, key, f"{path}:{number}")
         for label in _expand(item, f"{path}:{number}"):
             if "annotator" in label:
                 label["annotator"] = str(label["annotator"])

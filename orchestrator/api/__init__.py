@@ -1,6 +1,7 @@
 """The Python API: graphs and rows in, typed records out (`run.py`: `run`, `arun`, `RunResult`,
-`load_graph`, `graph_from_dict`; `card.py`: `judge_card`; `runner.py`: the deprecated
-`execute(RunConfig)` shim). `orchestrator/__init__.py` re-exports the public names."""
+`load_graph`, `graph_from_dict`; `card.py`: `judge_card`; `estimate.py`: `estimate`;
+`runner.py`: the deprecated `execute(RunConfig)` shim). `orchestrator/__init__.py`
+re-exports the public names."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
     from .align import Alignment, align
     from .card import JudgeCard, judge_card
     from .diff import RunDiff, diff
+    from .estimate import Estimation, estimate
     from .power import PowerEstimate, power
     from .retest import aretest, retest
     from .run import Graph, RunResult, arun, graph_from_dict, load_graph, run
@@ -21,6 +23,7 @@ lazy(__name__)
 
 __all__ = [
     "Alignment",
+    "Estimation",
     "Graph",
     "JudgeCard",
     "PowerEstimate",
@@ -32,6 +35,7 @@ __all__ = [
     "aretest",
     "arun",
     "diff",
+    "estimate",
     "execute",
     "graph_from_dict",
     "judge_card",

@@ -41,4 +41,7 @@ from . import calibrate  # noqa: F401 - calibrate
 # isort: split
 from . import align  # noqa: F401 - align
 
+# isort: split
+from . import estimate  # noqa: F401 - estimate
+
 __all__ = ["app", "main"]

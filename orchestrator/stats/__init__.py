@@ -4,7 +4,8 @@ bootstrap with percentile, BCa and whole-cluster resamples (`bootstrap.py`), the
 test and the interval that inverts it, plain and clustered (`signflip.py`), one-number
 intervals and tests: Wilson, the exact binomial tail, Holm, Welch (`intervals.py`), and the
 t-test's power with the intra-cluster correlation (`power.py`). Compute functions, compare,
-the judge card, align, calibrate, power and meta-eval all call these; import them from
+the judge card, align, calibrate, power and meta-eval all call these; prediction-powered
+means from a judge and a few labels (PPI++, `ppi.py`) are what `estimate` reports; import them from
 here, not from the modules.
 
 The bottom layer but for `errors`: numpy and scipy only (scipy imported where used, so that
@@ -43,6 +44,7 @@ from .intervals import (
     wilson,
 )
 from .power import normal_n, one_way_icc, t_power
+from .ppi import PPIMean, labels_for_width, ppi_mean, ppi_terms, tuned_lambda
 from .ranks import (
     Method,
     correlation_p,
@@ -75,6 +77,7 @@ __all__ = [
     "ClusterSignFlip",
     "Interval",
     "Method",
+    "PPIMean",
     "SignFlip",
     "SignFlipInterval",
     "bca_interval",
@@ -97,12 +100,15 @@ __all__ = [
     "holm",
     "kendall_tau_b",
     "krippendorff_alpha_counts",
+    "labels_for_width",
     "mean_interval",
     "normal_n",
     "one_way_icc",
     "pearson",
     "percentile_interval",
     "percentile_intervals",
+    "ppi_mean",
+    "ppi_terms",
     "ranks",
     "resample",
     "resampled",
@@ -112,6 +118,7 @@ __all__ = [
     "spearman",
     "spearman_interval",
     "t_power",
+    "tuned_lambda",
     "weighted_alpha",
     "welch_p",
     "wilson",

@@ -1,0 +1,160 @@
+"""Prediction-powered inference (PPI++) for a mean: a judge's scores on every example, people's
+labels on a few, and an estimate whose interval stays valid however wrong the judge is.
+
+The estimate (Angelopoulos, Duchi and Zrnic, "PPI++", 2023) is
+
+    θ̂(λ) = mean_N(λ·f) + mean_n(y − λ·f)
+
+over the N unlabelled predictions f and the n labelled pairs (y, f): the judge's mean,
+corrected by its average error on the labelled examples. λ = 0 is the classical (labels
+only) mean, λ = 1 plain PPI; the power-tuned λ minimises the estimate's variance and is
+clipped to [0, 1], so a useless judge gets λ ≈ 0 and costs almost nothing. Sample weights
+(`w`: 1/π of a label plan's inclusion probabilities, active inference after Zrnic and
+Candès) are scaled to mean 1 and multiply each term. Everything follows `ppi_py`'s
+`ppi_mean_pointestimate` and `ppi_mean_ci` (ppi-python 0.2.3), which the tests check to
+1e-6; the arithmetic runs over the last axis, so a simulation passes many draws at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["PPIMean", "labels_for_width", "ppi_mean", "ppi_terms", "tuned_lambda"]
+
+
+@dataclass(frozen=True)
+class PPIMean:
+    """One mean estimate (or one per draw, with array fields): its value, standard error,
+    two-sided interval, the λ it used, and how many labels a labels-only estimate would need
+    for the same standard error."""
+
+    value: np.ndarray
+    se: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    lam: np.ndarray
+    n: int
+    N: int
+    effective_labels: np.ndarray
+
+
+def _z(alpha: float) -> float:
+    """The normal quantile of a two-sided 1 − alpha interval."""
+    from scipy.special import ndtri
+
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
+    return float(ndtri(1.0 - alpha / 2.0))
+
+
+def _scaled(weights: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    """Weights scaled to mean 1 along the last axis (ones when none are given)."""
+    if weights is None:
+        return np.ones(shape)
+    w = np.broadcast_to(np.asarray(weights, dtype=float), shape)
+    return w / w.sum(axis=-1, keepdims=True) * shape[-1]
+
+
+def tuned_lambda(
+    y: np.ndarray, f: np.ndarray, f_all: np.ndarray, w: np.ndarray, w_all: np.ndarray
+) -> np.ndarray:
+    """The power-tuned λ (PPI++), clipped to [0, 1], from weights already scaled: the
+    covariance of the label and judge terms over twice the judge's variance, inflated by
+    1 + n/N. A judge that never varies gives λ = 0 (ppi_py returns NaN there)."""
+    n, big_n = y.shape[-1], f_all.shape[-1]
+    start = (w_all * f_all).mean(axis=-1, keepdims=True) + (w * (y - f)).mean(
+        axis=-1, keepdims=True
+    )
+    grads = w * (y - start)
+    grads_hat = w * (f - start)
+    centred = (grads - grads.mean(axis=-1, keepdims=True)) * (
+        grads_hat - grads_hat.mean(axis=-1, keepdims=True)
+    )
+    covariance = 2 * centred.sum(axis=-1) / n
+    pooled = np.concatenate([grads_hat, w_all * (f_all - start)], axis=-1)
+    variance = pooled.var(axis=-1, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = covariance / (2 * (1 + n / big_n) * variance)
+    return np.where(variance > 0, np.clip(lam, 0.0, 1.0), 0.0)
+
+
+def ppi_terms(
+    y: np.ndarray,
+    f: np.ndarray,
+    f_all: np.ndarray,
+    lam: float | np.ndarray | None,
+    w: np.ndarray | None = None,
+    w_all: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """θ̂(λ), its standard error and λ (tuned when `lam` is None), over the last axis."""
+    y, f, f_all = (np.asarray(a, dtype=float) for a in (y, f, f_all))
+    ws, ws_all = _scaled(w, y.shape), _scaled(w_all, f_all.shape)
+    if lam is None:
+        lam = tuned_lambda(y, f, f_all, ws, ws_all)
+    lam_arr = np.asarray(lam, dtype=float)
+    step = lam_arr[..., None] if lam_arr.ndim else lam_arr
+    imputed = ws_all * step * f_all
+    rectifier = ws * (y - step * f)
+    value = imputed.mean(axis=-1) + rectifier.mean(axis=-1)
+    variance = imputed.var(axis=-1) / f_all.shape[-1] + rectifier.var(axis=-1) / y.shape[-1]
+    return value, np.sqrt(variance), np.broadcast_to(lam_arr, value.shape)
+
+
+def ppi_mean(
+    y: np.ndarray,
+    f: np.ndarray,
+    f_all: np.ndarray,
+    *,
+    alpha: float = 0.05,
+    lam: float | None = None,
+    w: np.ndarray | None = None,
+    w_all: np.ndarray | None = None,
+) -> PPIMean:
+    """The PPI++ mean of the labels `y` from the judge's `f` on the same examples and its
+    `f_all` on the unlabelled ones (or, with plan weights, on every example), with a
+    two-sided 1 − `alpha` normal interval. `lam` None tunes λ; 0 gives the classical mean.
+    `effective_labels` is n times the ratio of the classical variance to this one."""
+    value, se, used = ppi_terms(y, f, f_all, lam, w, w_all)
+    _, classical_se, _ = ppi_terms(y, f, f_all, 0.0, w, w_all)
+    z = _z(alpha)
+    n = np.shape(y)[-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        effective = np.where(se > 0, n * (classical_se / se) ** 2, float(n))
+    return PPIMean(
+        value=value,
+        se=se,
+        low=value - z * se,
+        high=value + z * se,
+        lam=used,
+        n=n,
+        N=np.shape(f_all)[-1],
+        effective_labels=effective,
+    )
+
+
+def labels_for_width(
+    y: np.ndarray,
+    f: np.ndarray,
+    f_all: np.ndarray,
+    width: float,
+    *,
+    alpha: float = 0.05,
+) -> int:
+    """Labels needed for a PPI++ interval of total `width`, from a pilot: the pilot's tuned λ
+    and per-label variances held fixed, n solved from z²·(σ²_rect/n + σ²_imp/N) = (width/2)²
+    with N the run's unlabelled examples (at least 2; beyond reach raises ValueError)."""
+    if not width > 0:
+        raise ValueError(f"width must be positive, got {width!r}")
+    y, f, f_all = (np.asarray(a, dtype=float) for a in (y, f, f_all))
+    lam = float(tuned_lambda(y, f, f_all, np.ones(y.shape), np.ones(f_all.shape)))
+    rectifier = float(np.var(y - lam * f))
+    imputed = float(np.var(lam * f_all)) / f_all.size
+    room = (width / (2 * _z(alpha))) ** 2 - imputed
+    if room <= 0:
+        raise ValueError(
+            f"no number of labels reaches width {width:g}: the judge's own noise over "
+            f"{f_all.size} examples already takes more"
+        )
+    return max(2, int(np.ceil(rectifier / room)))

@@ -1,0 +1,116 @@
+"""PPI++ means (`stats.ppi_mean`): equal to ppi-python's, and in simulation their intervals
+cover at their level across judges from useless to perfect, never meaningfully wider than the
+labels-only interval, and the labels-for-width answer gives the width it promises."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orchestrator.stats import labels_for_width, ppi_mean
+
+SEEDS = range(6)
+
+
+def _data(seed: int, n: int = 60, big_n: int = 400) -> tuple[np.ndarray, ...]:
+    """Labels, a biased and noisy judge on them and on unlabelled examples, and weights."""
+    rng = np.random.default_rng(seed)
+    y = rng.normal(3.0, 1.0, n)
+    f = 0.8 * y + 0.9 + rng.normal(0.0, 0.6, n)
+    f_all = 0.8 * rng.normal(3.0, 1.0, big_n) + 0.9 + rng.normal(0.0, 0.6, big_n)
+    return y, f, f_all, rng.uniform(1.0, 5.0, n), rng.uniform(0.5, 2.0, big_n)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_equals_ppi_python(seed: int, weighted: bool) -> None:
+    ppi_py = pytest.importorskip("ppi_py")
+    y, f, f_all, w, w_all = _data(seed)
+    if not weighted:
+        w = w_all = None  # type: ignore[assignment]
+    ours = ppi_mean(y, f, f_all, alpha=0.05, w=w, w_all=w_all)
+    value = ppi_py.ppi_mean_pointestimate(y, f, f_all, lam=None, w=w, w_unlabeled=w_all)
+    low, high = ppi_py.ppi_mean_ci(y, f, f_all, alpha=0.05, lam=None, w=w, w_unlabeled=w_all)
+    assert float(ours.value) == pytest.approx(float(np.squeeze(value)), abs=1e-6)
+    assert float(ours.low) == pytest.approx(float(low[0]), abs=1e-6)
+    assert float(ours.high) == pytest.approx(float(high[0]), abs=1e-6)
+    assert 0.0 < float(ours.lam) < 1.0  # tuned, not clipped: the comparison means something
+
+
+def test_classical_is_lambda_zero_and_equals_ppi_pythons_classical_interval() -> None:
+    ppi_py = pytest.importorskip("ppi_py")
+    y, f, f_all, *_ = _data(11)
+    ours = ppi_mean(y, f, f_all, lam=0.0)
+    low, high = ppi_py.classical_mean_ci(y, alpha=0.05)
+    assert float(ours.value) == pytest.approx(y.mean(), abs=1e-12)
+    assert (float(ours.low), float(ours.high)) == pytest.approx((low, high), abs=1e-6)
+    assert float(ours.effective_labels) == pytest.approx(len(y))
+
+
+def test_many_draws_at_once_equal_one_at_a_time() -> None:
+    rows = [_data(seed) for seed in SEEDS]
+    y, f, f_all, w, w_all = (np.stack(parts) for parts in zip(*rows, strict=True))
+    batch = ppi_mean(y, f, f_all, w=w, w_all=w_all)
+    for i in range(len(rows)):
+        one = ppi_mean(y[i], f[i], f_all[i], w=w[i], w_all=w_all[i])
+        assert (batch.value[i], batch.low[i], batch.lam[i]) == pytest.approx(
+            (float(one.value), float(one.low), float(one.lam)), abs=1e-12
+        )
+
+
+def test_a_judge_that_never_varies_gets_lambda_zero() -> None:
+    y = np.array([1.0, 2.0, 4.0, 3.0])
+    found = ppi_mean(y, np.ones(4), np.ones(10))
+    assert float(found.lam) == 0.0
+    assert float(found.value) == pytest.approx(y.mean())
+
+
+# -- coverage and width by simulation --------------------------------------------------------
+
+REPS, N_LABELS, N_REST = 2000, 60, 600
+# Each coverage is a mean of REPS Bernoulli(0.95) draws: its Monte-Carlo sd is 0.0049, so
+# 0.93 sits four sds below the nominal level; a real under-coverage (0.90) fails it.
+FLOOR = 0.93
+
+
+def _judge(rng: np.random.Generator, y: np.ndarray, quality: float) -> np.ndarray:
+    """A judge that tracks the truth with `quality` (0: pure noise, 1: the truth itself),
+    biased upwards by 0.5 unless perfect."""
+    noise = rng.normal(3.0, 1.0, y.shape)
+    return quality * y + (1 - quality) * noise + 0.5 * (quality < 1)
+
+
+@pytest.mark.parametrize("quality", [0.0, 0.5, 0.9, 1.0])
+def test_coverage_at_95_and_never_wider_than_classical(quality: float) -> None:
+    rng = np.random.default_rng(37 + int(10 * quality))
+    truth = 3.0  # E[y]
+    y = rng.normal(truth, 1.0, (REPS, N_LABELS + N_REST))
+    f = _judge(rng, y, quality)
+    labelled, rest = slice(0, N_LABELS), slice(N_LABELS, None)
+    tuned = ppi_mean(y[:, labelled], f[:, labelled], f[:, rest])
+    classical = ppi_mean(y[:, labelled], f[:, labelled], f[:, rest], lam=0.0)
+    covered = (tuned.low <= truth) & (truth <= tuned.high)
+    assert covered.mean() >= FLOOR, covered.mean()
+    ratio = (tuned.high - tuned.low) / (classical.high - classical.low)
+    # A useless judge costs at most Monte-Carlo noise in λ: 2% of width on average.
+    assert ratio.mean() <= 1.02, ratio.mean()
+    if quality >= 0.9:
+        assert ratio.mean() < 0.75  # an informative judge buys a clearly narrower interval
+
+
+def test_labels_for_width_gives_about_the_promised_width() -> None:
+    rng = np.random.default_rng(5)
+    pilot_y = rng.normal(3.0, 1.0, 80)
+    pilot_f = _judge(rng, pilot_y, 0.8)
+    rest_f = _judge(rng, rng.normal(3.0, 1.0, 2000), 0.8)
+    width = 0.15
+    n = labels_for_width(pilot_y, pilot_f, rest_f, width)
+    assert 30 < n < 1000, n
+    y = rng.normal(3.0, 1.0, (400, n))
+    f = _judge(rng, y, 0.8)
+    f_rest = _judge(rng, rng.normal(3.0, 1.0, (400, 2000)), 0.8)
+    widths = ppi_mean(y, f, f_rest)
+    measured = float(np.median(widths.high - widths.low))
+    assert measured == pytest.approx(width, rel=0.1)
+    with pytest.raises(ValueError, match="no number of labels"):
+        labels_for_width(pilot_y, pilot_f, rest_f[:5], 0.01)
