@@ -30,6 +30,8 @@ _EXPORTS = {
     "diff": ".api.diff",
     "estimate": ".api.estimate",
     "Estimation": ".api.estimate",
+    "label_plan": ".api.estimate",
+    "LabelPlan": ".api.estimate",
     "power": ".api.power",
     "PowerEstimate": ".api.power",
     "calibrate": ".analysis.calibrate",
@@ -90,7 +92,7 @@ if TYPE_CHECKING:
     from .api.align import Alignment, align
     from .api.card import JudgeCard, judge_card
     from .api.diff import diff
-    from .api.estimate import Estimation, estimate
+    from .api.estimate import Estimation, LabelPlan, estimate, label_plan
     from .api.power import PowerEstimate, power
     from .api.retest import aretest, retest
     from .api.run import Graph, RunResult, arun, graph_from_dict, load_graph, run
@@ -145,6 +147,7 @@ __all__ = [
     "Graph",
     "GraphError",
     "JudgeCard",
+    "LabelPlan",
     "Manifest",
     "MemoryStore",
     "NodeError",
@@ -186,6 +189,7 @@ __all__ = [
     "export",
     "graph_from_dict",
     "judge_card",
+    "label_plan",
     "load_graph",
     "node_runs_frame",
     "power",

@@ -82,6 +82,7 @@ if TYPE_CHECKING:
         summarize,
         summarize_groups,
     )
+    from .label_plan import LabelPlan, label_plan, write_plan
     from .metaeval import meta_eval, meta_eval_table
     from .metaeval_stats import Bootstrap
     from .power import PowerEstimate, estimate_power
@@ -112,6 +113,7 @@ __all__ = [
     "FirstDifference",
     "Grouping",
     "JudgeCard",
+    "LabelPlan",
     "Metric",
     "NodeChange",
     "OutputComparison",
@@ -152,6 +154,7 @@ __all__ = [
     "integer_range",
     "isotonic",
     "judge_card",
+    "label_plan",
     "label_rows",
     "llm_nodes",
     "measure",
@@ -183,5 +186,6 @@ __all__ = [
     "variant_texts",
     "with_isotonic",
     "write_graph",
+    "write_plan",
     "write_record",
 ]

@@ -1,5 +1,5 @@
 """The Python API: graphs and rows in, typed records out (`run.py`: `run`, `arun`, `RunResult`,
-`load_graph`, `graph_from_dict`; `card.py`: `judge_card`; `estimate.py`: `estimate`;
+`load_graph`, `graph_from_dict`; `card.py`: `judge_card`; `estimate.py`: `estimate`, `label_plan`;
 `runner.py`: the deprecated `execute(RunConfig)` shim). `orchestrator/__init__.py`
 re-exports the public names."""
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .align import Alignment, align
     from .card import JudgeCard, judge_card
     from .diff import RunDiff, diff
-    from .estimate import Estimation, estimate
+    from .estimate import Estimation, LabelPlan, estimate, label_plan
     from .power import PowerEstimate, power
     from .retest import aretest, retest
     from .run import Graph, RunResult, arun, graph_from_dict, load_graph, run
@@ -26,6 +26,7 @@ __all__ = [
     "Estimation",
     "Graph",
     "JudgeCard",
+    "LabelPlan",
     "PowerEstimate",
     "RunConfig",
     "RunDiff",
@@ -39,6 +40,7 @@ __all__ = [
     "execute",
     "graph_from_dict",
     "judge_card",
+    "label_plan",
     "load_graph",
     "power",
     "retest",

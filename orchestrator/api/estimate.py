@@ -1,12 +1,14 @@
-"""`orc.estimate`: a run's mean with a valid interval from the judge and a few human labels."""
+"""`orc.estimate`: a run's mean with a valid interval from the judge and a few human labels;
+`orc.label_plan`: which examples those labels should be."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..analysis import Estimation, estimate_mean
+from ..analysis import Estimation, LabelPlan, estimate_mean, write_plan
+from ..analysis import label_plan as make_plan
 
-__all__ = ["Estimation", "estimate"]
+__all__ = ["Estimation", "LabelPlan", "estimate", "label_plan"]
 
 
 def estimate(
@@ -28,3 +30,22 @@ def estimate(
     1/π against every example of the run. docs/estimate.md says when to trust which.
     """
     return estimate_mean(run, labels, field=field, label_field=label_field, alpha=alpha)
+
+
+def label_plan(
+    run: str | Path,
+    *,
+    budget: int,
+    field: str,
+    out: str | Path | None = None,
+    node: str | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> LabelPlan:
+    """Exactly `budget` examples of `run` for people to label, with inclusion probabilities
+    that lean towards those where the judge (`node`, or the one node that recorded a
+    confidence) was unsure of `field`, uniform when none did; written to `out` as JSONL
+    `{"id", "probability"}` when given (a new file, or with `overwrite` a plan nobody has
+    labelled yet). Label the lines, keep `probability`, and `estimate` weighs by it."""
+    plan = make_plan(run, budget=budget, field=field, node=node, seed=seed)
+    return plan if out is None else write_plan(plan, Path(out), overwrite)

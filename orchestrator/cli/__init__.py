@@ -42,6 +42,6 @@ from . import calibrate  # noqa: F401 - calibrate
 from . import align  # noqa: F401 - align
 
 # isort: split
-from . import estimate  # noqa: F401 - estimate
+from . import estimate  # noqa: F401 - estimate, label-plan
 
 __all__ = ["app", "main"]

@@ -65,3 +65,48 @@ def _show(found: Estimation) -> None:
         )
     for note in found.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+
+
+@app.command("label-plan")
+def label_plan(
+    run: Annotated[Path, typer.Argument(help="Run folder the judge scored.")],
+    budget: Annotated[int, typer.Option(help="How many examples people will label.")],
+    field: Annotated[str, typer.Option(help="Result field the labels will give.")],
+    out: Annotated[Path, typer.Option(help="The plan to write: JSONL {id, probability}.")],
+    node: Annotated[
+        str | None, typer.Option(help="Judging node whose confidence leans the plan.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the draw.")] = 0,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace a plan this command wrote (never a labelled one).")
+    ] = False,
+    format: Annotated[str, typer.Option(help="table | json")] = "table",
+) -> None:
+    """Exactly --budget examples to label, more likely where the judge was unsure (uniform
+    when the run recorded no confidence); `estimate` weighs the labels by 1/probability."""
+    from ..api import label_plan as plan_labels
+
+    if format not in ("table", "json"):
+        fail(f"--format must be table or json, got {format!r}")
+    try:
+        plan = plan_labels(
+            run, budget=budget, field=field, out=out, node=node, seed=seed, overwrite=overwrite
+        )
+    except (OrchestratorError, ValueError) as exc:
+        fail(str(exc))
+    if format == "json":
+        typer.echo(plan.model_dump_json(indent=2, exclude={"plan"}))
+        return
+    lean = "uniform" if plan.node is None else f"leaning on node {plan.node}'s {plan.source}"
+    chances = [line["probability"] for line in plan.plan]
+    console.print(
+        f"{len(plan.plan)} of {plan.examples} examples to label in {escape(str(out))} "
+        f"({escape(lean)}; inclusion probabilities {min(chances):.3g} to {max(chances):.3g}). "
+        "Add each one's label to its line (`score`, or `choice` for a category), keep "
+        "`probability`, then: "
+        f"orchestrator estimate {escape(str(run))} --labels {escape(str(out))} "
+        f"--field {escape(plan.field)}",
+        soft_wrap=True,
+    )
+    for note in plan.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)

@@ -44,7 +44,17 @@ from .intervals import (
     wilson,
 )
 from .power import normal_n, one_way_icc, t_power
-from .ppi import PPIMean, labels_for_width, ppi_mean, ppi_terms, tuned_lambda
+from .ppi import (
+    UNIFORM_SHARE,
+    PPIMean,
+    active_probabilities,
+    inclusion_probabilities,
+    labels_for_width,
+    ppi_mean,
+    ppi_terms,
+    systematic_sample,
+    tuned_lambda,
+)
 from .ranks import (
     Method,
     correlation_p,
@@ -74,12 +84,14 @@ __all__ = [
     "EXACT_UP_TO",
     "PERMUTATIONS",
     "RESAMPLES",
+    "UNIFORM_SHARE",
     "ClusterSignFlip",
     "Interval",
     "Method",
     "PPIMean",
     "SignFlip",
     "SignFlipInterval",
+    "active_probabilities",
     "bca_interval",
     "binomial_tail",
     "bootstrap",
@@ -98,6 +110,7 @@ __all__ = [
     "fleiss_kappa",
     "generator",
     "holm",
+    "inclusion_probabilities",
     "kendall_tau_b",
     "krippendorff_alpha_counts",
     "labels_for_width",
@@ -117,6 +130,7 @@ __all__ = [
     "sign_flip_test",
     "spearman",
     "spearman_interval",
+    "systematic_sample",
     "t_power",
     "tuned_lambda",
     "weighted_alpha",

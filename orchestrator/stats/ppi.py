@@ -21,7 +21,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PPIMean", "labels_for_width", "ppi_mean", "ppi_terms", "tuned_lambda"]
+__all__ = [
+    "UNIFORM_SHARE",
+    "PPIMean",
+    "active_probabilities",
+    "inclusion_probabilities",
+    "labels_for_width",
+    "ppi_mean",
+    "ppi_terms",
+    "systematic_sample",
+    "tuned_lambda",
+]
 
 
 @dataclass(frozen=True)
@@ -158,3 +168,62 @@ def labels_for_width(
             f"{f_all.size} examples already takes more"
         )
     return max(2, int(np.ceil(rectifier / room)))
+
+
+# -- where labels help most: a fixed-size design with exact inclusion probabilities ----------
+
+UNIFORM_SHARE = 0.2  # of the design spread evenly, so no example's weight 1/π grows unbounded
+
+
+def inclusion_probabilities(scores: np.ndarray, budget: int) -> np.ndarray:
+    """π_i = K·p_i for p ∝ `scores` (positive) over the last axis, summing to `budget` K;
+    an example whose share would exceed 1 is taken for sure (π = 1) and the rest rescaled,
+    as a fixed-size design needs."""
+    s = np.asarray(scores, dtype=float)
+    size = s.shape[-1]
+    if not 0 < budget <= size:
+        raise ValueError(f"budget must be between 1 and {size} (the examples), got {budget}")
+    if np.any(~np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError("scores must be positive and finite")
+    fixed = np.zeros(s.shape, dtype=bool)
+    pi = s
+    for _ in range(size):
+        room = budget - fixed.sum(axis=-1, keepdims=True)
+        free = np.where(fixed, 0.0, s).sum(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pi = np.where(fixed, 1.0, s * room / free)
+        over = (pi > 1.0) & ~fixed
+        if not over.any():
+            break
+        fixed |= over
+    return np.minimum(pi, 1.0)
+
+
+def active_probabilities(uncertainty: np.ndarray, budget: int) -> np.ndarray:
+    """Inclusion probabilities leaning towards uncertain examples (active inference, Zrnic
+    and Candès 2024: π ∝ the judge's expected error), mixed with a uniform share so that
+    confident examples keep a chance; no uncertainty anywhere gives the uniform design."""
+    u = np.asarray(uncertainty, dtype=float)
+    mean = u.mean(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lean = np.where(mean > 0, u / mean, 1.0)
+    return inclusion_probabilities((1 - UNIFORM_SHARE) * lean + UNIFORM_SHARE, budget)
+
+
+def systematic_sample(pi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Exactly round(Σπ) distinct indices, each with inclusion probability π_i (systematic
+    PPS over the given order: one uniform start, then steps of 1 along the cumulative π);
+    over the last axis, one start per row. The rows' indices, sorted, as an integer array."""
+    p = np.asarray(pi, dtype=float)
+    if np.any(p < 0) or np.any(p > 1 + 1e-12):
+        raise ValueError("inclusion probabilities must lie in [0, 1]")
+    rows = p.reshape(-1, p.shape[-1])
+    budget = round(float(rows[0].sum()))
+    cumulative = np.cumsum(rows, axis=1)
+    cumulative[:, -1] = budget  # rounding must not let the last point spill into the next row
+    offset = np.arange(rows.shape[0])[:, None] * (budget + 1)
+    starts = rng.uniform(size=(rows.shape[0], 1))
+    points = starts + np.arange(budget)[None, :] + offset
+    flat = np.searchsorted((cumulative + offset).ravel(), points.ravel(), side="right")
+    chosen = flat.reshape(rows.shape[0], budget) - np.arange(rows.shape[0])[:, None] * p.shape[-1]
+    return chosen.reshape((*p.shape[:-1], budget))
