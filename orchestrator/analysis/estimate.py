@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,8 +20,9 @@ from pydantic import BaseModel
 
 from ..compute import field_value
 from ..errors import ConfigurationError, LabelError
-from ..stats import PPIMean, ppi_mean
+from ..stats import PPIMean, cluster_index, cluster_interval, ppi_mean
 from ..store import RunReader
+from .groups import cluster_keys, cluster_labels, run_inputs
 from .metaeval import label_truth, read_labels
 
 __all__ = ["Estimation", "Share", "Value", "estimate_mean"]
@@ -34,7 +36,7 @@ class Value(BaseModel):
 
     value: float
     ci: tuple[float, float]
-    se: float
+    se: float  # with clusters: the interval's half-width over the normal quantile
 
 
 class Share(BaseModel):
@@ -49,13 +51,18 @@ class Share(BaseModel):
 
 class Estimation(BaseModel):
     """`estimate`'s answer: for a numeric field the mean (`ppi`, `classical`, `naive`, `lam`,
-    `effective_labels` at the top), for a categorical one each value's share (`shares`)."""
+    `effective_labels` at the top; the same for a difference of two runs and a win rate),
+    for a categorical one each value's share (`shares`)."""
 
     run: str
+    other_run: str | None = None  # run B of a difference B − A
     labels: str
     field: str
     label_field: str | None
-    kind: Literal["mean", "shares"]
+    kind: Literal["mean", "shares", "difference", "win_rate"]
+    win: str | None = None  # the side whose win rate is estimated (ties count half)
+    cluster: str | None = None  # the row field whose clusters every interval resamples
+    clusters: int | None = None
     weighted: bool  # labels carried a plan's inclusion probabilities
     n_labels: int  # labelled examples with a judge answer
     n_unlabelled: int  # the unlabelled part (every example of the run when weighted)
@@ -98,24 +105,63 @@ def _value(found: PPIMean) -> Value:
     )
 
 
+@dataclass(frozen=True)
+class _Clusters:
+    """Each example's cluster number (`--cluster`) and the resampling's seed."""
+
+    of: dict[str, int]
+    seed: int
+
+    def __call__(self, ids: Sequence[str]) -> np.ndarray:
+        return np.asarray([self.of[k] for k in ids], dtype=np.intp)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """The examples of one estimate: labelled, unlabelled, every judged one; plan weights."""
+
+    labelled: list[str]
+    rest: list[str]
+    scored: list[str]
+    w: np.ndarray | None
+    clusters: _Clusters | None
+
+
 def _share(
     y: np.ndarray,
     f: np.ndarray,
     f_rest: np.ndarray,
     f_every: np.ndarray,
-    w: np.ndarray | None,
+    parts: _Parts,
     alpha: float,
 ) -> Share:
     """PPI++, classical (λ = 0) and naive of one quantity. Naive is the judge's mean over
     every scored example, with the interval of that mean: it says nothing of the judge's
-    bias, which is what the other two correct."""
+    bias, which is what the other two correct. With clusters, each interval comes from
+    resampling whole clusters (`stats.cluster_interval`)."""
+    w = parts.w
     tuned = ppi_mean(y, f, f_rest, alpha=alpha, w=w)
     classical = ppi_mean(y, f, f_rest, alpha=alpha, lam=0.0, w=w)
     naive = ppi_mean(f_every, f_every, f_every, alpha=alpha, lam=0.0)
+    values = [_value(tuned), _value(classical), _value(naive)]
+    if parts.clusters is not None:
+        of, seed = parts.clusters, parts.clusters.seed
+        lab, rest, every = of(parts.labelled), of(parts.rest), of(parts.scored)
+        lam = float(tuned.lam)
+        found = [
+            cluster_interval(y, f, f_rest, lab, rest, lam, w=w, alpha=alpha, seed=seed),
+            cluster_interval(y, f, f_rest, lab, rest, 0.0, w=w, alpha=alpha, seed=seed),
+            cluster_interval(f_every, f_every, f_every, every, every, 0.0, alpha=alpha, seed=seed),
+        ]
+        z = float(tuned.high - tuned.value) / float(tuned.se) if float(tuned.se) > 0 else 1.0
+        values = [
+            v.model_copy(update={"ci": (float(lo), float(hi)), "se": float(hi - lo) / (2 * z)})
+            for v, (_, lo, hi) in zip(values, found, strict=True)
+        ]
     return Share(
-        ppi=_value(tuned),
-        classical=_value(classical),
-        naive=_value(naive),
+        ppi=values[0],
+        classical=values[1],
+        naive=values[2],
         lam=float(tuned.lam),
         effective_labels=float(tuned.effective_labels),
     )
@@ -153,57 +199,130 @@ def judge_answers(run: Path, field: str) -> tuple[dict[str, Any], int]:
     return found, len(answers) - len(found)
 
 
-def estimate_mean(
-    run: str | Path,
-    labels: str | Path,
-    *,
-    field: str,
-    label_field: str | None = None,
-    alpha: float = ALPHA,
-) -> Estimation:
-    """The PPI++ mean of `field` over the run (the share of each value for a categorical
-    field) from the judge's answers and the human labels in `labels`, with the classical
-    and naive estimates beside it. See the module for which examples count as unlabelled."""
-    folder, path = Path(run), Path(labels)
+TIES = frozenset({"tie", "draw", "equal", "same", "both", "neither"})
+
+
+def _read(
+    path: Path, label_field: str | None
+) -> tuple[bool, dict[str, list[Any]], dict[str, float]]:
+    """A labels file: whether its labels are scores, each id's labels, and each id's plan
+    probability (empty when the labels carry none)."""
     items = read_labels(path, label_field)
-    answers, missing = judge_answers(folder, field)
     kinds = {"score" in item for item in items}
     if len(kinds) != 1:
         raise LabelError(f"{path}: mixes score and choice labels; estimate needs one kind")
-    numeric = kinds == {True}
     plan = [("probability" in item) for item in items]
-    weighted = any(plan)
-    if weighted and not all(plan):
+    if any(plan) and not all(plan):
         raise LabelError(f"{path}: some labels carry a 'probability' and some do not")
     by_id: dict[str, list[Any]] = {}
     probability: dict[str, float] = {}
     for item in items:
         by_id.setdefault(item["id"], []).append(label_truth(item))
-        if weighted:
+        if any(plan):
             probability[item["id"]] = _probability(item, path)
+    return kinds == {True}, by_id, probability
+
+
+def _win(value: Any, side: str) -> float:
+    """A pairwise verdict as a win for `side`: 1 when it won, ½ for a tie, 0 otherwise."""
+    code = _category(value)
+    return 1.0 if code == _category(side) else 0.5 if code in TIES else 0.0
+
+
+def _paired(
+    folders: list[Path], paths: list[Path], field: str, label_field: str | None
+) -> tuple[dict[str, Any], int, dict[str, list[Any]]]:
+    """Run B minus run A per example, for the judge and for the people (each file labels
+    its run; an example is labelled when both files label it)."""
+    (a, missing_a), (b, missing_b) = (judge_answers(x, field) for x in folders)
+    answers = {
+        k: float(b[k]) - float(a[k]) for k in a if k in b and _numeric(a[k]) and _numeric(b[k])
+    }
+    read = [_read(path, label_field) for path in paths]
+    for path, (numeric, _, probability) in zip(paths, read, strict=True):
+        if not numeric:
+            raise LabelError(f"{path}: a difference of two runs needs score labels")
+        if probability:
+            raise LabelError(f"{path}: a label plan's probabilities apply to one run's estimate")
+    first, second = read[0][1], read[1][1]
+    by_id = {
+        k: [float(np.mean(second[k])) - float(np.mean(first[k]))] for k in first if k in second
+    }
+    missing = len(set(a) | set(b)) - len(answers) + missing_a + missing_b
+    return answers, missing, by_id
+
+
+def estimate_mean(
+    runs: str | Path | Sequence[str | Path],
+    labels: str | Path | Sequence[str | Path],
+    *,
+    field: str,
+    label_field: str | None = None,
+    win: str | None = None,
+    cluster: str | None = None,
+    alpha: float = ALPHA,
+    seed: int = 0,
+) -> Estimation:
+    """The PPI++ mean of `field` over a run (the share of each value for a categorical
+    field; the win rate of `win`, ties counting half, for a pairwise verdict) from the
+    judge's answers and the human labels, with the classical and naive estimates beside
+    it. Two runs (and a labels file for each) give the mean difference B − A over their
+    shared examples. `cluster` names a row field (a user) whose clusters are resampled
+    whole for every interval. See the module for which examples count as unlabelled."""
+    folders = [Path(x) for x in ([runs] if isinstance(runs, str | Path) else runs)]
+    paths = [Path(x) for x in ([labels] if isinstance(labels, str | Path) else labels)]
+    if len(folders) not in (1, 2) or len(paths) != len(folders):
+        raise ConfigurationError(
+            f"estimate takes one run or two, and a labels file for each: got {len(folders)} "
+            f"run(s) and {len(paths)} labels file(s)"
+        )
+    path = paths[0]
+    if len(folders) == 2:
+        if win is not None:
+            raise ConfigurationError("--win-rate is for one pairwise run, not two runs")
+        answers, missing, by_id = _paired(folders, paths, field, label_field)
+        numeric, kind = True, "difference"
+        probability: dict[str, float] = {}
+    else:
+        numeric, by_id, probability = _read(path, label_field)
+        answers, missing = judge_answers(folders[0], field)
+        kind = "mean" if numeric else "shares"
+        if win is not None:
+            _check_side(answers, win, field, folders[0])
+            answers = {k: _win(v, win) for k, v in answers.items()}
+            by_id = {k: [_win(v, win) for v in vs] for k, vs in by_id.items()}
+            numeric, kind = True, "win_rate"
+    weighted = bool(probability)
     usable = (lambda v: _numeric(v)) if numeric else (lambda v: True)
     scored = [k for k, v in answers.items() if usable(v)]
     missing += len(answers) - len(scored)
     labelled = [k for k in by_id if k in scored]
     unmatched = len(by_id) - len(labelled)
+    where = " and ".join(str(x) for x in folders)
     if len(labelled) < 2:
         raise LabelError(
             f"{path}: {len(labelled)} of its {len(by_id)} labelled id(s) have an answer in "
-            f"{field!r} in {folder}; an estimate needs at least 2"
+            f"{field!r} in {where}; an estimate needs at least 2"
         )
     rest = scored if weighted else [k for k in scored if k not in by_id]
     if not rest:
         raise LabelError(
-            f"{path}: every scored example of {folder} is labelled, so the judge adds "
+            f"{path}: every scored example of {where} is labelled, so the judge adds "
             "nothing: the labels' own mean is the estimate"
         )
     w = np.asarray([1.0 / probability[k] for k in labelled]) if weighted else None
+    clusters = None if cluster is None else _clusters(folders[0], cluster, scored, seed)
+    parts = _Parts(labelled, rest, scored, w, clusters)
     out: dict[str, Any] = {
-        "run": str(folder),
-        "labels": str(path),
+        "run": str(folders[0]),
+        "other_run": str(folders[1]) if len(folders) == 2 else None,
+        "labels": ", ".join(str(x) for x in paths),
         "field": field,
         "label_field": label_field,
-        "kind": "mean" if numeric else "shares",
+        "kind": kind,
+        "win": win,
+        "cluster": cluster,
+        "clusters": None if clusters is None else len(set(clusters.of.values())),
         "weighted": weighted,
         "n_labels": len(labelled),
         "n_unlabelled": len(rest),
@@ -216,7 +335,7 @@ def estimate_mean(
     if numeric:
         y = np.asarray([np.mean(by_id[k]) for k in labelled])
         f, f_rest = _numbers(answers, labelled), _numbers(answers, rest)
-        share = _share(y, f, f_rest, _numbers(answers, scored), w, alpha)
+        share = _share(y, f, f_rest, _numbers(answers, scored), parts, alpha)
         out.update(share.model_dump())
         return Estimation.model_validate(out)
     given = {_category(v) for k in scored for v in [answers[k]]}
@@ -235,8 +354,24 @@ def estimate_mean(
         f = np.asarray([_category(answers[k]) == code for k in labelled], dtype=float)
         every = np.asarray([_category(answers[k]) == code for k in scored], dtype=float)
         f_rest = np.asarray([_category(answers[k]) == code for k in rest], dtype=float)
-        shares[names[code]] = _share(y, f, f_rest, every, w, alpha)
+        shares[names[code]] = _share(y, f, f_rest, every, parts, alpha)
     return Estimation.model_validate({**out, "shares": shares})
+
+
+def _check_side(answers: dict[str, Any], side: str, field: str, run: Path) -> None:
+    given = sorted({_category(v) for v in answers.values()})
+    if _category(side) not in given:
+        raise ConfigurationError(
+            f"--win-rate {side!r}: no example of {run} has it in {field!r} "
+            f"(its values: {', '.join(given[:10])})"
+        )
+
+
+def _clusters(run: Path, field: str, ids: Sequence[str], seed: int) -> _Clusters:
+    """Each scored example's cluster number by the row field `field` (compare's reading)."""
+    keys = cluster_keys(RunReader(run).latest_results(), field, run_inputs(run))
+    index = cluster_index(cluster_labels(ids, keys))
+    return _Clusters(dict(zip(ids, index.tolist(), strict=True)), seed)
 
 
 def _numbers(answers: dict[str, Any], ids: Sequence[str]) -> np.ndarray:

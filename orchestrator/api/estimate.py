@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..analysis import Estimation, LabelPlan, estimate_mean, write_plan
@@ -12,12 +13,15 @@ __all__ = ["Estimation", "LabelPlan", "estimate", "label_plan"]
 
 
 def estimate(
-    run: str | Path,
-    labels: str | Path,
+    run: str | Path | Sequence[str | Path],
+    labels: str | Path | Sequence[str | Path],
     *,
     field: str,
     label_field: str | None = None,
+    win: str | None = None,
+    cluster: str | None = None,
     alpha: float = 0.05,
+    seed: int = 0,
 ) -> Estimation:
     """The PPI++ estimate of the mean of `field` (each value's share for a categorical
     field) over `run`, from its judge answers and the human labels in `labels` (JSONL,
@@ -25,11 +29,24 @@ def estimate(
     key), with a two-sided 1 − `alpha` interval, beside the labels-only (classical) and
     judge-only (naive) estimates, the λ used and the effective number of labels.
 
-    Labels without a `probability` are taken as a random subset and the run's other
-    examples as the unlabelled part; labels from `label-plan` (with `probability`) weigh
-    1/π against every example of the run. docs/estimate.md says when to trust which.
+    Two runs `[a, b]` over the same examples, each with its labels file, give the mean
+    difference b − a; `win` names the side of a pairwise verdict whose win rate (ties
+    counting half) is wanted; `cluster` names a row field (a user) whose clusters every
+    interval resamples whole (seeded by `seed`). Labels without a `probability` are taken
+    as a random subset and the run's other examples as the unlabelled part; labels from
+    `label-plan` (with `probability`) weigh 1/π against every example of the run.
+    docs/estimate.md says when to trust which.
     """
-    return estimate_mean(run, labels, field=field, label_field=label_field, alpha=alpha)
+    return estimate_mean(
+        run,
+        labels,
+        field=field,
+        label_field=label_field,
+        win=win,
+        cluster=cluster,
+        alpha=alpha,
+        seed=seed,
+    )
 
 
 def label_plan(

@@ -17,24 +17,48 @@ if TYPE_CHECKING:
 
 @app.command()
 def estimate(
-    run: Annotated[Path, typer.Argument(help="Run folder whose judge scored every example.")],
+    runs: Annotated[
+        list[Path],
+        typer.Argument(help="Run folder the judge scored, or two (RUN_A RUN_B): B − A."),
+    ],
     labels: Annotated[
-        Path, typer.Option(help="Human labels (JSONL keyed by example id), as judge-card reads.")
+        list[Path],
+        typer.Option(help="Human labels (JSONL keyed by example id); one per run."),
     ],
     field: Annotated[str, typer.Option(help="Result field to estimate (numeric or categorical).")],
     label_field: Annotated[
         str | None, typer.Option(help="Key of the labels holding the value (default: score).")
     ] = None,
+    win_rate: Annotated[
+        str | None,
+        typer.Option(help="Pairwise verdicts: the win rate of this side (ties count half)."),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(help="Row field examples are nested in (e.g. user): resample those."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the cluster resampling.")] = 0,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
 ) -> None:
-    """The PPI++ mean of --field (each value's share if categorical) with a 95% interval,
-    beside the labels-only and the judge-only estimates."""
+    """The PPI++ mean of --field (each value's share if categorical, a side's win rate, or
+    the difference of two runs) with a 95% interval, beside the labels-only and the
+    judge-only estimates."""
     from ..api import estimate as find
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")
+    if len(runs) != len(labels):
+        fail(f"give one --labels per run: {len(runs)} run(s), {len(labels)} --labels")
     try:
-        found = find(run, labels, field=field, label_field=label_field)
+        found = find(
+            runs,
+            labels,
+            field=field,
+            label_field=label_field,
+            win=win_rate,
+            cluster=cluster,
+            seed=seed,
+        )
     except (OrchestratorError, ValueError) as exc:
         fail(str(exc))
     if format == "json":
@@ -54,8 +78,18 @@ def _show(found: Estimation) -> None:
         f"(unlabelled part: {unlabelled}, {found.n_unlabelled})",
         soft_wrap=True,
     )
+    if found.cluster is not None:
+        console.print(
+            f"intervals resample {found.clusters} clusters of {escape(found.cluster)}",
+            soft_wrap=True,
+        )
+    whole = {
+        "mean": "mean",
+        "difference": "mean difference B − A",
+        "win_rate": f"win rate of {escape(found.win or '')}",
+    }
     for name, part in found.parts():
-        head = "mean" if name is None else f"share of {escape(name)}"
+        head = whole.get(found.kind, "mean") if name is None else f"share of {escape(name)}"
         console.print(
             f"{head}: [bold]PPI++ {_interval(part.ppi.value, part.ppi.ci)}[/] "
             f"(λ {part.lam:.2f}, worth {part.effective_labels:.0f} labels); "

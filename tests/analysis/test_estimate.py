@@ -207,3 +207,100 @@ def test_the_docs_worked_example_prints_what_the_doc_shows(
     with contextlib.redirect_stdout(printed):
         exec(compile(code.group(1), "docs/estimate.md", "exec"), {"__name__": "docs_example"})
     assert printed.getvalue() == shown.group(1)
+
+
+# -- two runs, win rates, users ---------------------------------------------------------------
+
+
+def test_two_runs_give_the_difference_as_ppi_python_does(tmp_path: Path) -> None:
+    ppi_py = pytest.importorskip("ppi_py")
+    rng = np.random.default_rng(6)
+    truth_a, truth_b = rng.normal(3, 1, 150), rng.normal(3.4, 1, 150)
+    judge_a = truth_a + 0.5 + rng.normal(0, 0.4, 150)
+    judge_b = truth_b + 0.2 + rng.normal(0, 0.4, 150)
+    run_a = _run(tmp_path / "a", [{"score": float(x)} for x in judge_a])
+    run_b = _run(tmp_path / "b", [{"score": float(x)} for x in judge_b])
+    labelled = np.arange(0, 150, 3)  # 50 examples
+    files = [
+        _write(
+            tmp_path / f"{name}.jsonl", [{"id": f"e{i}", "score": float(t[i])} for i in labelled]
+        )
+        for name, t in (("la", truth_a), ("lb", truth_b))
+    ]
+    found = orc.estimate([run_a, run_b], files, field="score")
+    rest = np.setdiff1d(np.arange(150), labelled)
+    y = truth_b[labelled] - truth_a[labelled]
+    f, f_rest = (judge_b - judge_a)[labelled], (judge_b - judge_a)[rest]
+    low, high = ppi_py.ppi_mean_ci(y, f, f_rest, alpha=0.05, lam=None)
+    assert found.kind == "difference" and found.other_run == str(run_b)
+    assert found.ppi is not None and found.naive is not None
+    assert found.ppi.ci == pytest.approx((float(low[0]), float(high[0])), abs=1e-6)
+    assert found.naive.value == pytest.approx((judge_b - judge_a).mean())
+    result = CliRunner().invoke(
+        app,
+        [
+            "estimate",
+            str(run_a),
+            str(run_b),
+            "--field",
+            "score",
+            "--labels",
+            str(files[0]),
+            *[
+                "--labels",
+                str(files[1]),
+            ],
+        ],
+    )
+    assert result.exit_code == 0 and "mean difference B − A" in result.output
+    one = CliRunner().invoke(
+        app, ["estimate", str(run_a), str(run_b), "--labels", str(files[0]), "--field", "score"]
+    )
+    assert one.exit_code != 0 and "one --labels per run" in one.output
+
+
+def test_a_win_rate_counts_ties_half(tmp_path: Path) -> None:
+    ppi_py = pytest.importorskip("ppi_py")
+    rng = np.random.default_rng(9)
+    options = np.array(["A", "B", "tie"])
+    truth = rng.choice(3, 200, p=[0.5, 0.3, 0.2])
+    judge = np.where(rng.uniform(size=200) < 0.75, truth, rng.choice(3, 200))
+    run = _run(tmp_path / "pw", [{"winner": str(options[j])} for j in judge])
+    labelled = np.arange(0, 200, 4)
+    path = _write(
+        tmp_path / "l.jsonl", [{"id": f"e{i}", "winner": str(options[truth[i]])} for i in labelled]
+    )
+    found = orc.estimate(run, path, field="winner", win="a")
+    win = np.array([1.0, 0.0, 0.5])
+    rest = np.setdiff1d(np.arange(200), labelled)
+    low, high = ppi_py.ppi_mean_ci(
+        win[truth[labelled]], win[judge[labelled]], win[judge[rest]], alpha=0.05, lam=None
+    )
+    assert found.kind == "win_rate" and found.ppi is not None
+    assert found.ppi.ci == pytest.approx((float(low[0]), float(high[0])), abs=1e-6)
+    with pytest.raises(ConfigurationError, match="--win-rate 'C'"):
+        orc.estimate(run, path, field="winner", win="C")
+
+
+def test_clusters_resample_whole_users(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    users = np.repeat(np.arange(20), 10)
+    truth = 3 + rng.normal(0, 0.8, 20)[users] + rng.normal(0, 1, 200)
+    judge = truth + 0.3 + rng.normal(0, 0.5, 200)
+    run = _run(
+        tmp_path / "run",
+        [{"score": float(j), "user": f"u{u}"} for j, u in zip(judge, users, strict=True)],
+    )
+    labelled = rng.choice(200, 60, replace=False)
+    path = _write(
+        tmp_path / "l.jsonl", [{"id": f"e{i}", "score": float(truth[i])} for i in labelled]
+    )
+    plain = orc.estimate(run, path, field="score")
+    nested = orc.estimate(run, path, field="score", cluster="user")
+    assert nested.clusters == 20 and nested.cluster == "user"
+    assert nested.ppi is not None and plain.ppi is not None
+    assert nested.ppi.value == plain.ppi.value  # the same estimate; only its interval widens
+    assert nested.ppi.ci[1] - nested.ppi.ci[0] > 1.3 * (plain.ppi.ci[1] - plain.ppi.ci[0])
+    assert orc.estimate(run, path, field="score", cluster="user") == nested  # seeded
+    with pytest.raises(ConfigurationError, match="no field 'team' to cluster by"):
+        orc.estimate(run, path, field="score", cluster="team")

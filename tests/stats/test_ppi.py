@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.stats import (
     active_probabilities,
+    cluster_interval,
     inclusion_probabilities,
     labels_for_width,
     ppi_mean,
@@ -180,3 +181,45 @@ def test_leaning_on_uncertainty_narrows_the_interval_at_the_same_coverage(
         assert ratio < 0.9, ratio  # about 0.8 here
     else:
         assert ratio < 1.15, ratio  # about 1.07: a lean on noise costs a little, bounded by the mix
+
+
+# -- examples nested in users --------------------------------------------------------------------
+
+CLUSTER_REPS = 2000
+
+
+@pytest.mark.parametrize(("users", "per_user", "quality"), [(40, 10, 0.8), (15, 20, 0.0)])
+def test_resampling_users_covers_where_the_plain_interval_does_not(
+    users: int, per_user: int, quality: float
+) -> None:
+    """Truth and judge both carry a per-user effect; 60 examples labelled at random. Measured
+    coverage is 0.95 in both (15 users with a useless judge included): 0.93 is four
+    Monte-Carlo sds (0.0049) below. The plain interval, blind to users, covers 0.76-0.80."""
+    rng = np.random.default_rng(users + per_user)
+    size = users * per_user
+    cluster = np.repeat(np.arange(users), per_user)
+    y = 3.0 + rng.normal(0.0, 0.7, (CLUSTER_REPS, users))[:, cluster]
+    y += rng.normal(0.0, 1.0, (CLUSTER_REPS, size))
+    f = quality * y + (1 - quality) * rng.normal(3.0, 1.2, y.shape) + 0.4
+    f += rng.normal(0.0, 0.3, (CLUSTER_REPS, users))[:, cluster]
+    order = np.argsort(rng.uniform(size=y.shape), axis=1)
+    labelled, rest = order[:, :N_LABELS], order[:, N_LABELS:]
+
+    def take(a: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return np.take_along_axis(a, index, axis=1)
+
+    plain = ppi_mean(take(y, labelled), take(f, labelled), take(f, rest))
+    value, low, high = cluster_interval(
+        take(y, labelled),
+        take(f, labelled),
+        take(f, rest),
+        cluster[labelled],
+        cluster[rest],
+        plain.lam,
+        resamples=400,
+        seed=rng,
+    )
+    assert value == pytest.approx(plain.value, abs=1e-9)  # the same estimate, another interval
+    covered = ((low <= 3.0) & (high >= 3.0)).mean()
+    assert covered >= FLOOR, covered
+    assert ((plain.low <= 3.0) & (plain.high >= 3.0)).mean() < 0.85
