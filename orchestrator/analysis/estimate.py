@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from ..compute import field_value
 from ..errors import ConfigurationError, LabelError
-from ..stats import PPIMean, cluster_index, cluster_interval, ppi_mean
+from ..stats import PPIMean, cluster_index, cluster_interval, labels_for_width, ppi_mean
 from ..store import RunReader
 from .groups import cluster_keys, cluster_labels, run_inputs
 from .metaeval import label_truth, read_labels
@@ -75,6 +75,10 @@ class Estimation(BaseModel):
     lam: float | None = None
     effective_labels: float | None = None
     shares: dict[str, Share] = {}
+    width: float | None = None  # the interval width asked for (the label question)
+    labels_needed: int | None = None  # PPI++ labels for that width (None: out of reach)
+    labels_needed_classical: int | None = None  # labels alone for that width
+    needed_notes: list[str] = []
     alpha: float = ALPHA
     method: str = (
         "PPI++ (power-tuned λ), normal interval; classical: labels only; naive: judge only"
@@ -262,13 +266,16 @@ def estimate_mean(
     cluster: str | None = None,
     alpha: float = ALPHA,
     seed: int = 0,
+    width: float | None = None,
 ) -> Estimation:
     """The PPI++ mean of `field` over a run (the share of each value for a categorical
     field; the win rate of `win`, ties counting half, for a pairwise verdict) from the
     judge's answers and the human labels, with the classical and naive estimates beside
     it. Two runs (and a labels file for each) give the mean difference B − A over their
     shared examples. `cluster` names a row field (a user) whose clusters are resampled
-    whole for every interval. See the module for which examples count as unlabelled."""
+    whole for every interval. With `width`, the labels are a pilot: the record also says how
+    many labels a PPI++ interval of that total width needs (`labels_needed`), and how many
+    the labels alone would. See the module for which examples count as unlabelled."""
     folders = [Path(x) for x in ([runs] if isinstance(runs, str | Path) else runs)]
     paths = [Path(x) for x in ([labels] if isinstance(labels, str | Path) else labels)]
     if len(folders) not in (1, 2) or len(paths) != len(folders):
@@ -332,11 +339,18 @@ def estimate_mean(
         "alpha": alpha,
         "notes": _notes(len(labelled), unmatched, path),
     }
+    if width is not None and not numeric:
+        raise ConfigurationError(
+            f"--width: the labels needed are for a mean; {field!r} is categorical "
+            "(a --win-rate side makes it one)"
+        )
     if numeric:
         y = np.asarray([np.mean(by_id[k]) for k in labelled])
         f, f_rest = _numbers(answers, labelled), _numbers(answers, rest)
         share = _share(y, f, f_rest, _numbers(answers, scored), parts, alpha)
         out.update(share.model_dump())
+        if width is not None:
+            out.update(_needed(y, f, _numbers(answers, scored), width, alpha, parts))
         return Estimation.model_validate(out)
     given = {_category(v) for k in scored for v in [answers[k]]}
     said = {_category(v): str(v) for k in labelled for v in by_id[k]}
@@ -356,6 +370,28 @@ def estimate_mean(
         f_rest = np.asarray([_category(answers[k]) == code for k in rest], dtype=float)
         shares[names[code]] = _share(y, f, f_rest, every, parts, alpha)
     return Estimation.model_validate({**out, "shares": shares})
+
+
+def _needed(
+    y: np.ndarray, f: np.ndarray, f_every: np.ndarray, width: float, alpha: float, parts: _Parts
+) -> dict[str, Any]:
+    """The label question from a pilot (`stats.labels_for_width`), the judge's answers on
+    the whole run as the unlabelled part, and the labels-only answer beside it."""
+    try:
+        needed: int | None = labels_for_width(y, f, f_every, width, alpha=alpha)
+        reason = None
+    except ValueError as exc:
+        needed, reason = None, str(exc)
+    alone = labels_for_width(y, f, f_every, width, alpha=alpha, lam=0.0)
+    notes = [] if reason is None else [reason]
+    if parts.w is not None or parts.clusters is not None:
+        notes.append("labels needed assume labels drawn at random, without plan or clusters")
+    return {
+        "width": width,
+        "labels_needed": needed,
+        "labels_needed_classical": alone,
+        "needed_notes": notes,
+    }
 
 
 def _check_side(answers: dict[str, Any], side: str, field: str, run: Path) -> None:

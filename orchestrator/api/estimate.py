@@ -22,6 +22,7 @@ def estimate(
     cluster: str | None = None,
     alpha: float = 0.05,
     seed: int = 0,
+    width: float | None = None,
 ) -> Estimation:
     """The PPI++ estimate of the mean of `field` (each value's share for a categorical
     field) over `run`, from its judge answers and the human labels in `labels` (JSONL,
@@ -35,6 +36,8 @@ def estimate(
     interval resamples whole (seeded by `seed`). Labels without a `probability` are taken
     as a random subset and the run's other examples as the unlabelled part; labels from
     `label-plan` (with `probability`) weigh 1/π against every example of the run.
+    With `width`, the labels are a pilot and `labels_needed` says how many labels a PPI++
+    interval of that total width needs (`labels_needed_classical`: the labels alone).
     docs/estimate.md says when to trust which.
     """
     return estimate_mean(
@@ -46,6 +49,7 @@ def estimate(
         cluster=cluster,
         alpha=alpha,
         seed=seed,
+        width=width,
     )
 
 

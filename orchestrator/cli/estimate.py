@@ -38,6 +38,10 @@ def estimate(
         typer.Option(help="Row field examples are nested in (e.g. user): resample those."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the cluster resampling.")] = 0,
+    width: Annotated[
+        float | None,
+        typer.Option(help="The labels are a pilot: how many labels for this interval width?"),
+    ] = None,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
 ) -> None:
     """The PPI++ mean of --field (each value's share if categorical, a side's win rate, or
@@ -58,6 +62,7 @@ def estimate(
             win=win_rate,
             cluster=cluster,
             seed=seed,
+            width=width,
         )
     except (OrchestratorError, ValueError) as exc:
         fail(str(exc))
@@ -65,6 +70,21 @@ def estimate(
         typer.echo(found.model_dump_json(indent=2))
         return
     _show(found)
+    if width is not None:
+        show_needed(found)
+
+
+def show_needed(found: Estimation) -> None:
+    """The label question's answer, as `estimate --width` and `power --labels` print it."""
+    needed = "out of reach" if found.labels_needed is None else f"{found.labels_needed} labels"
+    console.print(
+        f"for a 95% interval {found.width:g} wide: PPI++ needs [bold]{needed}[/] "
+        f"(from this pilot of {found.n_labels}); the labels alone would need "
+        f"{found.labels_needed_classical}",
+        soft_wrap=True,
+    )
+    for note in found.needed_notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
 
 
 def _interval(value: float, ci: tuple[float, float]) -> str:

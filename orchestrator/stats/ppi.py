@@ -154,14 +154,17 @@ def labels_for_width(
     width: float,
     *,
     alpha: float = 0.05,
+    lam: float | None = None,
 ) -> int:
     """Labels needed for a PPI++ interval of total `width`, from a pilot: the pilot's tuned λ
-    and per-label variances held fixed, n solved from z²·(σ²_rect/n + σ²_imp/N) = (width/2)²
-    with N the run's unlabelled examples (at least 2; beyond reach raises ValueError)."""
+    (or `lam`; 0 asks about the labels alone) and per-label variances held fixed, n solved
+    from z²·(σ²_rect/n + σ²_imp/N) = (width/2)² with N the unlabelled examples (at least 2
+    labels; a width the judge's own noise already exceeds raises ValueError)."""
     if not width > 0:
         raise ValueError(f"width must be positive, got {width!r}")
     y, f, f_all = (np.asarray(a, dtype=float) for a in (y, f, f_all))
-    lam = float(tuned_lambda(y, f, f_all, np.ones(y.shape), np.ones(f_all.shape)))
+    if lam is None:
+        lam = float(tuned_lambda(y, f, f_all, np.ones(y.shape), np.ones(f_all.shape)))
     rectifier = float(np.var(y - lam * f))
     imputed = float(np.var(lam * f_all)) / f_all.size
     room = (width / (2 * _z(alpha))) ** 2 - imputed

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 import orchestrator as orc
 from orchestrator.cli import app
 from orchestrator.errors import ConfigurationError, LabelError
+from orchestrator.stats import labels_for_width
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -304,3 +305,31 @@ def test_clusters_resample_whole_users(tmp_path: Path) -> None:
     assert orc.estimate(run, path, field="score", cluster="user") == nested  # seeded
     with pytest.raises(ConfigurationError, match="no field 'team' to cluster by"):
         orc.estimate(run, path, field="score", cluster="team")
+
+
+# -- how many labels -----------------------------------------------------------------------------
+
+
+def test_a_pilot_says_how_many_labels_a_width_needs(scored: Any) -> None:
+    folder, labels, truth, judge, labelled = scored
+    found = orc.estimate(folder, labels, field="score", width=0.6)
+    y, f = truth[labelled].astype(float), judge[labelled].astype(float)
+    assert found.labels_needed == labels_for_width(y, f, judge * 1.0, 0.6)
+    assert found.labels_needed_classical == labels_for_width(y, f, judge * 1.0, 0.6, lam=0.0)
+    assert found.labels_needed is not None and found.labels_needed_classical is not None
+    assert found.labels_needed < found.labels_needed_classical  # the judge is informative
+    with pytest.raises(ConfigurationError, match="--width: the labels needed are for a mean"):
+        orc.estimate(folder, _relabel(labels, truth), field="verdict", label_field="v", width=0.6)
+    runner = CliRunner()
+    shown = runner.invoke(
+        app,
+        ["estimate", str(folder), "--labels", str(labels), "--field", "score", "--width", "0.6"],
+    )
+    said = f"PPI++ needs {found.labels_needed} labels"
+    assert shown.exit_code == 0 and said in shown.output
+    asked = ["power", str(folder), "--labels", str(labels), "--width", "0.6", "--output", "score"]
+    power = runner.invoke(app, asked)
+    assert power.exit_code == 0 and said in power.output, power.output
+    assert f"alone would need {found.labels_needed_classical}" in power.output
+    missing = runner.invoke(app, ["power", str(folder), "--output", "score"])
+    assert missing.exit_code != 0 and "--diff is required" in missing.output

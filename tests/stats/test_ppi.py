@@ -4,6 +4,8 @@ labels-only interval, and the labels-for-width answer gives the width it promise
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -119,6 +121,9 @@ def test_labels_for_width_gives_about_the_promised_width() -> None:
     widths = ppi_mean(y, f, f_rest)
     measured = float(np.median(widths.high - widths.low))
     assert measured == pytest.approx(width, rel=0.1)
+    alone = labels_for_width(pilot_y, pilot_f, rest_f, width, lam=0.0)
+    assert alone == math.ceil(np.var(pilot_y) * (2 * 1.959963984540054 / width) ** 2)
+    assert alone > n  # the judge saves labels
     with pytest.raises(ValueError, match="no number of labels"):
         labels_for_width(pilot_y, pilot_f, rest_f[:5], 0.01)
 
