@@ -34,6 +34,10 @@ _EXPORTS = {
     "Stability": ".analysis.card.stability",
     "compare": ".analysis.compare",
     "diff": ".api.diff",
+    "estimate": ".api.estimate",
+    "Estimation": ".api.estimate",
+    "label_plan": ".api.estimate",
+    "LabelPlan": ".api.estimate",
     "power": ".api.power",
     "PowerEstimate": ".api.power",
     "calibrate": ".analysis.calibrate",
@@ -95,6 +99,7 @@ if TYPE_CHECKING:
     from .api.align import Alignment, align
     from .api.card import JudgeCard, judge_card
     from .api.diff import diff
+    from .api.estimate import Estimation, LabelPlan, estimate, label_plan
     from .api.power import PowerEstimate, power
     from .api.replay import areplay, replay
     from .api.retest import aretest, retest
@@ -145,11 +150,13 @@ __all__ = [
     "ConfigurationError",
     "DamagedRunFile",
     "DatasetError",
+    "Estimation",
     "FakeAnswer",
     "FakeTransport",
     "Graph",
     "GraphError",
     "JudgeCard",
+    "LabelPlan",
     "Manifest",
     "MemoryStore",
     "NodeError",
@@ -189,10 +196,12 @@ __all__ = [
     "compare",
     "compile_graph",
     "diff",
+    "estimate",
     "execute",
     "export",
     "graph_from_dict",
     "judge_card",
+    "label_plan",
     "load_graph",
     "node_runs_frame",
     "power",

@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from .comparison import DIFFERENCE_COLUMNS, Comparison, OutputComparison, format_number
     from .diff import DiffRun, FirstDifference, NodeChange, RunDiff, diff, path_anchor
     from .distill import distill, format_card
+    from .estimate import Estimation, Share, Value, estimate_mean
     from .examples import ExampleShift, PairExamples, paired_examples
     from .export import FORMATS, TABLES, export, node_runs_frame
     from .groups import (
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
         summarize,
         summarize_groups,
     )
+    from .label_plan import LabelPlan, label_plan, write_plan
     from .metaeval import label_lines, meta_eval, meta_eval_table, read_labels
     from .metaeval_stats import Bootstrap
     from .power import PowerEstimate, estimate_power
@@ -127,10 +129,12 @@ __all__ = [
     "Configuration",
     "DiffRun",
     "Estimate",
+    "Estimation",
     "ExampleShift",
     "FirstDifference",
     "Grouping",
     "JudgeCard",
+    "LabelPlan",
     "Metric",
     "NodeChange",
     "OutputComparison",
@@ -139,6 +143,7 @@ __all__ = [
     "PowerEstimate",
     "Retest",
     "RunDiff",
+    "Share",
     "Shot",
     "Side",
     "Stability",
@@ -146,6 +151,7 @@ __all__ = [
     "StressReport",
     "TextTable",
     "Trial",
+    "Value",
     "Variant",
     "calibrate",
     "calibrate_cascade",
@@ -163,6 +169,7 @@ __all__ = [
     "distill",
     "draw_shots",
     "estimate_cells",
+    "estimate_mean",
     "estimate_power",
     "export",
     "flag_lines",
@@ -175,6 +182,7 @@ __all__ = [
     "judge_card",
     "kept_stress",
     "label_lines",
+    "label_plan",
     "label_rows",
     "llm_nodes",
     "measure",
@@ -214,5 +222,6 @@ __all__ = [
     "with_isotonic",
     "write_calibrated",
     "write_graph",
+    "write_plan",
     "write_record",
 ]

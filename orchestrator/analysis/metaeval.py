@@ -109,6 +109,17 @@ def _expand(item: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return out
 
 
+def _keyed(item: dict[str, Any], key: str, where: str) -> None:
+    """A line whose label sits under another key: that value as its score or choice."""
+    if item.get(key) is None:
+        raise LabelError(f"{where}: no {key!r} (the label field asked for)")
+    value = item[key]
+    for name in TRUTH_FIELDS:
+        item.pop(name, None)
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    item["score" if numeric else "choice"] = value
+
+
 def label_lines(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Each line of a labels file as (where, object): checked to be an object with an id
     (made a string), `where` naming the file and line. A last line without its newline
@@ -143,14 +154,17 @@ def label_unit(label: dict[str, Any]) -> tuple[str, str | None, str | None, str 
     return label["id"], _label_key(label), _label_pair(label), annotator
 
 
-def read_labels(path: Path) -> list[dict[str, Any]]:
+def read_labels(path: Path, key: str | None = None) -> list[dict[str, Any]]:
     """Every label, each checked to carry an id and a score or a choice; `reviewer` is the
-    annotator, and of one annotator's lines for one example the last stands."""
+    annotator, and of one annotator's lines for one example the last stands. With `key`,
+    each line's label is that key's value instead (a number its score, else its choice)."""
     place: dict[tuple[str, str | None, str | None, str | None], int] = {}
     labels: list[dict[str, Any]] = []
     for where, item in label_lines(path):
         if item.get("reviewer") not in (None, ""):
             item["annotator"] = item["reviewer"]
+        if key is not None and key not in TRUTH_FIELDS:
+            _keyed(item, key, where)
         for label in _expand(item, where):
             if "annotator" not in label:
                 labels.append(label)

@@ -1,6 +1,7 @@
 """The Python API: graphs and rows in, typed records out (`run.py`: `run`, `arun`, `RunResult`,
-`load_graph`, `graph_from_dict`; `card.py`: `judge_card`; `runner.py`: the deprecated
-`execute(RunConfig)` shim). `orchestrator/__init__.py` re-exports the public names."""
+`load_graph`, `graph_from_dict`; `card.py`: `judge_card`; `estimate.py`: `estimate`, `label_plan`;
+`runner.py`: the deprecated `execute(RunConfig)` shim). `orchestrator/__init__.py`
+re-exports the public names."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
     from .align import Alignment, align
     from .card import JudgeCard, judge_card
     from .diff import RunDiff, diff
+    from .estimate import Estimation, LabelPlan, estimate, label_plan
     from .power import PowerEstimate, power
     from .replay import areplay, replay
     from .retest import aretest, retest
@@ -23,8 +25,10 @@ lazy(__name__)
 
 __all__ = [
     "Alignment",
+    "Estimation",
     "Graph",
     "JudgeCard",
+    "LabelPlan",
     "PowerEstimate",
     "RunConfig",
     "RunDiff",
@@ -36,9 +40,11 @@ __all__ = [
     "arun",
     "astress",
     "diff",
+    "estimate",
     "execute",
     "graph_from_dict",
     "judge_card",
+    "label_plan",
     "load_graph",
     "power",
     "replay",

@@ -43,6 +43,7 @@ from . import align  # noqa: F401 - align
 
 # isort: split
 from . import (
+    estimate,  # noqa: F401 - estimate, label-plan
     replay,  # noqa: F401 - replay, stress
     review,  # noqa: F401 - review
 )

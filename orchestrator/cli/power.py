@@ -18,7 +18,7 @@ def power(
         list[Path],
         typer.Argument(help="Pilot: two runs over the same examples (RUN_A RUN_B), or one."),
     ],
-    diff: Annotated[float, typer.Option("--diff", help="Mean difference to detect.")],
+    diff: Annotated[float | None, typer.Option("--diff", help="Mean difference to detect.")] = None,
     output: Annotated[
         str | None,
         typer.Option("--output", "-o", help="Numeric output (default: the first shared)."),
@@ -33,12 +33,25 @@ def power(
         float, typer.Option(help="One run only: assumed correlation of the two systems.")
     ] = 0.0,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
+    labels: Annotated[
+        list[Path] | None,
+        typer.Option(help="Pilot labels (one file per run): how many labels for --width?"),
+    ] = None,
+    width: Annotated[
+        float | None, typer.Option(help="With --labels: the 95% interval width wanted.")
+    ] = None,
 ) -> None:
-    """Examples (or clusters) a paired comparison needs to detect --diff at the wanted power."""
+    """Examples (or clusters) a paired comparison needs to detect --diff at the wanted power;
+    with --labels and --width, the human labels `estimate` needs for an interval that wide."""
     from ..api import power as estimate
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")
+    if labels or width is not None:
+        _label_question(runs, labels or [], width, output, format)
+        return
+    if diff is None:
+        fail("--diff is required (or --labels with --width: how many labels for an interval)")
     try:
         found = estimate(
             *runs,
@@ -75,3 +88,24 @@ def power(
         )
     for note in found.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+
+
+def _label_question(
+    runs: list[Path], labels: list[Path], width: float | None, field: str | None, format: str
+) -> None:
+    """`power --labels L --width W --output F`: the label question, answered by `estimate`."""
+    from ..api import estimate
+    from .estimate import show_needed
+
+    if width is None or not labels or field is None:
+        fail("the label question needs --labels, --width and --output (the field estimated)")
+    if len(labels) != len(runs):
+        fail(f"give one --labels per run: {len(runs)} run(s), {len(labels)} --labels")
+    try:
+        found = estimate(runs, labels, field=field, width=width)
+    except (OrchestratorError, ValueError) as exc:
+        fail(str(exc))
+    if format == "json":
+        typer.echo(found.model_dump_json(indent=2))
+        return
+    show_needed(found)

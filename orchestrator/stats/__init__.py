@@ -4,8 +4,9 @@ bootstrap with percentile, BCa and whole-cluster resamples (`bootstrap.py`), the
 test and the interval that inverts it, plain and clustered (`signflip.py`), one-number
 intervals and tests: Wilson, the exact binomial tail, Holm, Welch (`intervals.py`), the
 t-test's power with the intra-cluster correlation (`power.py`), and Learn then Test's
-fixed-sequence step (`ltt.py`). Compute functions, compare,
-the judge card, align, calibrate, power and meta-eval all call these; import them from
+fixed-sequence step (`ltt.py`). Compute functions, compare, the judge card, align,
+calibrate, power and meta-eval all call these; prediction-powered means from a judge and
+a few labels (PPI++, `ppi.py`) are what `estimate` reports; import them from
 here, not from the modules.
 
 The bottom layer but for `errors`: numpy and scipy only (scipy imported where used, so that
@@ -45,6 +46,18 @@ from .intervals import (
 )
 from .ltt import fixed_sequence, least_answered
 from .power import normal_n, one_way_icc, t_power
+from .ppi import (
+    UNIFORM_SHARE,
+    PPIMean,
+    active_probabilities,
+    cluster_interval,
+    inclusion_probabilities,
+    labels_for_width,
+    ppi_mean,
+    ppi_terms,
+    systematic_sample,
+    tuned_lambda,
+)
 from .ranks import (
     Method,
     correlation_p,
@@ -74,17 +87,21 @@ __all__ = [
     "EXACT_UP_TO",
     "PERMUTATIONS",
     "RESAMPLES",
+    "UNIFORM_SHARE",
     "ClusterSignFlip",
     "Interval",
     "Method",
+    "PPIMean",
     "SignFlip",
     "SignFlipInterval",
+    "active_probabilities",
     "bca_interval",
     "binomial_tail",
     "bootstrap",
     "bootstrap_p",
     "cluster_draws",
     "cluster_index",
+    "cluster_interval",
     "cluster_sign_flip",
     "cluster_sums",
     "cohen_kappa_codes",
@@ -98,8 +115,10 @@ __all__ = [
     "fleiss_kappa",
     "generator",
     "holm",
+    "inclusion_probabilities",
     "kendall_tau_b",
     "krippendorff_alpha_counts",
+    "labels_for_width",
     "least_answered",
     "mean_interval",
     "normal_n",
@@ -107,6 +126,8 @@ __all__ = [
     "pearson",
     "percentile_interval",
     "percentile_intervals",
+    "ppi_mean",
+    "ppi_terms",
     "ranks",
     "resample",
     "resampled",
@@ -115,7 +136,9 @@ __all__ = [
     "sign_flip_test",
     "spearman",
     "spearman_interval",
+    "systematic_sample",
     "t_power",
+    "tuned_lambda",
     "weighted_alpha",
     "welch_p",
     "wilson",

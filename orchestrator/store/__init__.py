@@ -28,7 +28,14 @@ if TYPE_CHECKING:
         write_json,
     )
     from .lock import RunLock, holder_alive
-    from .outfolder import check_out, claim_out, clear_out, command_output
+    from .outfolder import (
+        check_out,
+        check_out_file,
+        claim_out,
+        clear_out,
+        command_output,
+        write_out_file,
+    )
     from .protocol import MemoryStore, RunStore
     from .reader import RunReader, TraceReader
     from .records import (
@@ -120,6 +127,7 @@ __all__ = [
     "WorkerEntry",
     "cache_key",
     "check_out",
+    "check_out_file",
     "claim_out",
     "clear_out",
     "command_output",
@@ -142,4 +150,5 @@ __all__ = [
     "timed_out",
     "unstorable",
     "write_json",
+    "write_out_file",
 ]

@@ -3,11 +3,14 @@ the same command wrote before, recognised by that command's manifest in it; anyt
 refused, and `--overwrite` deletes only the names the command writes there. A run folder
 (folder.py) and the aligned graph folder of `orchestrator align` follow this one rule, and
 so can any other command that writes a folder: describe it with `command_output`, check
-with `check_out` (then `clear_out` on overwrite), and mark it with `claim_out`.
+with `check_out` (then `clear_out` on overwrite), and mark it with `claim_out`. A command
+that writes one file (`label-plan --out`) checks it with `check_out_file` and writes it
+with `write_out_file`.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -19,7 +22,16 @@ import orjson
 from ..errors import RunFolderError
 from .disk import on_disk
 
-__all__ = ["OUT_MANIFEST", "OutputKind", "check_out", "claim_out", "clear_out", "not_ours"]
+__all__ = [
+    "OUT_MANIFEST",
+    "OutputKind",
+    "check_out",
+    "check_out_file",
+    "claim_out",
+    "clear_out",
+    "not_ours",
+    "write_out_file",
+]
 
 # The file that says whose a folder is: a run's manifest, or the stamp of a command.
 OUT_MANIFEST = "manifest.json"
@@ -149,3 +161,47 @@ def claim_out(path: Path, kind: OutputKind) -> None:
         path.mkdir(parents=True, exist_ok=True)
         blob = orjson.dumps(kind.stamp, option=orjson.OPT_INDENT_2)
         (path / kind.manifest).write_bytes(blob + b"\n")
+
+
+def check_out_file(
+    path: Path,
+    overwrite: bool,
+    ours: Callable[[Path], bool],
+    *,
+    what: str,
+    option: str = "--out",
+    reads: Iterable[Path] = (),
+) -> None:
+    """The same rule for a command that writes one file: RunFolderError unless `path` is
+    missing, or (with `overwrite`) a file `ours` recognises as `what` this command wrote;
+    a file the command reads is never its output. Nothing is written."""
+    with on_disk(path, writing=False):
+        for read in reads:
+            if path.exists() and read.exists() and path.resolve() == read.resolve():
+                raise RunFolderError(
+                    f"{option} {path} is a file this command reads; choose another {option}."
+                )
+        if path.is_dir():
+            raise RunFolderError(f"{option} {path} is a folder; choose a file path instead.")
+        if not path.exists():
+            return
+        mine = ours(path)
+    if not overwrite:
+        raise RunFolderError(
+            f"{path} exists; choose another {option}"
+            + (f" (or --overwrite to replace {what})." if mine else ".")
+        )
+    if not mine:
+        raise RunFolderError(
+            f"--overwrite replaces only {what}: {path} is not one, so nothing was replaced. "
+            f"Choose another {option}."
+        )
+
+
+def write_out_file(path: Path, blob: bytes) -> None:
+    """Write `path` whole or not at all (a tmp file beside it, renamed over it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with on_disk(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)

@@ -44,6 +44,9 @@ STATISTICS = {
     "fleiss_kappa",
     "t_power",
     "one_way_icc",
+    "ppi_mean",
+    "ppi_terms",
+    "tuned_lambda",
 }
 # The graph's registered functions of the same name: argument checks and a record around
 # the stats routine (tests/compute/ check them against scipy).
