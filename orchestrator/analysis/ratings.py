@@ -255,22 +255,26 @@ def ratings_across_runs(
 
 
 def ratings_tables(result: dict[str, Any]) -> list[TextTable]:
-    """One table per dimension: each generator's ratings and intervals, best first."""
+    """One table per dimension: each generator's ratings and intervals, best first (the
+    style-controlled Bradley–Terry ratings too when the graph's fit asked for them)."""
     elo, bt = result.get("elo", {}), result.get("bradley_terry", {})
     tables = []
     for dimension in dict.fromkeys([*bt, *elo]):
         main = bt.get(dimension) or elo[dimension]  # Bradley–Terry ranks: order-free
+        # Style-controlled Bradley–Terry (when the fit had `style`) sits beside the plain one.
+        styled = {d: t["style_controlled"] for d, t in bt.items() if "style_controlled" in t}
         columns = [Column("generator")]
-        for label, source in (("Elo", elo), ("Bradley–Terry", bt)):
+        sources = (("Elo", elo), ("Bradley–Terry", bt), ("style-controlled", styled))
+        for label, source in sources:
             if dimension in source:
-                level = round(100 * source[dimension]["level"])
+                level = round(100 * (bt.get(dimension) or source[dimension])["level"])
                 columns += [Column(label, right=True), Column(f"{level}% CI", right=True)]
         table = TextTable(
             f"{dimension}: {main['matches']} battles", [*columns, Column("matches", right=True)]
         )
         for player in main["ranking"]:
             cells = [player]
-            for source in (elo, bt):
+            for _, source in sources:
                 if dimension in source:
                     row = source[dimension]["players"][player]
                     if row["rating"] is None or row["ci_low"] is None:

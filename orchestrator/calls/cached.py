@@ -40,11 +40,14 @@ class CachedCaller:
         sampling: Sampling,
         *,
         first_sample: int = 0,
+        strict: bool = False,
     ) -> CallResult:
         """n validated samples for one rendered prompt, each from the cache when it has it.
         Sample i is cached under index `first_sample` + i: a retest's repeat starts past
-        the run's own samples, so the cache does not answer it with them."""
-        ask = self.inner.prepare(ep, messages, model, sampling)
+        the run's own samples, so the cache does not answer it with them. A stored reply
+        is validated again under this call's rule (`strict`: the JSON object alone), so
+        one a lenient call accepted is asked afresh by a strict one."""
+        ask = self.inner.prepare(ep, messages, model, sampling, strict)
         n = ask.n
         keys = [
             cache_key(
@@ -86,7 +89,7 @@ class CachedCaller:
                 hit = self.cache.get(key)
                 if hit is None:
                     continue
-                parsed = validate(model, Choice(**hit["choice"]), ep.structured)
+                parsed = validate(model, Choice(**hit["choice"]), ep.structured, ask.strict)
                 if isinstance(parsed, dict):
                     values[i] = parsed
                     result.raw[i] = hit["choice"]["content"]

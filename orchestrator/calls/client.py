@@ -31,7 +31,8 @@ CANARY_TOKEN = "canary-7f3a9"  # a value no model would guess
 
 
 class CallFn(Protocol):
-    """A node call: n validated samples of one prompt, from sample index `first_sample`."""
+    """A node call: n validated samples of one prompt, from sample index `first_sample`
+    (`strict`: a reply is read only when it is the JSON object alone)."""
 
     def __call__(
         self,
@@ -41,6 +42,7 @@ class CallFn(Protocol):
         sampling: Sampling,
         *,
         first_sample: int = 0,
+        strict: bool = False,
     ) -> Awaitable[CallResult]: ...
 
 
@@ -182,9 +184,9 @@ class LLMClient:
 
     @property
     def call(self) -> CallFn:
-        """`call(ep, messages, model, sampling, first_sample=0)`: n validated samples for
-        one rendered prompt; LLMCallError when the budget runs out. The caller's own
-        method, so a node call awaits no extra layer here."""
+        """`call(ep, messages, model, sampling, first_sample=0, strict=False)`: n validated
+        samples for one rendered prompt; LLMCallError when the budget runs out. The
+        caller's own method, so a node call awaits no extra layer here."""
         return self._caller.call
 
 

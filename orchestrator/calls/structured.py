@@ -64,6 +64,7 @@ class Ask:
     n: int
     retries: int
     least: int  # min_samples: valid samples the call needs
+    strict: bool = False  # the reply must be the JSON object alone (harden.schema_only)
 
 
 def extract_json(text: str) -> str:
@@ -75,11 +76,39 @@ def extract_json(text: str) -> str:
     return text[start : end + 1] if 0 <= start < end else text
 
 
-def validate(model: type[BaseModel], choice: Choice, mode: StructuredMode) -> dict | str:
-    """The validated value, or the error text that goes back to the model."""
+def json_alone(text: str) -> str | None:
+    """The reply when it is one JSON object and nothing else (a fence around the whole reply
+    allowed), else None: no object is looked for inside prose, where a judged text's fake
+    verdict, quoted by the judge, could be the one found."""
+    stripped = text.strip()
+    fenced = re.fullmatch(r"```(?:json)?\s*(\{.*\})\s*```", stripped, re.S)
+    if fenced:
+        stripped = fenced.group(1)
+    return stripped if stripped.startswith("{") and stripped.endswith("}") else None
+
+
+NOT_ALONE = (
+    "the reply must be the JSON object alone, with no text before or after it "
+    "(the node reads its verdict from the object only: harden.schema_only)"
+)
+
+
+def validate(
+    model: type[BaseModel], choice: Choice, mode: StructuredMode, strict: bool = False
+) -> dict | str:
+    """The validated value, or the error text that goes back to the model. `strict`: in
+    prompt-only mode the reply must be the object alone (`json_alone`)."""
     if choice.finish_reason == "length":
         return "the reply was cut off at max_tokens (finish_reason=length)"
-    text = choice.content if mode == "server" else extract_json(choice.content)
+    if mode == "server":
+        text = choice.content
+    elif strict:
+        alone = json_alone(choice.content)
+        if alone is None:
+            return NOT_ALONE
+        text = alone
+    else:
+        text = extract_json(choice.content)
     try:
         value = model.model_validate_json(text).model_dump(mode="json")
     except ValidationError as exc:
@@ -102,7 +131,11 @@ class StructuredCaller:
 
     @staticmethod
     def prepare(
-        ep: Endpoint, messages: list[dict[str, Any]], model: type[BaseModel], sampling: Sampling
+        ep: Endpoint,
+        messages: list[dict[str, Any]],
+        model: type[BaseModel],
+        sampling: Sampling,
+        strict: bool = False,
     ) -> Ask:
         schema = json_schema(model)
         if ep.structured == "prompt":
@@ -110,7 +143,7 @@ class StructuredCaller:
         retries = DEFAULT_RETRIES if sampling.retries is None else int(sampling.retries)
         n = int(sampling.n or 1)
         least = n if sampling.min_samples is None else min(int(sampling.min_samples), n)
-        return Ask(model, messages, request_params(sampling), schema, n, retries, least)
+        return Ask(model, messages, request_params(sampling), schema, n, retries, least, strict)
 
     async def call(
         self,
@@ -120,11 +153,12 @@ class StructuredCaller:
         sampling: Sampling,
         *,
         first_sample: int = 0,
+        strict: bool = False,
     ) -> CallResult:
         """n validated samples for one rendered prompt. Without a cache every call is asked
         afresh, so `first_sample` (which only names the replies in the cache) changes
-        nothing here."""
-        ask = self.prepare(ep, messages, model, sampling)
+        nothing here. `strict`: a reply is read only when it is the JSON object alone."""
+        ask = self.prepare(ep, messages, model, sampling, strict)
         result = CallResult([{}] * ask.n, [""] * ask.n, [], cached=False)
         values: list[dict[str, Any] | None] = [None] * ask.n
         await self.complete(ep, ask, list(range(ask.n)), values, result, None)
@@ -208,7 +242,7 @@ class StructuredCaller:
         conversation = list(ask.messages)
         asked = dict(ask.params, temperature=ask.params.get("temperature"))
         for round_ in range(ask.retries + 1):
-            parsed = validate(ask.model, choice, ep.structured)
+            parsed = validate(ask.model, choice, ep.structured, ask.strict)
             if isinstance(parsed, dict):
                 result.attempts.append(
                     Attempt(

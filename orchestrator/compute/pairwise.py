@@ -13,6 +13,7 @@ from itertools import combinations
 from typing import Any, Literal
 
 from .registry import register
+from .style import style_features
 
 TIE = "tie"
 POSITIONS = ("first", "second", TIE)
@@ -117,7 +118,8 @@ def map_votes(
     `positions` maps the judge's answer values to first/second/tie (default: the values
     are those words; PERSE uses {"A": "first", "B": "second"}). `dimension` falls back to
     the comparison's own. `judge` (a model name) and `case` (the example id) label the
-    votes so dataset-level statistics can group them.
+    votes so dataset-level statistics can group them. Each vote carries `style_a` and
+    `style_b`, the two answers' `style_features`, which style control reads.
     """
     if len(comparisons) != len(judgments):
         raise ValueError(
@@ -132,6 +134,9 @@ def map_votes(
         first = comparison["first"]["name"]
         second = comparison["second"]["name"]
         a, b = sorted((first, second))
+        # Both answers' surface style, for the style-controlled ratings downstream.
+        texts = {first: comparison["first"].get("text"), second: comparison["second"].get("text")}
+        style = {"style_a": style_features(texts[a]), "style_b": style_features(texts[b])}
         for sample, value in enumerate(_samples(judgment)):
             answer = str(value.get(field))
             if answer not in mapping:
@@ -150,6 +155,7 @@ def map_votes(
                 "dimension": comparison.get("dimension", dimension),
                 "order": comparison.get("order"),
                 "sample": sample,
+                **style,
             }
             if judge is not None:
                 vote["judge"] = judge
@@ -207,7 +213,7 @@ def pair_outcomes(
 
     Returns a list, one record per (pair, dimension): `pair`, `a`, `b`, `dimension`,
     `wins_a`, `wins_b`, `ties`, `votes`, `winner` (a name or "tie"), `score`, plus the
-    votes' `judge`/`case` when they carry them.
+    votes' `judge`/`case`/`style_a`/`style_b` when they carry them.
     """
     _check_rule(rule, order)
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -245,6 +251,9 @@ def pair_outcomes(
             record["winner"] = by_order["ab"] if agreed else TIE
             record["winner_ab"], record["winner_ba"] = by_order["ab"], by_order["ba"]
         record["score"] = (wins_a + 0.5 * ties) / len(group)
+        for side in ("style_a", "style_b"):
+            if side in group[0]:
+                record[side] = group[0][side]
         if judge is not None:
             record["judge"] = judge
         if case is not None:

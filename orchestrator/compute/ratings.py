@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import NoMaximumLikelihood
 from .pairwise import TIE, plurality
 from .registry import register
+from .style import style_differences, style_names
 
 ALL = "all"  # the dimension name used when records carry none
 
@@ -221,47 +222,70 @@ def elo_ratings(
 # -- Bradley–Terry --------------------------------------------------------------------
 
 
-def _bt_fit(credits: Any, prior: float) -> Any:
-    """Maximum-likelihood log-strengths for a stack of credit matrices, one fit per matrix.
+def _bt_fit(
+    a: Any, b: Any, wins: Any, losses: Any, size: int, prior: float, covariates: Any = None
+) -> tuple[Any, Any]:
+    """Maximum-likelihood log-strengths (and covariate coefficients) for a stack of fits.
 
-    credits[r, i, j] is i's wins over j in replicate r. The replicates are independent, so
-    their summed likelihood separates and one scipy Newton-CG run (exact gradient and
-    Hessian-vector products) fits them all at once; 1000 separate fits took ~25x longer.
-    A weak Gaussian prior keeps an undefeated player's strength finite.
+    Each design row u is player a[u] against b[u], with a's wins and losses in
+    wins[r, u] / losses[r, u] for replicate r (fractions allowed: a tie is half of each),
+    and optionally the row's covariates (a's style minus b's, `covariates[u]`): the
+    log-odds that a wins are strength[a] - strength[b] + covariates[u] · coefficients. The
+    replicates are independent, so their summed likelihood separates and one scipy
+    Newton-CG run (exact gradient and Hessian-vector products) fits them all at once; 1000
+    separate fits took ~25x longer. A weak Gaussian prior keeps an undefeated player's
+    strength (and a coefficient of a covariate that explains everything) finite.
+    Returns strengths (replicates x players, centred) and coefficients (replicates x k).
     """
     import numpy as np
     from scipy.optimize import minimize
     from scipy.special import expit, log_expit
 
-    reps, size, _ = credits.shape
-    games = credits + np.transpose(credits, (0, 2, 1))
+    reps, rows = wins.shape
+    k = 0 if covariates is None else covariates.shape[1]
+    # The design: +1 at a, -1 at b, then the covariates; z = theta @ design.T.
+    design = np.zeros((rows, size + k))
+    np.add.at(design, (np.arange(rows), a), 1.0)
+    np.add.at(design, (np.arange(rows), b), -1.0)
+    if k:
+        design[:, size:] = covariates
+    games = wins + losses
+    width = size + k
 
     def objective(flat: Any) -> tuple[float, Any]:
-        beta = flat.reshape(reps, size)
-        diff = beta[:, :, None] - beta[:, None, :]
-        loglik = float(np.sum(credits * log_expit(diff)))
-        weighted = credits * expit(-diff)
-        grad = weighted.sum(axis=2) - weighted.sum(axis=1)
-        penalty = 0.5 * prior * float(np.sum(beta * beta))
-        return -loglik + penalty, (-grad + prior * beta).ravel()
+        theta = flat.reshape(reps, width)
+        z = theta @ design.T
+        loglik = float(np.sum(wins * log_expit(z) + losses * log_expit(-z)))
+        slope = wins * expit(-z) - losses * expit(z)
+        penalty = 0.5 * prior * float(np.sum(theta * theta))
+        return -loglik + penalty, (-(slope @ design) + prior * theta).ravel()
 
     def hessian_times(flat: Any, vector: Any) -> Any:
-        beta, v = flat.reshape(reps, size), vector.reshape(reps, size)
-        diff = beta[:, :, None] - beta[:, None, :]
-        curvature = games * expit(diff) * expit(-diff)
-        product = curvature.sum(axis=2) * v - np.einsum("rij,rj->ri", curvature, v)
-        return (product + prior * v).ravel()
+        theta, v = flat.reshape(reps, width), vector.reshape(reps, width)
+        z = theta @ design.T
+        curvature = games * expit(z) * expit(-z)
+        return ((curvature * (v @ design.T)) @ design + prior * v).ravel()
 
     fit = minimize(
         objective,
-        np.zeros(reps * size),
+        np.zeros(reps * width),
         jac=True,
         hessp=hessian_times,
         method="Newton-CG",
         options={"xtol": 1e-8},
     )
-    beta = fit.x.reshape(reps, size)
-    return beta - beta.mean(axis=1, keepdims=True)
+    theta = fit.x.reshape(reps, width)
+    beta = theta[:, :size]
+    return beta - beta.mean(axis=1, keepdims=True), theta[:, size:]
+
+
+def _credit_fit(credits: Any, prior: float) -> Any:
+    """Strengths from credit matrices (credits[r, i, j]: i's wins over j), one row per pair."""
+    import numpy as np
+
+    size = credits.shape[1]
+    a, b = np.triu_indices(size, 1)
+    return _bt_fit(a, b, credits[:, a, b], credits[:, b, a], size, prior)[0]
 
 
 def _credits(a: Any, b: Any, s: Any, weights: Any, players: int) -> Any:
@@ -335,6 +359,7 @@ def bradley_terry(
     scale: float = 400.0,
     initial: float = 1000.0,
     level: float = 0.95,
+    style: bool | list[str] | None = None,
 ) -> dict[str, Any]:
     """Per dimension: Bradley–Terry ratings (maximum likelihood) with a bootstrap interval.
 
@@ -344,9 +369,17 @@ def bradley_terry(
     likelihood) data where some player never lost (see `unbeaten_group`) raise
     NoMaximumLikelihood, and replicates without a finite fit are left out of the interval
     (`replicates_without_mle` counts them).
+
+    With `style` (true: every feature of compute/style.py; or a list of them) each
+    dimension also gets `style_controlled`: the same model fitted with the answers' style
+    differences as covariates, as Arena-Hard-Auto's style control does, so a judge's taste
+    for long or formatted answers is credited to the covariates, not the players; its
+    `coefficients` are the log-odds per standard deviation of each feature's difference.
+    The matches then need `style_a`/`style_b` (map_votes and pair_outcomes carry them).
     """
     import numpy as np
 
+    features = style_names(style)
     if replicates < 1:
         raise ValueError("replicates must be at least 1")
     rng = np.random.default_rng(seed)
@@ -358,7 +391,7 @@ def bradley_terry(
         whole = _credits(a, b, s, np.ones((1, count)), size)
         if prior == 0:
             _refuse_without_prior(names, whole[0], dimension)
-        full = _bt_fit(whole, prior)[0]
+        full = _credit_fit(whole, prior)[0]
         draws = rng.multinomial(count, np.full(count, 1.0 / count), size=replicates)
         resampled = _credits(a, b, s, draws.astype(float), size)
         without = 0
@@ -368,19 +401,26 @@ def bradley_terry(
             fitted = np.array([unbeaten_group(c) is None for c in resampled], dtype=bool)
             without = int(np.count_nonzero(~fitted))
             resampled = resampled[fitted]
-        boot = _bt_fit(resampled, prior) if len(resampled) else np.empty((0, size))
+            draws = draws[fitted]
+        boot = _credit_fit(resampled, prior) if len(resampled) else np.empty((0, size))
         played = Counter([m["a"] for m in group] + [m["b"] for m in group])
-        players = {}
-        for i, name in enumerate(names):
-            rated = initial + to_rating * boot[:, i]
-            low, high = _interval(rated, level)
-            players[name] = {
-                "rating": float(initial + to_rating * full[i]),
-                "strength": float(full[i]),
-                "median": float(np.median(rated)) if rated.size else None,
-                "ci_low": low,
-                "ci_high": high,
-                "matches": played[name],
+        rate = _Rater(names, played, initial, to_rating, level)
+        players = rate(full, boot)
+        extra: dict[str, Any] = {}
+        if features:
+            covariates = style_differences(group, features)
+            weights = np.vstack([np.ones(count), draws.astype(float)])
+            strengths, coefficients = _bt_fit(
+                a, b, weights * s, weights * (1.0 - s), size, prior, covariates
+            )
+            controlled = rate(strengths[0], strengths[1:])
+            extra["style_controlled"] = {
+                "players": controlled,
+                "ranking": _ranking(controlled, "rating"),
+                "features": features,
+                "coefficients": {
+                    f: float(c) for f, c in zip(features, coefficients[0], strict=True)
+                },
             }
         tables[dimension] = {
             "players": players,
@@ -390,8 +430,115 @@ def bradley_terry(
             "replicates_without_mle": without,
             "prior": prior,
             "level": level,
+            **extra,
         }
     return tables
+
+
+class _Rater:
+    """Per player: the full fit's rating and the bootstrap's median and interval."""
+
+    def __init__(
+        self, names: list[str], played: Counter[str], initial: float, to_rating: float, level: float
+    ) -> None:
+        self.names, self.played, self.level = names, played, level
+        self.initial, self.to_rating = initial, to_rating
+
+    def __call__(self, full: Any, boot: Any) -> dict[str, dict[str, Any]]:
+        import numpy as np
+
+        players = {}
+        for i, name in enumerate(self.names):
+            rated = self.initial + self.to_rating * boot[:, i]
+            low, high = _interval(rated, self.level)
+            players[name] = {
+                "rating": float(self.initial + self.to_rating * full[i]),
+                "strength": float(full[i]),
+                "median": float(np.median(rated)) if rated.size else None,
+                "ci_low": low,
+                "ci_high": high,
+                "matches": self.played[name],
+            }
+        return players
+
+
+# -- length-controlled win rate -------------------------------------------------------
+
+
+@register("length_controlled_win_rate", blocking=True)
+def length_controlled_win_rate(
+    matches: list[dict[str, Any]],
+    score: str = "outcome",
+    replicates: int = 200,
+    seed: int | None = 0,
+    prior: float = 0.01,
+    level: float = 0.95,
+) -> dict[str, Any]:
+    """Per dimension and pair: a's win rate, plain and length-controlled (AlpacaEval 2.0).
+
+    AlpacaEval's length-controlled win rate fits the judge's preference for a as a logistic
+    model of a's advantage plus tanh of the length difference (a's characters minus b's)
+    over its standard deviation, then predicts the win rate at equal lengths: sigmoid of
+    the advantage. This is the two-player Bradley–Terry fit with that one covariate, so it
+    is `bradley_terry`'s fit; it matches AlpacaEval's `length_controlled_minimal` GLM (its
+    default adds a per-instruction difficulty learnt from its own leaderboard, which a
+    user's data lacks). `ci_low`/`ci_high` resample the pair's matches `replicates` times;
+    `length_coefficient` > 0 means the judge favours the longer answer. The matches need
+    `style_a`/`style_b` with `length` (map_votes and pair_outcomes carry them).
+    """
+    import numpy as np
+    from scipy.special import expit
+
+    if replicates < 1:
+        raise ValueError("replicates must be at least 1")
+    rng = np.random.default_rng(seed)
+    tables: dict[str, Any] = {}
+    for dimension, group in by_dimension(matches).items():
+        by_pair: dict[str, list[dict[str, Any]]] = {}
+        for m in group:
+            by_pair.setdefault(m["pair"], []).append(m)
+        pairs: dict[str, dict[str, Any]] = {}
+        for pair, games in sorted(by_pair.items()):
+            names, a, b, s = _encode(games, score)
+            if len(names) != 2:
+                raise ValueError(f"pair {pair!r} names {len(names)} players; it needs two")
+            delta = np.array(
+                [_length(m, "style_a", i) - _length(m, "style_b", i) for i, m in enumerate(games)]
+            )
+            spread = float(np.std(delta, ddof=1)) if len(games) > 1 else 0.0
+            covariate = np.tanh(delta / spread) if spread > 0 else np.zeros(len(games))
+            count = len(games)
+            draws = rng.multinomial(count, np.full(count, 1.0 / count), size=replicates)
+            weights = np.vstack([np.ones(count), draws.astype(float)])
+            strengths, coefficients = _bt_fit(
+                a, b, weights * s, weights * (1.0 - s), 2, prior, covariate[:, None]
+            )
+            # _encode sorts the names, and a pair's `a` is its alphabetically first name.
+            controlled = expit(strengths[:, 0] - strengths[:, 1])
+            low, high = _interval(controlled[1:], level)
+            pairs[pair] = {
+                "a": names[0],
+                "b": names[1],
+                "matches": count,
+                "win_rate_a": float(np.mean(s)),
+                "length_controlled_win_rate_a": float(controlled[0]),
+                "ci_low": low,
+                "ci_high": high,
+                "length_coefficient": float(coefficients[0, 0]),
+            }
+        tables[dimension] = {"pairs": pairs, "replicates": replicates, "level": level}
+    return tables
+
+
+def _length(match: dict[str, Any], side: str, row: int) -> float:
+    """One answer's character count from a match's style record, named in the error."""
+    found = match.get(side)
+    if not isinstance(found, dict) or "length" not in found:
+        raise ValueError(
+            f"match {row} ({match.get('pair')}) has no {side}.length; the length-controlled "
+            "win rate needs the matches of map_votes and pair_outcomes, which carry it"
+        )
+    return float(found["length"])
 
 
 # -- consistency under resampling -----------------------------------------------------

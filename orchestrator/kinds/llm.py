@@ -33,6 +33,7 @@ from ..servers import PARAM_PREFIX, start_seconds_within
 from ..store import NodeRecord
 from .abstain import Abstain, AbstainRule, compile_abstain
 from .base import EndpointWant, NodeKind, RunServices, evaluate
+from .harden import Harden, HardenRule, compile_harden
 
 if TYPE_CHECKING:
     from ..graph import Expression, NodeScope, Prompt
@@ -57,6 +58,8 @@ class LLMNode(NodeBase, Sampling):
     # `inputs` and `output`, shown as example turns or given to the template as `shots`.
     shots: str | None = None
     abstain: Abstain | None = None  # too unsure of a field: the example abstains (abstain.py)
+    # Judged texts in unguessable delimiters, the verdict from the JSON alone (harden.py).
+    harden: Harden | None = None
 
 
 @dataclass
@@ -75,6 +78,7 @@ class CompiledLLM(CompiledNode):
     # The prompt or system template reads `shots` and lays the examples out itself.
     shots_in_template: bool = False
     abstain: AbstainRule | None = None
+    harden: HardenRule | None = None
 
     def messages(self, context: dict[str, Any]) -> list[dict[str, str]]:
         """The chat messages for one call: system (if any), the few-shot example turns (if
@@ -173,6 +177,8 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
         _check_samples(cn, scope)
         if node.abstain is not None:
             cn.abstain = compile_abstain(node.abstain, node.output, cn.sampling, node.once, scope)
+        if node.harden is not None:
+            cn.harden = compile_harden(node.harden, scope)
         if node.provider is not None and (gap := unknown_provider(node.provider)):
             scope.problem(gap, "provider")
         if node.api_key_env is not None and node.base_url is None:
@@ -224,7 +230,14 @@ class LLMKind(NodeKind[LLMNode, CompiledLLM]):
         )
         started = time.perf_counter()
         try:
-            result = await run.client.call(ep, messages, model, sampling, first_sample=first_sample)
+            result = await run.client.call(
+                ep,
+                messages,
+                model,
+                sampling,
+                first_sample=first_sample,
+                strict=cn.harden is not None and cn.harden.schema_only,
+            )
         except LLMCallError as exc:
             rec.attempts = exc.attempts
             rec.error = str(exc)
@@ -346,6 +359,8 @@ def _request(sampling: Sampling, structured: str, first_sample: int = 0) -> dict
 
 def _messages(cn: CompiledLLM, ctx: dict[str, Any]) -> list[dict[str, str]]:
     try:
+        if cn.harden is not None:
+            return cn.harden.messages(cn.name, ctx, cn.messages)
         return cn.messages(ctx)
     except (TemplateError, TypeError, ValueError) as exc:
         raise NodeError(cn.name, f"rendering the prompt failed: {exc}") from exc

@@ -1,6 +1,7 @@
 """Run views of pairwise battles (AuPEL, and any graph aggregating with the same compute
 functions): the win matrix of `win_table`, Elo and Bradley–Terry ratings with their
-bootstrap intervals, and the position-bias rates of `position_bias`."""
+bootstrap intervals (style-controlled ones beside them), the length-controlled win rates
+of `length_controlled_win_rate`, and the position-bias rates of `position_bias`."""
 
 from __future__ import annotations
 
@@ -57,22 +58,28 @@ def win_matrix(context: RunContext) -> str | None:
     return "".join(parts) or None
 
 
+def _rating_figure(title: str, table: dict[str, Any], caption: str, note: str) -> str | None:
+    """Each player's rating with its interval, best first (None without players)."""
+    players = table.get("players")
+    if not isinstance(players, dict) or not players:
+        return None
+    rows = sorted(
+        (
+            Estimate(str(name), float(p["rating"]), p.get("ci_low"), p.get("ci_high"))
+            for name, p in players.items()
+            if isinstance(p, dict) and p.get("rating") is not None
+        ),
+        key=lambda e: -e.point,
+    )
+    return figure(title, intervals(rows, caption), note)
+
+
 def rating_intervals(context: RunContext) -> str | None:
-    """Per rating aggregate and dimension: each player's rating with its interval."""
+    """Per rating aggregate and dimension: each player's rating with its interval, and the
+    style-controlled ratings beside them when the aggregate fitted them."""
     parts = []
     for aggregate in context.by_function("elo_ratings", "bradley_terry"):
         for dimension, table in _dimensions(aggregate.value):
-            players = table.get("players")
-            if not isinstance(players, dict) or not players:
-                continue
-            rows = sorted(
-                (
-                    Estimate(str(name), float(p["rating"]), p.get("ci_low"), p.get("ci_high"))
-                    for name, p in players.items()
-                    if isinstance(p, dict) and p.get("rating") is not None
-                ),
-                key=lambda e: -e.point,
-            )
             level = table.get("level")
             caption = f"{aggregate.name} rating" + (
                 f" with its {level:.0%} bootstrap interval" if isinstance(level, float) else ""
@@ -80,7 +87,55 @@ def rating_intervals(context: RunContext) -> str | None:
             note = ", ".join(
                 f"{k} {table[k]}" for k in ("matches", "replicates", "k") if k in table
             )
-            parts.append(figure(f"{aggregate.name} · {dimension}", intervals(rows, caption), note))
+            title = f"{aggregate.name} · {dimension}"
+            parts.append(_rating_figure(title, table, caption, note) or "")
+            controlled = table.get("style_controlled")
+            if isinstance(controlled, dict):
+                weights = controlled.get("coefficients") or {}
+                parts.append(
+                    _rating_figure(
+                        f"{title} · style-controlled",
+                        controlled,
+                        f"{caption}, style held equal",
+                        "Fitted with the answers' style differences as covariates "
+                        "(Arena-Hard-Auto's style control); log-odds per unit of each: "
+                        + ", ".join(f"{k} {num(v)}" for k, v in weights.items()),
+                    )
+                    or ""
+                )
+    return "".join(parts) or None
+
+
+def length_controlled(context: RunContext) -> str | None:
+    """Per dimension: each pair's length-controlled win rate with its interval."""
+    parts = []
+    for aggregate in context.by_function("length_controlled_win_rate"):
+        for dimension, table in _dimensions(aggregate.value):
+            pairs = table.get("pairs")
+            if not isinstance(pairs, dict) or not pairs:
+                continue
+            rows = [
+                Estimate(
+                    f"{row['a']} over {row['b']}",
+                    float(row["length_controlled_win_rate_a"]),
+                    row.get("ci_low"),
+                    row.get("ci_high"),
+                )
+                for row in pairs.values()
+                if isinstance(row, dict)
+            ]
+            plain = ", ".join(
+                f"{row['a']} over {row['b']} {num(row['win_rate_a'])}"
+                for row in pairs.values()
+                if isinstance(row, dict)
+            )
+            parts.append(
+                figure(
+                    f"{aggregate.name} · {dimension}",
+                    intervals(rows, "win rate at equal lengths (AlpacaEval's length control)"),
+                    f"Plain win rates: {plain}.",
+                )
+            )
     return "".join(parts) or None
 
 
@@ -120,5 +175,11 @@ register_run_view(
     "Ratings with intervals",
     rating_intervals,
     shows=("elo_ratings", "bradley_terry"),
+)
+register_run_view(
+    "length_controlled",
+    "Length-controlled win rates",
+    length_controlled,
+    shows=("length_controlled_win_rate",),
 )
 register_run_view("position_bias", "Position bias", position_bias, shows=("position_bias",))

@@ -74,7 +74,9 @@ def test_one_run_rates_as_its_own_summary_and_the_single_run_functions(runs: dic
     assert result["elo"] == elo_ratings(matches, k=4, replicates=1000, seed=0)
     fewer = ratings_across_runs([runs["all"]], method="bt", replicates=50, seed=3)
     assert "elo" not in fewer
-    assert fewer["bradley_terry"] == bradley_terry(matches, replicates=50, seed=3)
+    # AuPEL's fit asks for the style-controlled ratings too (style: true).
+    assert fewer["bradley_terry"] == bradley_terry(matches, replicates=50, seed=3, style=True)
+    assert "style_controlled" in fewer["bradley_terry"]["quality"]
 
 
 def test_generators_judged_in_separate_runs_are_rated_together(tmp_path: Path):

@@ -102,7 +102,7 @@ def test_each_run_gets_its_protocols_views_and_no_other(
     browser: Any, runs: dict[str, Path]
 ) -> None:
     expected = {
-        "aupel": ["win_matrix", "ratings", "position_bias", "judge_card"],
+        "aupel": ["win_matrix", "ratings", "length_controlled", "position_bias", "judge_card"],
         "perse_pointwise": ["perse_scores", "score_histograms", "meta_eval", "judge_card"],
         "perse_pairwise": ["position_bias", "perse_choices", "meta_eval", "judge_card"],
         "perq_jury": ["jury_agreement", "jury_labels", "groups", "judge_card"],
@@ -155,26 +155,34 @@ def test_ratings_draw_each_player_with_its_interval(browser: Any, runs: dict[str
     page = open_views(browser, runs["aupel"])
     try:
         figure = 0
-        for name in ("elo", "bradley_terry"):
-            for dimension, table in data[name].items():
-                players = table["players"]
-                titles = page.titles("ratings", figure)
-                expected = {
-                    f"{player}: {p['rating']:.4g} [{p['ci_low']:.4g}, {p['ci_high']:.4g}]"
-                    for player, p in players.items()
-                }
-                assert len(titles) == len(players) and set(titles) == expected, (name, dimension)
-                # Best first: the points go down the plot as the rating falls.
-                scope = f'#views [data-view="ratings"] figure:nth-of-type({figure + 1})'
-                ys = [b["y"] for b in page.boxes(f"{scope} .mark")]
-                ranked = sorted(players, key=lambda n: -players[n]["rating"])
-                assert [t.split(":")[0] for t in titles] == ranked and ys == sorted(ys)
-                # Every point sits on its own whisker.
-                whiskers = page.boxes(f"{scope} .whisker")
-                for point, whisker in zip(page.boxes(f"{scope} .mark"), whiskers, strict=True):
-                    centre = point["x"] + point["w"] / 2
-                    assert whisker["x"] - 0.5 <= centre <= whisker["x"] + whisker["w"] + 0.5
-                figure += 1
+        # Each rating table's figure; the style-controlled fit's follows its plain one.
+        drawn = [
+            (name, dimension, shown)
+            for name in ("elo", "bradley_terry")
+            for dimension, table in data[name].items()
+            for shown in (table, table.get("style_controlled"))
+            if shown is not None
+        ]
+        assert any("style_controlled" in t for t in data["bradley_terry"].values())
+        for name, dimension, table in drawn:
+            players = table["players"]
+            titles = page.titles("ratings", figure)
+            expected = {
+                f"{player}: {p['rating']:.4g} [{p['ci_low']:.4g}, {p['ci_high']:.4g}]"
+                for player, p in players.items()
+            }
+            assert len(titles) == len(players) and set(titles) == expected, (name, dimension)
+            # Best first: the points go down the plot as the rating falls.
+            scope = f'#views [data-view="ratings"] figure:nth-of-type({figure + 1})'
+            ys = [b["y"] for b in page.boxes(f"{scope} .mark")]
+            ranked = sorted(players, key=lambda n: -players[n]["rating"])
+            assert [t.split(":")[0] for t in titles] == ranked and ys == sorted(ys)
+            # Every point sits on its own whisker.
+            whiskers = page.boxes(f"{scope} .whisker")
+            for point, whisker in zip(page.boxes(f"{scope} .mark"), whiskers, strict=True):
+                centre = point["x"] + point["w"] / 2
+                assert whisker["x"] - 0.5 <= centre <= whisker["x"] + whisker["w"] + 0.5
+            figure += 1
         assert figure == len(page.figures("ratings"))
         assert page.errors == []
     finally:
