@@ -255,7 +255,10 @@ def main() -> None:
             follower.read()
         except Exception as exc:  # a trace that cannot be read now may be read at the end
             log.warning("cannot read %s for its spans yet: %s", follower.folder, exc)
-    print(json.dumps(follower.finish()), flush=True)
+    # stdout is this child's answer to the run that started it (what was sent and dropped),
+    # read by the parent, not a message to a person: messages go through logging.
+    sys.stdout.write(json.dumps(follower.finish()) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
