@@ -3,7 +3,8 @@ beyond chance: Cohen's and Fleiss' κ, Krippendorff's α (`agreement.py`), the
 bootstrap with percentile, BCa and whole-cluster resamples (`bootstrap.py`), the sign-flip
 test and the interval that inverts it, plain and clustered (`signflip.py`), one-number
 intervals and tests: Wilson, the exact binomial tail, Holm, Welch (`intervals.py`), and the
-t-test's power with the intra-cluster correlation (`power.py`). Compute functions, compare,
+t-test's power with the intra-cluster correlation (`power.py`), and Spearman's test over
+whole clusters (`clustered.py`). Compute functions, compare,
 the judge card, align, calibrate, power and meta-eval all call these; import them from
 here, not from the modules.
 
@@ -33,6 +34,7 @@ from .bootstrap import (
     resample,
     resampled,
 )
+from .clustered import cluster_rank_p
 from .intervals import (
     Interval,
     binomial_tail,
@@ -83,6 +85,7 @@ __all__ = [
     "bootstrap_p",
     "cluster_draws",
     "cluster_index",
+    "cluster_rank_p",
     "cluster_sign_flip",
     "cluster_sums",
     "cohen_kappa_codes",
