@@ -1,8 +1,10 @@
 """Jury labels and inter-judge agreement (PerQ): label rules, Fleiss' kappa (the arithmetic
-is `orchestrator.stats.fleiss_kappa`), pairwise agreement."""
+is `orchestrator.stats.fleiss_kappa`), Krippendorff's α over every item two judges or more
+scored, pairwise agreement."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import combinations
@@ -11,6 +13,11 @@ from typing import Any
 
 from ..stats import fleiss_kappa
 from .registry import register
+from .statistics import krippendorff_alpha
+
+log = logging.getLogger(__name__)
+# Below this share of the items, a κ over the items every judge scored is worth a warning.
+FEW_COMPLETE = 0.5
 
 
 def judge_score(value: Any, field: str = "score") -> int | None:
@@ -117,10 +124,14 @@ def jury_agreement(
     label_field: str = "label",
     categories: Sequence[int] | None = (0, 1, 2, 3),
 ) -> dict[str, Any]:
-    """Label distribution, full and pairwise agreement, Fleiss' kappa, per-judge abstain rate.
+    """Label distribution, full and pairwise agreement, Fleiss' kappa, Krippendorff's α,
+    per-judge abstain rate.
 
     Agreement statistics use the items every judge in question scored; Fleiss' kappa uses
-    only items scored by all judges (it needs a fixed number of raters). `categories` are
+    only items scored by all judges (it needs a fixed number of raters), and
+    `fleiss_kappa_items` says how many that is: one judge abstaining often leaves κ resting
+    on a few items. Krippendorff's α (nominal, as κ) takes every item two judges or more
+    scored (`alpha_items`), so an abstention costs one rating, not the item. `categories` are
     the possible scores; as an aggregate not given them, it takes the scale the graph's
     judges declare (their bounded integer outputs, e.g. 1-5) when they share one, and
     otherwise PerQ's 0-3; null means the scores seen. A score or label outside them is a
@@ -141,7 +152,8 @@ def jury_agreement(
         if r.get(label_field) is not None
     ]
     seen = [v for _, v in scored]
-    seen += [v for _, v in labelled if str(v) not in {str(x) for x in seen}]
+    known_text = {str(x) for x in seen}  # once, not per label: it was quadratic in items
+    seen += [v for _, v in labelled if str(v) not in known_text]
     categories = _categories(categories, seen)
     _check_scores(scored, categories)
     _check_scores(labelled, categories, as_text=True)
@@ -158,6 +170,17 @@ def jury_agreement(
         pairwise[f"{a}~{b}"] = round(fmean(x == y for x, y in both), 4) if both else None
     known = [v for v in pairwise.values() if v is not None]
     kappa = fleiss_kappa(rating_table(complete, categories)) if complete else None
+    rated = [[v for v in r.values() if v is not None] for r in rows]
+    pairable = [item for item in rated if len(item) >= 2]
+    alpha = krippendorff_alpha(pairable, "nominal") if pairable else None
+    if total and len(complete) < FEW_COMPLETE * total:
+        log.warning(
+            "jury_agreement: Fleiss' κ rests on the %d of %d items every judge scored; "
+            "Krippendorff's α uses the %d items two judges or more scored",
+            len(complete),
+            total,
+            len(pairable),
+        )
     return {
         "items": total,
         "judges": judges,
@@ -167,6 +190,9 @@ def jury_agreement(
         "items_all_judges": len(complete),
         "pairwise_agreement": {"mean": round(fmean(known), 4) if known else None, **pairwise},
         "fleiss_kappa": round(kappa, 4) if kappa is not None else None,
+        "fleiss_kappa_items": len(complete),
+        "krippendorff_alpha": round(alpha, 4) if alpha is not None else None,
+        "alpha_items": len(pairable),
         "abstain_rate": {
             j: round(sum(r.get(j) is None for r in rows) / total, 4) if total else None
             for j in judges

@@ -20,6 +20,19 @@ def _pairs(value: dict[str, Any]) -> dict[tuple[str, str], float]:
     return found
 
 
+def _resting(value: dict[str, Any]) -> str:
+    """How many items κ and α rest on (an older summary without the counts: nothing)."""
+    if value.get("fleiss_kappa_items") is None:
+        return ""
+    said = f" on the {value['fleiss_kappa_items']} items every judge scored"
+    if value.get("alpha_items") is not None:
+        said += (
+            f"; Krippendorff's α {num(value.get('krippendorff_alpha'))} on the "
+            f"{value['alpha_items']} items two judges or more scored"
+        )
+    return said
+
+
 def agreement_matrix(context: RunContext) -> str | None:
     """Judges by judges, each cell the share of items the two scored alike."""
     parts = []
@@ -38,7 +51,8 @@ def agreement_matrix(context: RunContext) -> str | None:
                 cells[(index[b], index[a])] = Cell(f"{rate:.2f}", rate, title)
         note = (
             f"{value.get('items', '?')} items; all judges agreed on "
-            f"{num(value.get('full_agreement'))}; Fleiss' κ {num(value.get('fleiss_kappa'))}; "
+            f"{num(value.get('full_agreement'))}; Fleiss' κ {num(value.get('fleiss_kappa'))}"
+            f"{_resting(value)}; "
             f"mean pairwise agreement {num((value.get('pairwise_agreement') or {}).get('mean'))}."
         )
         svg = matrix(judges, judges, cells, "share of items scored alike", corner="judge")

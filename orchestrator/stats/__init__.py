@@ -3,10 +3,11 @@ beyond chance: Cohen's and Fleiss' κ, Krippendorff's α (`agreement.py`), the
 bootstrap with percentile, BCa and whole-cluster resamples (`bootstrap.py`), the sign-flip
 test and the interval that inverts it, plain and clustered (`signflip.py`), one-number
 intervals and tests: Wilson, the exact binomial tail, Holm, Welch (`intervals.py`), the
-t-test's power with the intra-cluster correlation (`power.py`), and Learn then Test's
-fixed-sequence step (`ltt.py`). Compute functions, compare, the judge card, align,
-calibrate, power and meta-eval all call these; prediction-powered means from a judge and
-a few labels (PPI++, `ppi.py`) are what `estimate` reports; import them from
+t-test's power with the intra-cluster correlation (`power.py`), Spearman's test over whole
+clusters (`clustered.py`) and Learn then Test's fixed-sequence step (`ltt.py`). Compute
+functions, compare, the judge card, align, calibrate, power and meta-eval all call these;
+prediction-powered means from a judge and a few labels (PPI++, `ppi.py`) are what
+`estimate` reports; import them from
 here, not from the modules.
 
 The bottom layer but for `errors`: numpy and scipy only (scipy imported where used, so that
@@ -35,6 +36,7 @@ from .bootstrap import (
     resample,
     resampled,
 )
+from .clustered import cluster_rank_p
 from .intervals import (
     Interval,
     binomial_tail,
@@ -102,6 +104,7 @@ __all__ = [
     "cluster_draws",
     "cluster_index",
     "cluster_interval",
+    "cluster_rank_p",
     "cluster_sign_flip",
     "cluster_sums",
     "cohen_kappa_codes",

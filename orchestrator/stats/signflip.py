@@ -67,6 +67,21 @@ def _check_permutations(permutations: object) -> None:
         raise ValueError(f"permutations must be a positive integer, got {permutations!r}")
 
 
+def _all_zero(units: int, level: float, permutations: int, exact_up_to: int) -> SignFlipInterval:
+    """The interval when every difference is 0: testing δ ≠ 0 every unit is −δ, so every
+    sign vector but the two uniform ones falls short and p is its smallest, 2/2^n (or one
+    draw in `permutations` + 1). Each δ ≠ 0 is rejected only when that is below 1 − level,
+    so with too few units (n ≤ 5 at 95%) the interval is left empty, not the point 0."""
+    alpha = round(1.0 - level, 12)
+    exact = units <= exact_up_to
+    smallest = 2.0 ** (1 - units) if exact else 1.0 / (permutations + 1.0)
+    method: Literal["exact", "monte-carlo"] = "exact" if exact else "monte-carlo"
+    count = (1 << units) if exact else permutations
+    if units == 0 or smallest >= alpha:
+        return SignFlipInterval(None, None, level, method, count)
+    return SignFlipInterval(0.0, 0.0, level, method, count)
+
+
 def _drawn_signs(k: int, draws: int, seed: int) -> Iterator[Any]:
     """`draws` seeded random sign vectors of length k (rows of ±1), in chunks."""
     rng = np.random.default_rng(seed)
@@ -213,7 +228,7 @@ def sign_flip_interval(
     nonzero = data[data != 0.0]
     k, zeros = int(nonzero.size), int(data.size - nonzero.size)
     if k == 0:
-        return SignFlipInterval(0.0, 0.0, level, "exact", 1)
+        return _all_zero(int(data.size), level, permutations, exact_up_to)
     if k <= exact_up_to and (1 << k) * (zeros + 1) <= max(_EXACT_ROWS, 1 << k):
         masks = np.arange(1 << k, dtype=np.int64)
         sum_plus, size_plus = np.zeros(masks.size), np.zeros(masks.size, dtype=np.int64)
@@ -296,9 +311,8 @@ def cluster_sign_flip(
     count_clusters = int(sums.size)
     alpha = round(1.0 - level, 12)
     if count_clusters == 0 or np.all(data == 0.0):
-        return ClusterSignFlip(
-            SignFlip(1.0, "exact", 1), SignFlipInterval(0.0, 0.0, level, "exact", 1), 0
-        )
+        empty = _all_zero(count_clusters, level, permutations, exact_up_to)
+        return ClusterSignFlip(SignFlip(1.0, "exact", 1), empty, count_clusters)
     method: Literal["exact", "monte-carlo"]
     if count_clusters <= exact_up_to:
         total = 1 << count_clusters

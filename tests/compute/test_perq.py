@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from fakeserver import FakeServer, Reply, schema_responder
 from helpers import run_graph
 
 from orchestrator.compute import agreement as ag
+from orchestrator.compute import krippendorff_alpha
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAPH = ROOT / "graphs" / "perq_jury.yaml"
@@ -198,3 +201,63 @@ def test_jury_graph_end_to_end_with_a_failing_judge(tmp_path: Path) -> None:
     assert agreement["items_all_judges"] == 0 and agreement["fleiss_kappa"] is None
     # The failing judge was re-asked before it abstained (retries: 2 -> 3 attempts).
     assert outcome.summary["counts"]["retries"] >= 2 * len(rows)
+
+
+def _abstaining_jury(items: int, seed: int, abstain: float) -> list[dict[str, Any]]:
+    """Three judges of 0–3 scores, each right 70% of the time and else guessing; the third
+    abstains on a share `abstain` of the items."""
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(0, 4, items)
+    scores = np.where(rng.random((3, items)) < 0.7, truth, rng.integers(0, 4, (3, items)))
+    gone = rng.random(items) < abstain
+    return [
+        {
+            "label": int(truth[i]),
+            "scores": {
+                "j1": int(scores[0, i]),
+                "j2": int(scores[1, i]),
+                "j3": None if gone[i] else int(scores[2, i]),
+            },
+        }
+        for i in range(items)
+    ]
+
+
+def test_kappa_says_how_few_items_it_rests_on_and_alpha_keeps_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One juror abstaining 90% of the time leaves Fleiss' κ on about a tenth of the items:
+    the output says so (and the log warns); Krippendorff's α rests on every item two
+    judges scored, aims at the same agreement and, over 60 seeded juries, varies far less."""
+    kappas, alphas, shares = [], [], []
+    for seed in range(60):
+        results = _abstaining_jury(150, seed, abstain=0.9)
+        with caplog.at_level("WARNING", logger="orchestrator.compute.agreement"):
+            out = ag.jury_agreement(results)
+        complete = sum(r["scores"]["j3"] is not None for r in results)
+        assert out["fleiss_kappa_items"] == out["items_all_judges"] == complete
+        assert out["alpha_items"] == 150
+        with_gaps = [r["scores"] for r in results]
+        assert out["krippendorff_alpha"] == pytest.approx(
+            krippendorff_alpha(with_gaps, "nominal"), abs=1e-4
+        )
+        kappas.append(out["fleiss_kappa"])
+        alphas.append(out["krippendorff_alpha"])
+        shares.append(complete / 150)
+    assert 0.07 < float(np.mean(shares)) < 0.13
+    assert "rests on the" in caplog.text
+    # Every judge scoring every item: the agreement both should find.
+    full = ag.jury_agreement(_abstaining_jury(5000, 99, abstain=0.0))
+    assert full["fleiss_kappa_items"] == full["alpha_items"] == 5000
+    target = full["fleiss_kappa"]
+    assert abs(float(np.mean(alphas)) - target) < 0.03
+    assert float(np.std(alphas)) < 0.5 * float(np.std(kappas))
+
+
+def test_the_report_panel_prints_what_kappa_and_alpha_rest_on() -> None:
+    from orchestrator.report.jury_view import _resting
+
+    out = ag.jury_agreement(_abstaining_jury(40, 1, abstain=0.9))
+    said = _resting(out)
+    assert f"on the {out['fleiss_kappa_items']} items every judge scored" in said
+    assert "Krippendorff's α" in said and "on the 40 items two judges or more scored" in said

@@ -124,3 +124,23 @@ def test_sign_flip_is_exact_for_few_units_and_close_for_many() -> None:
         assert float(stats.sign_flip_p(d)) == pytest.approx(stats.sign_flip_test(d).p, abs=1e-12)
     d = rng.integers(-2, 3, size=60).astype(float) + 0.4
     assert abs(float(stats.sign_flip_p(d, draws=20000)) - stats.sign_flip_test(d, 20000).p) < 0.02
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 25])
+def test_all_zero_differences_are_left_empty_where_no_shift_can_be_rejected(n: int) -> None:
+    """Every difference 0: a shift δ ≠ 0 makes every unit −δ, so its p is 2/2^n, below
+    0.05 only from six units on. With five or fewer the interval is empty (as with any
+    other five differences), not the point 0; from six on it is [0, 0]. The same over
+    whole clusters."""
+    zeros = np.zeros(n)
+    interval = stats.sign_flip_interval(zeros)
+    nested = stats.cluster_sign_flip(zeros, [f"u{i}" for i in range(n)]).interval
+    for found in (interval, nested):
+        if n <= 5:
+            assert found.low is None and found.high is None
+        else:
+            assert found.low == 0.0 and found.high == 0.0
+        # What the interval says, the test of a shift says too.
+        p = stats.sign_flip_test(zeros - 0.5).p
+        assert (p < 0.05) == (found.low is not None)
+    assert stats.cluster_sign_flip(zeros, [f"u{i}" for i in range(n)]).clusters == n

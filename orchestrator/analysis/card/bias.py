@@ -22,6 +22,7 @@ from ...stats import (
     RESAMPLES,
     bootstrap,
     bootstrap_p,
+    cluster_rank_p,
     cluster_sums,
     correlation_p,
     finite,
@@ -54,9 +55,10 @@ def length_bias(
 ) -> LengthBias:
     """Spearman of score against judged-text length, its bootstrap interval and p-value.
 
-    With `clusters` (each score's cluster, e.g. its user) whole clusters are resampled and
-    the p-value is the cluster bootstrap's, as the t-approximation takes every score for
-    independent."""
+    With `clusters` (each score's cluster, e.g. its user) whole clusters are resampled for
+    the interval, and the p-value is the t-test of the clusters' rank-product sums with
+    G − 1 degrees of freedom (`stats.cluster_rank_p`): the t-approximation takes every
+    score for independent, and the cluster bootstrap's p was too ready with few clusters."""
     x = np.asarray(scores, dtype=float)
     y = np.asarray(lengths, dtype=float)
     n = int(x.size)
@@ -64,7 +66,8 @@ def length_bias(
     p = float(correlation_p(rho, n)) if np.isfinite(rho) else float("nan")
     if clusters is not None and n >= 3 and np.isfinite(rho):
         values = resampled(lambda idx: spearman(x[idx], y[idx]), n, seed=seed, clusters=clusters)
-        ci, p = percentile_interval(values, least=RESAMPLES / 2), bootstrap_p(values)
+        ci = percentile_interval(values, least=RESAMPLES / 2)
+        p = float(cluster_rank_p(x, y, clusters))
     elif n > BOOTSTRAP_UP_TO:
         ci = spearman_interval(rho, n)
     else:

@@ -151,7 +151,8 @@ def sections(card: JudgeCard) -> list[Section]:
                     ", ".join(j.jurors),
                     j.field,
                     str(j.n),
-                    "; ".join(f"{p.a}~{p.b} {_num(p.alpha)}" for p in j.pairs),
+                    # Each pair's α rests on the examples both scored: say how many.
+                    "; ".join(f"{p.a}~{p.b} {_num(p.alpha)} (n {p.n})" for p in j.pairs),
                     _num(j.effective_jurors),
                 ]
                 for j in card.juries
