@@ -236,3 +236,16 @@ def test_a_rich_import_inside_a_function_is_found(tmp_path: Path) -> None:
     )
     (package / "ui" / "progress.py").write_text("import rich.progress\n")
     assert rich_imports(package) == ["engine/flush.py:2"]
+
+
+def test_a_face_reads_its_modules_values_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value patched where it is defined is what other packages see through the face,
+    also after the face was read once (a copy kept on the package made tests order-bound)."""
+    from orchestrator import local
+    from orchestrator.local import server
+
+    assert local.find_running is server.find_running
+    monkeypatch.setattr(server, "find_running", lambda port: "patched")
+    assert local.find_running(1) == "patched"
+    monkeypatch.setattr(server, "DEFAULT_PORT", 1)
+    assert local.DEFAULT_PORT == 1

@@ -18,17 +18,15 @@ from typing import Any
 import pytest
 from fakeserver import FakeServer
 
-from orchestrator import local
 from orchestrator.local import server as embedded
 from orchestrator.local.server import EmbeddedServerError
 
 
 def default_port(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
-    """The embedded server's default port for this test, where the server module and the
-    package's face (which other packages read) both hold it: a real embedded server of
-    another test on 8765 must not be found."""
+    """The embedded server's default port for this test, patched where it is defined (the
+    package's face reads it from there): a real embedded server of another test on 8765
+    must not be found."""
     monkeypatch.setattr(embedded, "DEFAULT_PORT", port)
-    monkeypatch.setattr(local, "DEFAULT_PORT", port)
 
 
 @pytest.fixture
