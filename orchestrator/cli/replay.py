@@ -21,6 +21,23 @@ def names(value: str, option: str) -> list[str]:
     return found
 
 
+def reask_options(
+    base_url: list[str] | None, model: str | None, allow_server: list[str] | None, no_cache: bool
+) -> dict[str, Any]:
+    """What replay and stress pass on about the servers they may ask (only those named on
+    the command) and the cache."""
+    options: dict[str, Any] = {}
+    if base_url:
+        options["base_url"] = base_url[0] if len(base_url) == 1 else list(base_url)
+    if model is not None:
+        options["model"] = model
+    if allow_server:
+        options["allow_servers"] = list(allow_server)
+    if no_cache:
+        options["cache"] = False
+    return options
+
+
 @app.command()
 def replay(
     folder: Annotated[Path, typer.Argument(help="The run folder replayed.")],
@@ -52,15 +69,7 @@ def replay(
     other node's output back from the run's trace, into a run folder of its own."""
     from ..api import areplay
 
-    options: dict[str, Any] = {}
-    if base_url:
-        options["base_url"] = base_url[0] if len(base_url) == 1 else list(base_url)
-    if model is not None:
-        options["model"] = model
-    if allow_server:
-        options["allow_servers"] = list(allow_server)
-    if no_cache:
-        options["cache"] = False
+    options = reask_options(base_url, model, allow_server, no_cache)
     try:
         result = asyncio.run(
             areplay(
@@ -125,15 +134,7 @@ def stress(
     two = names(pair, "--pair") if pair is not None else None
     if two is not None and len(two) != 2:
         fail(f"--pair names two inputs, a,b; got {pair!r}")
-    options: dict[str, Any] = {}
-    if base_url:
-        options["base_url"] = base_url[0] if len(base_url) == 1 else list(base_url)
-    if model is not None:
-        options["model"] = model
-    if allow_server:
-        options["allow_servers"] = list(allow_server)
-    if no_cache:
-        options["cache"] = False
+    options = reask_options(base_url, model, allow_server, no_cache)
     try:
         report = asyncio.run(
             astress(
