@@ -44,7 +44,7 @@ from .intervals import (
     welch_p,
     wilson,
 )
-from .power import normal_n, one_way_icc, t_power
+from .power import normal_n, one_way_icc, sd_interval, sign_flip_power, t_power
 from .ranks import (
     Method,
     correlation_p,
@@ -109,8 +109,10 @@ __all__ = [
     "ranks",
     "resample",
     "resampled",
+    "sd_interval",
     "sign_flip_interval",
     "sign_flip_p",
+    "sign_flip_power",
     "sign_flip_test",
     "spearman",
     "spearman_interval",
