@@ -74,6 +74,13 @@ def power(
         f"(two-sided; {found.achieved_power:.1%} reached)",
         soft_wrap=True,
     )
+    if found.power_range is not None:
+        low, high = found.power_range
+        console.print(
+            f"σ from the pilot is an estimate: across its 80% interval the power at "
+            f"{found.n_required} is {low:.0%} to {high:.0%}",
+            soft_wrap=True,
+        )
     pilot = f"pilot: {found.source}, {found.pilot_n} examples, σ of the differences "
     pilot += f"{found.sd_difference:.3g}"
     if found.pilot_difference is not None:

@@ -47,7 +47,7 @@ from .intervals import (
     wilson,
 )
 from .ltt import fixed_sequence, least_answered
-from .power import normal_n, one_way_icc, t_power
+from .power import normal_n, one_way_icc, sd_interval, sign_flip_power, t_power
 from .ppi import (
     UNIFORM_SHARE,
     PPIMean,
@@ -134,8 +134,10 @@ __all__ = [
     "ranks",
     "resample",
     "resampled",
+    "sd_interval",
     "sign_flip_interval",
     "sign_flip_p",
+    "sign_flip_power",
     "sign_flip_test",
     "spearman",
     "spearman_interval",

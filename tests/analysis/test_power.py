@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import orchestrator as orc
 from orchestrator import stats
-from orchestrator.analysis.power import SIGN_FLIP_MINIMUM, required_n
+from orchestrator.analysis.power import SIGN_FLIP_MINIMUM, compare_power, power_range, required_n
 from orchestrator.cli import app
 from orchestrator.errors import ConfigurationError
 
@@ -91,6 +91,7 @@ def test_sample_size_gives_the_power_it_promises(pilot: tuple[Path, Path]) -> No
 def test_clusters_are_counted_by_the_design_effect(pilot: tuple[Path, Path]) -> None:
     diff = 0.3
     plain = orc.power(*pilot, diff=diff)
+    assert not any("small pilot" in note for note in plain.notes)  # 240 examples
     found = orc.power(*pilot, diff=diff, cluster="user")
     assert found.unit == "clusters" and found.clusters == USERS
     assert found.mean_cluster_size == PER_USER
@@ -174,3 +175,47 @@ def test_a_diff_at_the_ends_of_the_float_range_gives_a_number_or_a_refusal() -> 
     n, normal, reached = required_n(1.0, 1e-9, 0.05, 0.8)
     assert n == math.ceil(normal) and normal == pytest.approx(((1.959964 + 0.841621) / 1e-9) ** 2)
     assert reached == pytest.approx(0.8, abs=1e-6)
+
+
+@pytest.mark.parametrize("effect", [1.5, 1.3, 1.0])
+def test_a_small_answer_has_the_power_of_the_exact_sign_flip_test(effect: float) -> None:
+    """Where the answer is a handful of examples, compare's exact sign-flip test is
+    coarser than the t-test (at n = 6 it rejects only when all six differences share a
+    sign): the n given must reach the power with that test, checked on 20,000 fresh data
+    sets. The t-test's n fell short: 6 at Δ/σ = 1.5 has 0.66 power, 7 at 1.3 has 0.77."""
+    n, _, reached = required_n(1.0, effect, 0.05, 0.8)
+    data = effect + np.random.default_rng(int(effect * 10)).standard_normal((20_000, n))
+    simulated = float((stats.sign_flip_p(data, exact=True) < 0.05).mean())
+    allowance = 3.0 * math.sqrt(0.8 * 0.2 / 20_000) + 3.0 * math.sqrt(0.8 * 0.2 / 4000)
+    assert simulated >= 0.8 - allowance
+    assert reached == pytest.approx(simulated, abs=allowance)
+    # At six examples only the two uniform sign vectors reach p < 0.05.
+    from scipy.stats import norm
+
+    six = norm.cdf(1.5) ** 6 + norm.cdf(-1.5) ** 6
+    assert stats.sign_flip_power(6, 1.5, 0.05) == pytest.approx(six, abs=3 * math.sqrt(0.25 / 4000))
+
+
+def test_a_small_pilot_says_how_uncertain_its_power_is(tmp_path: Path) -> None:
+    """Pilots of 12: σ is a rough guess, so the n they give has well under the target
+    power in about a third of them. The power range (σ's 80% chi-square interval) holds
+    the power n really has in 80% of pilots, and the answer says so in a note."""
+    rng = np.random.default_rng(12)
+    below, covered, pilots, diff = 0, 0, 300, 0.3
+    for _ in range(pilots):
+        sd = float(rng.standard_normal(12).std(ddof=1))
+        n, _, _ = required_n(sd, diff, 0.05, 0.8)
+        low, high = power_range(sd, diff, 0.05, n, 11)
+        true = compare_power(n, diff, 0.05)  # σ is 1; n is 25 or more here (the t-test's)
+        below += true < 0.7
+        covered += low <= true <= high
+    assert 0.2 < below / pilots < 0.45
+    assert covered / pilots == pytest.approx(0.8, abs=3 * math.sqrt(0.16 / pilots))
+    a = rng.normal(5.0, 1.0, 12)
+    small = (
+        _run(tmp_path / "a", "a", a, np.arange(12)),
+        _run(tmp_path / "b", "b", a + rng.normal(0.3, 1.0, 12), np.arange(12)),
+    )
+    found = orc.power(*small, diff=0.5)
+    assert found.power_range is not None and found.power_range[0] < 0.8 < found.power_range[1]
+    assert any("small pilot (12 examples)" in note for note in found.notes)
