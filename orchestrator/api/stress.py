@@ -115,7 +115,9 @@ async def astress(
                 variant,
                 node,
                 output,
-                [(before[i].get(output), after.get(i, {}).get(output)) for i in before],
+                # By id: the replies arrive in any order, and the bootstrap's seeded draws
+                # must meet the same pairs in the same places (the interval moved otherwise).
+                [(before[i].get(output), after.get(i, {}).get(output)) for i in sorted(before)],
                 swap=name == "order",
                 seed=seed,
                 permutations=permutations,
