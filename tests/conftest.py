@@ -85,3 +85,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("integration") is not None:
             item.add_marker(pytest.mark.xdist_group("embedded-vllm"))
+        elif item.path.name in WHOLE_ON_ONE_WORKER:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+
+
+# Modules whose module-scoped fixtures start a Chromium and make runs of several protocols:
+# split across two workers, each worker built them again (41 s of setup in
+# test_report_views.py, 30 s in test_report_browser.py, 20 s in test_compare_page.py).
+WHOLE_ON_ONE_WORKER = frozenset(
+    {
+        "test_report_browser.py",
+        "test_report_views.py",
+        "test_compare_page.py",
+        "test_review_browser.py",
+        "test_diff_page.py",
+    }
+)

@@ -868,6 +868,12 @@ def check_commands(case: Case, result: CommandResult) -> None:
     assert not result.run_out.exists()
 
 
+# The `commands` fixture runs 36 interpreters (~50 s on 2 cores); under `--dist loadgroup`
+# each worker that took one of these tests would run all of them again, so they share one.
+ONE_WORKER = pytest.mark.xdist_group("hostile-graph-commands")
+
+
+@ONE_WORKER
 @pytest.mark.parametrize("case", CLI_CASES, ids=ids(CLI_CASES))
 def test_commands_refuse_with_one_clear_line(
     case: Case, commands: dict[str, CommandResult]
@@ -875,6 +881,7 @@ def test_commands_refuse_with_one_clear_line(
     check_commands(case, commands[case.id])
 
 
+@ONE_WORKER
 def test_commands_refuse_node_id_that_is_markup(commands: dict[str, CommandResult]) -> None:
     check_commands(MARKUP_CASE, commands[MARKUP_CASE.id])
 
