@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,3 +187,17 @@ def scripted_run(
     fake = orc.FakeTransport(respond, models=["judge"])
     orc.run(graph, rows, out=out, transport=fake, model="judge", overwrite=True)
     return out
+
+
+@contextmanager
+def refusing_urls(count: int) -> Iterator[list[str]]:
+    """`count` base URLs whose connections are refused for the block. Each port is bound and
+    never listened on, so no other test's server can take it meanwhile: a stopped fake
+    server's port was taken by another worker's, which answered for the "dead" one."""
+    with ExitStack() as stack:
+        urls = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            urls.append(f"http://127.0.0.1:{sock.getsockname()[1]}/v1")
+        yield urls

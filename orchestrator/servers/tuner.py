@@ -19,6 +19,10 @@ Concurrency = int | Literal["auto"] | None  # None: auto against vLLM, else DEFA
 DEFAULT_CONCURRENCY = 64  # the fixed limit per server that does not publish vLLM's metrics
 TICK = 1.0  # seconds between two looks at a server's load
 SCRAPE_TIMEOUT = 2.0  # seconds a /metrics read may take before the tick is skipped
+# The first scrape decides the mode for the whole run, so it may take longer: on a loaded
+# 2-core machine a fake vLLM's first /metrics took over 2 s, and the run was tuned by latency
+# (or kept a fixed 64) against a server that publishes its load.
+FIRST_SCRAPE_TIMEOUT = 10.0
 SCRAPE_FAILURES = 5  # unreadable scrapes in a row before a replica is tuned by latency
 
 
@@ -70,7 +74,7 @@ class LimitTuner:
             replica.mode = "fixed"
             replica.set_limit(self.concurrency, "--concurrency")
             return
-        load = await self._scrape(replica)
+        load = await self._scrape(replica, FIRST_SCRAPE_TIMEOUT)
         if load is not None:
             replica.mode = "vllm metrics"
             self._controllers[replica] = MetricsController(self.tuning)
@@ -84,9 +88,9 @@ class LimitTuner:
             replica.mode = "fixed"
             replica.set_limit(DEFAULT_CONCURRENCY, "default (no vLLM metrics)")
 
-    async def _scrape(self, replica: Replica) -> ServerLoad | None:
+    async def _scrape(self, replica: Replica, timeout: float = SCRAPE_TIMEOUT) -> ServerLoad | None:
         try:
-            async with asyncio.timeout(SCRAPE_TIMEOUT):
+            async with asyncio.timeout(timeout):
                 text = await replica.metrics()
         except TimeoutError:
             return None

@@ -5,6 +5,7 @@ for a server without them or with garbage there, fixed for `--concurrency N`).""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -227,6 +228,24 @@ async def test_each_server_gets_its_mode_from_its_first_scrape(concurrency, metr
             (report,) = registry.replica_reports()
             assert (report.limit_mode, report.limit) == (mode, limit)
             assert report.limits[0].limit == limit
+        finally:
+            await registry.close()
+
+
+async def test_a_first_scrape_slower_than_a_tick_still_finds_vllm_metrics():
+    """The first scrape decides the mode for the run; a loaded server's slow first /metrics
+    (3 s, beyond a tick's 2 s) must not make it a server without metrics."""
+
+    def slow_metrics(fake: FakeServer) -> str:
+        time.sleep(3.0)  # the fake's handler thread: the reply itself is late
+        return vllm_metrics(fake)
+
+    with FakeServer() as fake:
+        fake.metrics = slow_metrics
+        registry = await started(None, fake)
+        try:
+            (report,) = registry.replica_reports()
+            assert report.limit_mode == "vllm metrics"
         finally:
             await registry.close()
 

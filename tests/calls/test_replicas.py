@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, Reply, latency_responder, schema_responder
-from helpers import is_canary, judge_graph, run_graph, write_graph, write_rows
+from helpers import is_canary, judge_graph, refusing_urls, run_graph, write_graph, write_rows
 
 import orchestrator as orc
 from orchestrator.errors import RunFolderError, ServerError
@@ -194,12 +194,8 @@ def test_a_replica_down_at_start_is_left_out_until_it_answers(tmp_path: Path):
 
 def test_every_replica_down_at_start_is_a_server_error_naming_one(tmp_path: Path):
     graph = write_graph(tmp_path, judge_graph(), PROMPTS)
-    with FakeServer() as a, FakeServer() as b:
-        urls = [a.base_url, b.base_url]
-        a.stop()
-        b.stop()
-        with pytest.raises(ServerError, match="cannot list models at"):
-            run_graph(graph, rows(tmp_path, 2), tmp_path / "run", urls)
+    with refusing_urls(2) as urls, pytest.raises(ServerError, match="cannot list models at"):
+        run_graph(graph, rows(tmp_path, 2), tmp_path / "run", urls)
 
 
 def test_replica_lists_of_one_model_resume_one_folder_another_model_does_not(tmp_path: Path):
