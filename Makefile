@@ -53,11 +53,12 @@ sysdeps:
 demo: venv
 	$(VENV)/bin/orchestrator demo
 
-# Two pytest-xdist workers: most of the suite's time is waiting (timeouts, backoff, CLI
-# start-ups, the real server's replies), not CPU. The tests that talk to the real embedded
-# vLLM server share one xdist group (tests/conftest.py), so one worker starts one server.
+# Three pytest-xdist workers on 2 cores: much of the suite's time is waiting (timeouts,
+# backoff, outages, the real server's replies), not CPU: on two workers the run kept 1.2
+# cores busy. The tests that talk to the real embedded vLLM server share one xdist group
+# (tests/conftest.py), so one worker starts one server.
 test: venv sysdeps
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --durations=25
+	$(VENV)/bin/python -m pytest -q -n 3 --dist loadgroup --durations=25
 
 # The docs site (mkdocs.yml) built strictly into a temporary folder, removed after: a broken
 # link or anchor, a page missing from disk or a docstring the API reference cannot read
