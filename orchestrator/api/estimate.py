@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from ..analysis import Estimation, LabelPlan, estimate_mean, write_plan
 from ..analysis import label_plan as make_plan
@@ -23,6 +24,7 @@ def estimate(
     alpha: float = 0.05,
     seed: int = 0,
     width: float | None = None,
+    small_sample: Literal["auto", "off"] = "auto",
 ) -> Estimation:
     """The PPI++ estimate of the mean of `field` (each value's share for a categorical
     field) over `run`, from its judge answers and the human labels in `labels` (JSONL,
@@ -38,6 +40,8 @@ def estimate(
     `label-plan` (with `probability`) weigh 1/π against every example of the run.
     With `width`, the labels are a pilot and `labels_needed` says how many labels a PPI++
     interval of that total width needs (`labels_needed_classical`: the labels alone).
+    Below 50 labels (unweighted, unclustered) the intervals are bootstrap-t unless
+    `small_sample` is "off", which keeps ppi-python's normal interval.
     docs/estimate.md says when to trust which.
     """
     return estimate_mean(
@@ -50,6 +54,7 @@ def estimate(
         alpha=alpha,
         seed=seed,
         width=width,
+        small_sample=small_sample,
     )
 
 

@@ -42,6 +42,9 @@ def estimate(
         float | None,
         typer.Option(help="The labels are a pilot: how many labels for this interval width?"),
     ] = None,
+    small_sample: Annotated[
+        str, typer.Option(help="auto: bootstrap-t intervals below 50 labels | off: normal.")
+    ] = "auto",
     format: Annotated[str, typer.Option(help="table | json")] = "table",
 ) -> None:
     """The PPI++ mean of --field (each value's share if categorical, a side's win rate, or
@@ -51,6 +54,8 @@ def estimate(
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")
+    if small_sample not in ("auto", "off"):
+        fail(f"--small-sample must be auto or off, got {small_sample!r}")
     if len(runs) != len(labels):
         fail(f"give one --labels per run: {len(runs)} run(s), {len(labels)} --labels")
     try:
@@ -63,6 +68,7 @@ def estimate(
             cluster=cluster,
             seed=seed,
             width=width,
+            small_sample="off" if small_sample == "off" else "auto",
         )
     except (OrchestratorError, ValueError) as exc:
         fail(str(exc))
