@@ -97,6 +97,7 @@ class Estimation(BaseModel):
     interval: Interval = "normal"  # the form the PPI++ and classical intervals took
     method: str = METHODS["normal"]
     notes: list[str] = []
+    kept: str | None = None  # where `--keep` wrote this record in the run folder
 
     def parts(self) -> list[tuple[str | None, Share]]:
         """Each estimated quantity: the mean (named None) or every category's share."""
