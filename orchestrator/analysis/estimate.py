@@ -39,7 +39,7 @@ ALPHA = 0.05
 Interval = Literal["normal", "bootstrap-t", "cluster"]
 METHODS: dict[str, str] = {
     "normal": "PPI++ (power-tuned λ), normal interval (ppi-python's)",
-    "bootstrap-t": "PPI++ (power-tuned λ), bootstrap-t interval (fewer than 50 labels)",
+    "bootstrap-t": "PPI++ (power-tuned λ), bootstrap-t interval (fewer than 100 labels)",
     "cluster": "PPI++ (power-tuned λ), whole clusters resampled",
 }
 
@@ -302,7 +302,7 @@ def estimate_mean(
     whole for every interval. With `width`, the labels are a pilot: the record also says how
     many labels a PPI++ interval of that total width needs (`labels_needed`), and how many
     the labels alone would. `small_sample` "auto" gives the PPI++ and classical intervals
-    by bootstrap-t below 50 unweighted, unclustered labels; "off" keeps ppi-python's normal
+    by bootstrap-t below 100 unweighted, unclustered labels; "off" keeps ppi-python's normal
     interval. See the module for which examples count as unlabelled."""
     if small_sample not in ("auto", "off"):
         raise ConfigurationError(f"--small-sample must be auto or off, got {small_sample!r}")
@@ -460,8 +460,8 @@ def _notes(n: int, unmatched: int, path: Path, interval: Interval) -> list[str]:
         )
     elif n < SMALL_SAMPLE and interval == "normal":
         notes.append(
-            f"{n} labels: the normal interval's coverage is checked by simulation from "
-            f"{SMALL_SAMPLE} labels up; with fewer it can fall short of 95%"
+            f"{n} labels: with fewer than {SMALL_SAMPLE}, the normal interval can fall short "
+            "of 95% for skewed scores or rare categories (--small-sample auto: bootstrap-t)"
         )
     if unmatched:
         notes.append(f"{unmatched} labelled id(s) of {path} have no usable answer in the run")

@@ -41,7 +41,7 @@ def estimate(
     `label-plan` (with `probability`) weigh 1/π against every example of the run.
     With `width`, the labels are a pilot and `labels_needed` says how many labels a PPI++
     interval of that total width needs (`labels_needed_classical`: the labels alone).
-    Below 50 labels (unweighted, unclustered) the intervals are bootstrap-t unless
+    Below 100 labels (unweighted, unclustered) the intervals are bootstrap-t unless
     `small_sample` is "off", which keeps ppi-python's normal interval. `keep` writes the
     record into the (first) run folder, `estimates/FIELD….json`, for the report's
     Estimates panel (replacing only an estimate kept there before).

@@ -43,7 +43,7 @@ def estimate(
         typer.Option(help="The labels are a pilot: how many labels for this interval width?"),
     ] = None,
     small_sample: Annotated[
-        str, typer.Option(help="auto: bootstrap-t intervals below 50 labels | off: normal.")
+        str, typer.Option(help="auto: bootstrap-t intervals below 100 labels | off: normal.")
     ] = "auto",
     keep: Annotated[
         bool, typer.Option(help="Keep the result in RUN/estimates/ for the report's panel.")

@@ -76,11 +76,11 @@ def test_a_numeric_field_equals_ppi_python(scored: Any) -> None:
     assert found.kind == "mean" and not found.weighted and found.missing == 0
     assert found.lam is not None and 0 < found.lam <= 1
     assert found.effective_labels is not None and found.effective_labels > 40
-    assert any("40 labels" in note for note in found.notes)  # fewer than 50: said
+    assert any("40 labels" in note for note in found.notes)  # fewer than 100: said
     assert found.interval == "normal" and "ppi-python" in found.method
 
 
-def test_fewer_than_50_labels_get_the_bootstrap_t_interval_by_default(scored: Any) -> None:
+def test_fewer_than_100_labels_get_the_bootstrap_t_interval_by_default(scored: Any) -> None:
     folder, labels, *_ = scored
     normal = orc.estimate(folder, labels, field="score", small_sample="off")
     found = orc.estimate(folder, labels, field="score")
@@ -276,7 +276,7 @@ def test_two_runs_give_the_difference_as_ppi_python_does(tmp_path: Path) -> None
         )
         for name, t in (("la", truth_a), ("lb", truth_b))
     ]
-    found = orc.estimate([run_a, run_b], files, field="score")
+    found = orc.estimate([run_a, run_b], files, field="score", small_sample="off")
     rest = np.setdiff1d(np.arange(150), labelled)
     y = truth_b[labelled] - truth_a[labelled]
     f, f_rest = (judge_b - judge_a)[labelled], (judge_b - judge_a)[rest]
@@ -319,7 +319,7 @@ def test_a_win_rate_counts_ties_half(tmp_path: Path) -> None:
     path = _write(
         tmp_path / "l.jsonl", [{"id": f"e{i}", "winner": str(options[truth[i]])} for i in labelled]
     )
-    found = orc.estimate(run, path, field="winner", win="a")
+    found = orc.estimate(run, path, field="winner", win="a", small_sample="off")
     win = np.array([1.0, 0.0, 0.5])
     rest = np.setdiff1d(np.arange(200), labelled)
     low, high = ppi_py.ppi_mean_ci(
