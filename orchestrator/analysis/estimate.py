@@ -374,7 +374,7 @@ def estimate_mean(
         "small_sample": small_sample,
         "interval": interval,
         "method": METHODS[interval],
-        "notes": _notes(len(labelled), unmatched, path, interval),
+        "notes": _notes(len(labelled), unmatched, path, interval, weighted),
     }
     if width is not None and not numeric:
         raise ConfigurationError(
@@ -451,7 +451,7 @@ def _numbers(answers: dict[str, Any], ids: Sequence[str]) -> np.ndarray:
     return np.asarray([float(answers[k]) for k in ids])
 
 
-def _notes(n: int, unmatched: int, path: Path, interval: Interval) -> list[str]:
+def _notes(n: int, unmatched: int, path: Path, interval: Interval, weighted: bool) -> list[str]:
     notes = []
     if n < SMALL_SAMPLE and interval == "bootstrap-t":
         notes.append(
@@ -461,7 +461,12 @@ def _notes(n: int, unmatched: int, path: Path, interval: Interval) -> list[str]:
     elif n < SMALL_SAMPLE and interval == "normal":
         notes.append(
             f"{n} labels: with fewer than {SMALL_SAMPLE}, the normal interval can fall short "
-            "of 95% for skewed scores or rare categories (--small-sample auto: bootstrap-t)"
+            "of 95% for skewed scores or rare categories"
+            + (
+                " (the bootstrap-t form takes no plan weights)"
+                if weighted
+                else " (--small-sample auto: bootstrap-t)"
+            )
         )
     if unmatched:
         notes.append(f"{unmatched} labelled id(s) of {path} have no usable answer in the run")
