@@ -88,6 +88,7 @@ if TYPE_CHECKING:
         summarize,
         summarize_groups,
     )
+    from .kept_estimates import keep_estimate, keep_plan, kept_estimates, kept_plans
     from .label_plan import LabelPlan, label_plan, write_plan
     from .metaeval import label_lines, meta_eval, meta_eval_table, read_labels
     from .metaeval_stats import Bootstrap
@@ -180,6 +181,10 @@ __all__ = [
     "integer_range",
     "isotonic",
     "judge_card",
+    "keep_estimate",
+    "keep_plan",
+    "kept_estimates",
+    "kept_plans",
     "kept_stress",
     "label_lines",
     "label_plan",

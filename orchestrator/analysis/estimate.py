@@ -20,15 +20,28 @@ from pydantic import BaseModel
 
 from ..compute import field_value
 from ..errors import ConfigurationError, LabelError
-from ..stats import PPIMean, cluster_index, cluster_interval, labels_for_width, ppi_mean
+from ..stats import (
+    SMALL_SAMPLE,
+    PPIMean,
+    bootstrap_t_interval,
+    cluster_index,
+    cluster_interval,
+    labels_for_width,
+    ppi_mean,
+)
 from ..store import RunReader
 from .groups import cluster_keys, cluster_labels, run_inputs
 from .metaeval import label_truth, read_labels
 
 __all__ = ["Estimation", "Share", "Value", "estimate_mean"]
 
-SMALL = 50  # labels below which coverage is not checked by simulation (docs/estimate.md)
 ALPHA = 0.05
+Interval = Literal["normal", "bootstrap-t", "cluster"]
+METHODS: dict[str, str] = {
+    "normal": "PPI++ (power-tuned λ), normal interval (ppi-python's)",
+    "bootstrap-t": "PPI++ (power-tuned λ), bootstrap-t interval (fewer than 100 labels)",
+    "cluster": "PPI++ (power-tuned λ), whole clusters resampled",
+}
 
 
 class Value(BaseModel):
@@ -80,10 +93,11 @@ class Estimation(BaseModel):
     labels_needed_classical: int | None = None  # labels alone for that width
     needed_notes: list[str] = []
     alpha: float = ALPHA
-    method: str = (
-        "PPI++ (power-tuned λ), normal interval; classical: labels only; naive: judge only"
-    )
+    small_sample: Literal["auto", "off"] = "auto"  # what was asked (docs/estimate.md)
+    interval: Interval = "normal"  # the form the PPI++ and classical intervals took
+    method: str = METHODS["normal"]
     notes: list[str] = []
+    kept: str | None = None  # where `--keep` wrote this record in the run folder
 
     def parts(self) -> list[tuple[str | None, Share]]:
         """Each estimated quantity: the mean (named None) or every category's share."""
@@ -129,6 +143,8 @@ class _Parts:
     scored: list[str]
     w: np.ndarray | None
     clusters: _Clusters | None
+    bootstrap_t: bool = False  # few labels: PPI++ and classical intervals by bootstrap-t
+    seed: int = 0
 
 
 def _share(
@@ -148,6 +164,15 @@ def _share(
     classical = ppi_mean(y, f, f_rest, alpha=alpha, lam=0.0, w=w)
     naive = ppi_mean(f_every, f_every, f_every, alpha=alpha, lam=0.0)
     values = [_value(tuned), _value(classical), _value(naive)]
+    if parts.bootstrap_t:
+        found_t = [
+            bootstrap_t_interval(y, f, f_rest, lam=lam, alpha=alpha, seed=parts.seed)
+            for lam in (None, 0.0)
+        ]
+        values[:2] = [
+            v.model_copy(update={"ci": (float(lo), float(hi))})
+            for v, (lo, hi) in zip(values[:2], found_t, strict=True)
+        ]
     if parts.clusters is not None:
         of, seed = parts.clusters, parts.clusters.seed
         lab, rest, every = of(parts.labelled), of(parts.rest), of(parts.scored)
@@ -267,6 +292,7 @@ def estimate_mean(
     alpha: float = ALPHA,
     seed: int = 0,
     width: float | None = None,
+    small_sample: Literal["auto", "off"] = "auto",
 ) -> Estimation:
     """The PPI++ mean of `field` over a run (the share of each value for a categorical
     field; the win rate of `win`, ties counting half, for a pairwise verdict) from the
@@ -275,7 +301,11 @@ def estimate_mean(
     shared examples. `cluster` names a row field (a user) whose clusters are resampled
     whole for every interval. With `width`, the labels are a pilot: the record also says how
     many labels a PPI++ interval of that total width needs (`labels_needed`), and how many
-    the labels alone would. See the module for which examples count as unlabelled."""
+    the labels alone would. `small_sample` "auto" gives the PPI++ and classical intervals
+    by bootstrap-t below 100 unweighted, unclustered labels; "off" keeps ppi-python's normal
+    interval. See the module for which examples count as unlabelled."""
+    if small_sample not in ("auto", "off"):
+        raise ConfigurationError(f"--small-sample must be auto or off, got {small_sample!r}")
     folders = [Path(x) for x in ([runs] if isinstance(runs, str | Path) else runs)]
     paths = [Path(x) for x in ([labels] if isinstance(labels, str | Path) else labels)]
     if len(folders) not in (1, 2) or len(paths) != len(folders):
@@ -319,7 +349,11 @@ def estimate_mean(
         )
     w = np.asarray([1.0 / probability[k] for k in labelled]) if weighted else None
     clusters = None if cluster is None else _clusters(folders[0], cluster, scored, seed)
-    parts = _Parts(labelled, rest, scored, w, clusters)
+    small = (
+        small_sample == "auto" and len(labelled) < SMALL_SAMPLE and not weighted and not clusters
+    )
+    parts = _Parts(labelled, rest, scored, w, clusters, small, seed)
+    interval: Interval = "cluster" if clusters else "bootstrap-t" if small else "normal"
     out: dict[str, Any] = {
         "run": str(folders[0]),
         "other_run": str(folders[1]) if len(folders) == 2 else None,
@@ -337,7 +371,10 @@ def estimate_mean(
         "missing": missing,
         "unmatched": unmatched,
         "alpha": alpha,
-        "notes": _notes(len(labelled), unmatched, path),
+        "small_sample": small_sample,
+        "interval": interval,
+        "method": METHODS[interval],
+        "notes": _notes(len(labelled), unmatched, path, interval, weighted),
     }
     if width is not None and not numeric:
         raise ConfigurationError(
@@ -414,12 +451,22 @@ def _numbers(answers: dict[str, Any], ids: Sequence[str]) -> np.ndarray:
     return np.asarray([float(answers[k]) for k in ids])
 
 
-def _notes(n: int, unmatched: int, path: Path) -> list[str]:
+def _notes(n: int, unmatched: int, path: Path, interval: Interval, weighted: bool) -> list[str]:
     notes = []
-    if n < SMALL:
+    if n < SMALL_SAMPLE and interval == "bootstrap-t":
         notes.append(
-            f"{n} labels: the normal interval's coverage is checked by simulation from "
-            f"{SMALL} labels up; with fewer it can fall short of 95%"
+            f"{n} labels: intervals by bootstrap-t, the small-sample form "
+            "(--small-sample off gives ppi-python's normal interval)"
+        )
+    elif n < SMALL_SAMPLE and interval == "normal":
+        notes.append(
+            f"{n} labels: with fewer than {SMALL_SAMPLE}, the normal interval can fall short "
+            "of 95% for skewed scores or rare categories"
+            + (
+                " (the bootstrap-t form takes no plan weights)"
+                if weighted
+                else " (--small-sample auto: bootstrap-t)"
+            )
         )
     if unmatched:
         notes.append(f"{unmatched} labelled id(s) of {path} have no usable answer in the run")

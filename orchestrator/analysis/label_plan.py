@@ -45,6 +45,7 @@ class LabelPlan(BaseModel):
     plan: list[dict[str, Any]]  # {"id", "probability"}, in the run's order
     out: str | None = None
     notes: list[str] = []
+    kept: str | None = None  # where `--keep` wrote this plan in the run folder
 
 
 def _confidences(run: Path, field: str, node: str | None) -> tuple[str | None, dict[str, Any]]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
-from ..analysis import Estimation, LabelPlan, estimate_mean, write_plan
+from ..analysis import Estimation, LabelPlan, estimate_mean, keep_estimate, keep_plan, write_plan
 from ..analysis import label_plan as make_plan
 
 __all__ = ["Estimation", "LabelPlan", "estimate", "label_plan"]
@@ -23,6 +24,8 @@ def estimate(
     alpha: float = 0.05,
     seed: int = 0,
     width: float | None = None,
+    small_sample: Literal["auto", "off"] = "auto",
+    keep: bool = False,
 ) -> Estimation:
     """The PPI++ estimate of the mean of `field` (each value's share for a categorical
     field) over `run`, from its judge answers and the human labels in `labels` (JSONL,
@@ -38,9 +41,13 @@ def estimate(
     `label-plan` (with `probability`) weigh 1/π against every example of the run.
     With `width`, the labels are a pilot and `labels_needed` says how many labels a PPI++
     interval of that total width needs (`labels_needed_classical`: the labels alone).
+    Below 100 labels (unweighted, unclustered) the intervals are bootstrap-t unless
+    `small_sample` is "off", which keeps ppi-python's normal interval. `keep` writes the
+    record into the (first) run folder, `estimates/FIELD….json`, for the report's
+    Estimates panel (replacing only an estimate kept there before).
     docs/estimate.md says when to trust which.
     """
-    return estimate_mean(
+    found = estimate_mean(
         run,
         labels,
         field=field,
@@ -50,7 +57,9 @@ def estimate(
         alpha=alpha,
         seed=seed,
         width=width,
+        small_sample=small_sample,
     )
+    return keep_estimate(found) if keep else found
 
 
 def label_plan(
@@ -62,11 +71,15 @@ def label_plan(
     node: str | None = None,
     seed: int = 0,
     overwrite: bool = False,
+    keep: bool = False,
 ) -> LabelPlan:
     """Exactly `budget` examples of `run` for people to label, with inclusion probabilities
     that lean towards those where the judge (`node`, or the one node that recorded a
     confidence) was unsure of `field`, uniform when none did; written to `out` as JSONL
     `{"id", "probability"}` when given (a new file, or with `overwrite` a plan nobody has
-    labelled yet). Label the lines, keep `probability`, and `estimate` weighs by it."""
+    labelled yet). Label the lines, keep `probability`, and `estimate` weighs by it. `keep`
+    also writes it into the run folder (`estimates/plan.FIELD.json`) for the report."""
     plan = make_plan(run, budget=budget, field=field, node=node, seed=seed)
-    return plan if out is None else write_plan(plan, Path(out), overwrite)
+    if out is not None:
+        plan = write_plan(plan, Path(out), overwrite)
+    return keep_plan(plan) if keep else plan

@@ -42,6 +42,12 @@ def estimate(
         float | None,
         typer.Option(help="The labels are a pilot: how many labels for this interval width?"),
     ] = None,
+    small_sample: Annotated[
+        str, typer.Option(help="auto: bootstrap-t intervals below 100 labels | off: normal.")
+    ] = "auto",
+    keep: Annotated[
+        bool, typer.Option(help="Keep the result in RUN/estimates/ for the report's panel.")
+    ] = False,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
 ) -> None:
     """The PPI++ mean of --field (each value's share if categorical, a side's win rate, or
@@ -51,6 +57,8 @@ def estimate(
 
     if format not in ("table", "json"):
         fail(f"--format must be table or json, got {format!r}")
+    if small_sample not in ("auto", "off"):
+        fail(f"--small-sample must be auto or off, got {small_sample!r}")
     if len(runs) != len(labels):
         fail(f"give one --labels per run: {len(runs)} run(s), {len(labels)} --labels")
     try:
@@ -63,6 +71,8 @@ def estimate(
             cluster=cluster,
             seed=seed,
             width=width,
+            small_sample="off" if small_sample == "off" else "auto",
+            keep=keep,
         )
     except (OrchestratorError, ValueError) as exc:
         fail(str(exc))
@@ -119,6 +129,8 @@ def _show(found: Estimation) -> None:
         )
     for note in found.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    if found.kept:
+        console.print(f"kept in {escape(found.kept)} (the report's Estimates panel)")
 
 
 @app.command("label-plan")
@@ -134,6 +146,9 @@ def label_plan(
     overwrite: Annotated[
         bool, typer.Option(help="Replace a plan this command wrote (never a labelled one).")
     ] = False,
+    keep: Annotated[
+        bool, typer.Option(help="Also keep the plan in RUN/estimates/ for the report's panel.")
+    ] = False,
     format: Annotated[str, typer.Option(help="table | json")] = "table",
 ) -> None:
     """Exactly --budget examples to label, more likely where the judge was unsure (uniform
@@ -144,7 +159,14 @@ def label_plan(
         fail(f"--format must be table or json, got {format!r}")
     try:
         plan = plan_labels(
-            run, budget=budget, field=field, out=out, node=node, seed=seed, overwrite=overwrite
+            run,
+            budget=budget,
+            field=field,
+            out=out,
+            node=node,
+            seed=seed,
+            overwrite=overwrite,
+            keep=keep,
         )
     except (OrchestratorError, ValueError) as exc:
         fail(str(exc))
@@ -164,3 +186,5 @@ def label_plan(
     )
     for note in plan.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    if plan.kept:
+        console.print(f"kept in {escape(plan.kept)} (the report's Estimates panel)")

@@ -109,6 +109,7 @@ _BUILTIN_MODULES = (
     "orchestrator.report.groups_view",
     "orchestrator.report.card_view",
     "orchestrator.report.lineage_view",
+    "orchestrator.report.estimate_view",
 )
 
 

@@ -49,9 +49,11 @@ from .intervals import (
 from .ltt import fixed_sequence, least_answered
 from .power import normal_n, one_way_icc, sd_interval, sign_flip_power, t_power
 from .ppi import (
+    SMALL_SAMPLE,
     UNIFORM_SHARE,
     PPIMean,
     active_probabilities,
+    bootstrap_t_interval,
     cluster_interval,
     inclusion_probabilities,
     labels_for_width,
@@ -89,6 +91,7 @@ __all__ = [
     "EXACT_UP_TO",
     "PERMUTATIONS",
     "RESAMPLES",
+    "SMALL_SAMPLE",
     "UNIFORM_SHARE",
     "ClusterSignFlip",
     "Interval",
@@ -101,6 +104,7 @@ __all__ = [
     "binomial_tail",
     "bootstrap",
     "bootstrap_p",
+    "bootstrap_t_interval",
     "cluster_draws",
     "cluster_index",
     "cluster_interval",

@@ -59,7 +59,8 @@ def scored(tmp_path: Path) -> tuple[Path, Path, np.ndarray, np.ndarray, np.ndarr
 def test_a_numeric_field_equals_ppi_python(scored: Any) -> None:
     ppi_py = pytest.importorskip("ppi_py")
     folder, labels, truth, judge, labelled = scored
-    found = orc.estimate(folder, labels, field="score")
+    # 40 labels: the ppi-python form is the small-sample variant switched off.
+    found = orc.estimate(folder, labels, field="score", small_sample="off")
     rest = np.setdiff1d(np.arange(200), labelled)
     y, f, f_rest = truth[labelled].astype(float), judge[labelled] * 1.0, judge[rest] * 1.0
     value = ppi_py.ppi_mean_pointestimate(y, f, f_rest, lam=None)
@@ -75,14 +76,61 @@ def test_a_numeric_field_equals_ppi_python(scored: Any) -> None:
     assert found.kind == "mean" and not found.weighted and found.missing == 0
     assert found.lam is not None and 0 < found.lam <= 1
     assert found.effective_labels is not None and found.effective_labels > 40
-    assert any("40 labels" in note for note in found.notes)  # fewer than 50: said
+    assert any("40 labels" in note for note in found.notes)  # fewer than 100: said
+    assert found.interval == "normal" and "ppi-python" in found.method
+
+
+def test_fewer_than_100_labels_get_the_bootstrap_t_interval_by_default(scored: Any) -> None:
+    folder, labels, *_ = scored
+    normal = orc.estimate(folder, labels, field="score", small_sample="off")
+    found = orc.estimate(folder, labels, field="score")
+    assert found.interval == "bootstrap-t" and found.small_sample == "auto"
+    assert found.ppi is not None and normal.ppi is not None
+    assert found.ppi.value == normal.ppi.value  # the point estimate is the same
+    assert found.ppi.ci != pytest.approx(normal.ppi.ci, abs=1e-3)
+    assert found.ppi.ci[0] < found.ppi.value < found.ppi.ci[1]
+    assert any("bootstrap-t" in note for note in found.notes)
+    assert found == orc.estimate(folder, labels, field="score")  # seeded: the same again
+    out = CliRunner().invoke(
+        app,
+        [
+            "estimate",
+            str(folder),
+            "--labels",
+            str(labels),
+            "--field",
+            "score",
+            "--small-sample",
+            "off",
+            "--format",
+            "json",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["interval"] == "normal"
+    bad = CliRunner().invoke(
+        app,
+        [
+            "estimate",
+            str(folder),
+            "--labels",
+            str(labels),
+            "--field",
+            "score",
+            "--small-sample",
+            "maybe",
+        ],
+    )
+    assert bad.exit_code != 0 and "--small-sample must be auto or off" in bad.output
 
 
 def test_a_categorical_field_gets_each_values_share(scored: Any) -> None:
     ppi_py = pytest.importorskip("ppi_py")
     folder, labels, truth, judge, labelled = scored
     # Values compare as text, trimmed and in any case ("PASS " is "pass").
-    found = orc.estimate(folder, _relabel(labels, truth), field="verdict", label_field="v")
+    found = orc.estimate(
+        folder, _relabel(labels, truth), field="verdict", label_field="v", small_sample="off"
+    )
     assert found.kind == "shares" and found.ppi is None
     assert sorted(found.shares) == ["fail", "pass"]
     rest = np.setdiff1d(np.arange(200), labelled)
@@ -228,7 +276,7 @@ def test_two_runs_give_the_difference_as_ppi_python_does(tmp_path: Path) -> None
         )
         for name, t in (("la", truth_a), ("lb", truth_b))
     ]
-    found = orc.estimate([run_a, run_b], files, field="score")
+    found = orc.estimate([run_a, run_b], files, field="score", small_sample="off")
     rest = np.setdiff1d(np.arange(150), labelled)
     y = truth_b[labelled] - truth_a[labelled]
     f, f_rest = (judge_b - judge_a)[labelled], (judge_b - judge_a)[rest]
@@ -271,7 +319,7 @@ def test_a_win_rate_counts_ties_half(tmp_path: Path) -> None:
     path = _write(
         tmp_path / "l.jsonl", [{"id": f"e{i}", "winner": str(options[truth[i]])} for i in labelled]
     )
-    found = orc.estimate(run, path, field="winner", win="a")
+    found = orc.estimate(run, path, field="winner", win="a", small_sample="off")
     win = np.array([1.0, 0.0, 0.5])
     rest = np.setdiff1d(np.arange(200), labelled)
     low, high = ppi_py.ppi_mean_ci(

@@ -92,6 +92,8 @@ def test_a_labelled_plan_is_weighed_as_ppi_python_weighs_it(run: Any, tmp_path: 
     )
     found = orc.estimate(folder, labelled, field="score")
     assert found.weighted and (found.n_labels, found.n_unlabelled) == (40, N)
+    # Plan weights keep the normal (ppi-python) interval at 40 labels, and the notes say so.
+    assert found.interval == "normal" and any("no plan weights" in n for n in found.notes)
     index = [int(x["id"][1:]) for x in lines]
     y, f = truth[index].astype(float), scores[index].astype(float)
     w = 1 / np.asarray([x["probability"] for x in lines])
