@@ -65,11 +65,13 @@ if TYPE_CHECKING:
     from .cells import (
         CORRELATION_COLUMNS,
         LABEL_COLUMNS,
+        STYLE_COLUMNS,
         correlation_rows,
         difference_cells,
         label_rows,
         pair_label,
         run_rows,
+        style_rows,
     )
     from .compare import compare
     from .comparison import DIFFERENCE_COLUMNS, Comparison, OutputComparison, format_number
@@ -99,6 +101,7 @@ if TYPE_CHECKING:
         Perturbation,
         StressEffect,
         StressReport,
+        infer_pair,
         kept_stress,
         register_perturbation,
         stress_effect,
@@ -120,6 +123,7 @@ __all__ = [
     "METRICS",
     "PAGE_FILE",
     "STRESS_REPORT",
+    "STYLE_COLUMNS",
     "TABLES",
     "Alignment",
     "Bootstrap",
@@ -178,6 +182,7 @@ __all__ = [
     "format_card",
     "format_number",
     "group_lines",
+    "infer_pair",
     "integer_range",
     "isotonic",
     "judge_card",
@@ -219,6 +224,7 @@ __all__ = [
     "stress_flags",
     "stress_perturbations",
     "stress_variants",
+    "style_rows",
     "summarize",
     "summarize_groups",
     "trial",

@@ -3,12 +3,15 @@ comparison page, which each escape and decorate them for their medium."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .comparison import Comparison, PairDifference
 from .comparison import format_number as number
 from .comparison import format_p as p_value
 
 CORRELATION_COLUMNS = ["output", "a → b", "n", "pearson", "spearman", "kendall τb"]
 LABEL_COLUMNS = ["output", "a → b", "n", "same", "κ", "κ quadratic", "flips"]
+STYLE_COLUMNS = ["run", "dimension", "figure", "plain", "controlled", "interval"]
 
 
 def run_rows(result: Comparison, shown: int) -> tuple[list[str], list[list[str]]]:
@@ -90,4 +93,36 @@ def label_rows(result: Comparison) -> list[list[str]]:
                     flips,
                 ]
             )
+    return rows
+
+
+def _interval(row: dict[str, Any], digits: int) -> str:
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if low is None or high is None:
+        return "—"
+    return f"{low:.{digits}f}–{high:.{digits}f}"
+
+
+def style_rows(result: Comparison) -> list[list[str]]:
+    """Per pairwise run and dimension: each generator's Bradley–Terry rating plain and
+    style-controlled, then each pair's win rate plain and length-controlled (AlpacaEval);
+    the interval is the controlled figure's."""
+    rows = []
+    for style in result.style:
+        for dimension, fit in style.bradley_terry.items():
+            controlled = fit.get("style_controlled", {}).get("players", {})
+            for player in fit["ranking"]:
+                plain, styled = fit["players"][player], controlled.get(player, {})
+                rows.append([
+                    style.run, dimension, f"Bradley–Terry {player}",
+                    number(plain.get("rating"), 0), number(styled.get("rating"), 0),
+                    _interval(styled, 0),
+                ])  # fmt: skip
+        for dimension, table in style.length_controlled.items():
+            for pair in table["pairs"].values():
+                rows.append([
+                    style.run, dimension, f"win rate {pair['a']} vs {pair['b']}",
+                    number(pair["win_rate_a"], 3), number(pair["length_controlled_win_rate_a"], 3),
+                    _interval(pair, 3),
+                ])  # fmt: skip
     return rows

@@ -12,8 +12,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..compute import cohen_kappa
-from ..errors import ConfigurationError
+from ..compute import bradley_terry, cohen_kappa, length_controlled_win_rate
+from ..errors import ConfigurationError, RunFolderError
 from ..stats import (
     EXACT_UP_TO,
     PERMUTATIONS,
@@ -41,6 +41,7 @@ from .comparison import (
     OutputComparison,
     PairDifference,
     RunInfo,
+    StyleControl,
 )
 from .groups import cluster_labels, ids_by_group, keys_by_id
 
@@ -520,6 +521,47 @@ def _labels(
     return LabelComparison(output=name, values=shown, verdict=verdict, pairs=pairs)
 
 
+# Fewer bootstrap draws than `ratings` takes by default: compare shows these beside its
+# own tests, and 200 replicates put a 95% interval's ends within a point or two.
+STYLE_REPLICATES = 200
+
+
+def _style_control(
+    runs: list[_Run], seed: int, level: float, notes: list[str]
+) -> list[StyleControl]:
+    """Each pairwise run's Bradley–Terry ratings and win rates, plain and style-controlled;
+    none for a run without battle records, a note for one whose battles lack style."""
+    from .ratings import gather_battles
+
+    found = []
+    for run in runs:
+        if run.info.path is None:
+            continue
+        try:
+            battles = gather_battles([run.info.path])
+        except (ConfigurationError, RunFolderError):
+            continue  # not a pairwise run: nothing to rate
+        try:
+            fitted = bradley_terry(
+                battles.matches, replicates=STYLE_REPLICATES, seed=seed, level=level, style=True
+            )
+            controlled = length_controlled_win_rate(
+                battles.matches, replicates=STYLE_REPLICATES, seed=seed, level=level
+            )
+        except ValueError as exc:  # battles without style records (an older graph)
+            notes.append(f"{run.info.label}: no style-controlled ratings ({exc})")
+            continue
+        found.append(
+            StyleControl(
+                run=run.info.label,
+                matches=len(battles.matches),
+                bradley_terry=fitted,
+                length_controlled=controlled,
+            )
+        )
+    return found
+
+
 def compare(
     *runs: str | Path | RunResult,
     outputs: Sequence[str] | None = None,
@@ -595,6 +637,7 @@ def compare(
     ungrouped = 0
     if by is not None:
         groups, ungrouped = _by_group(by, loaded, values, numeric, settings, notes)
+    style = _style_control(loaded, seed, level, notes)
     return Comparison(
         kind=kind,
         kind_reason=reason,
@@ -611,4 +654,5 @@ def compare(
         cluster=cluster,
         groups=groups,
         ungrouped=ungrouped,
+        style=style,
     )

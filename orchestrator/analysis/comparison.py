@@ -3,7 +3,7 @@ for a judge comparison, how far the runs agree; which examples each run lacks.""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -164,6 +164,17 @@ class GroupComparison(BaseModel):
         raise KeyError(name)
 
 
+class StyleControl(BaseModel):
+    """One pairwise run's ratings plain and style-controlled (`compare` of pairwise runs):
+    per dimension, Bradley–Terry with and without the style covariates and each pair's win
+    rate with and without AlpacaEval's length control, as compute's functions return them."""
+
+    run: str  # the run's label
+    matches: int
+    bradley_terry: dict[str, Any] = Field(default_factory=dict)
+    length_controlled: dict[str, Any] = Field(default_factory=dict)
+
+
 class Comparison(BaseModel):
     """What `compare` found; `outputs` is empty when no numeric output is shared."""
 
@@ -184,6 +195,7 @@ class Comparison(BaseModel):
     cluster: str | None = None  # the field examples are nested in (`compare --cluster`)
     groups: list[GroupComparison] = Field(default_factory=list)  # one per value of `by`
     ungrouped: int = 0  # examples with no value of `by`, in no group
+    style: list[StyleControl] = Field(default_factory=list)  # pairwise runs: style control
 
     def group(self, key: str) -> GroupComparison:
         """The comparison within one group, by the field's value (KeyError when none)."""

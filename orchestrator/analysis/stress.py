@@ -188,6 +188,35 @@ def stress_perturbations(names: Sequence[str]) -> list[Perturbation]:
     return found
 
 
+# The endings that mark an input as one of two answers a pairwise judge compares.
+PAIR_ENDINGS = (("_a", "_b"), ("_1", "_2"), ("_first", "_second"), ("_left", "_right"))
+
+
+def infer_pair(inputs: Sequence[str], node: str) -> tuple[str, str]:
+    """The two answer inputs `order` swaps, read from the graph's input names: the one
+    pair X_a/X_b (or _1/_2, _first/_second, _left/_right) it declares; an error naming
+    what was found when there is none or more than one."""
+    names = set(inputs)
+    found = [
+        (stem + one, stem + two)
+        for one, two in PAIR_ENDINGS
+        for name in inputs
+        if name.endswith(one) and (stem := name[: -len(one)]) and stem + two in names
+    ]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise ConfigurationError(
+            f"--perturb order on node '{node}': the graph's inputs ({', '.join(inputs)}) "
+            "hold no pair of answers such as answer_a/answer_b; name them with --pair a,b"
+        )
+    shown = ", ".join(f"{a}/{b}" for a, b in found)
+    raise ConfigurationError(
+        f"--perturb order on node '{node}': the graph's inputs hold several pairs of "
+        f"answers ({shown}); name the two swapped with --pair a,b"
+    )
+
+
 def stress_variants(
     perturbation: Perturbation,
     rows: Sequence[dict[str, Any]],

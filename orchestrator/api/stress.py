@@ -25,6 +25,7 @@ from ..analysis import (
     STRESS_REPORT,
     StressEffect,
     StressReport,
+    infer_pair,
     stress_effect,
     stress_fields,
     stress_flags,
@@ -80,6 +81,9 @@ async def astress(
         raise ConfigurationError(
             f"--judged {field}: not a field of the run's rows (name it with --judged)"
         )
+    if pair is None and any(p.pairwise for p in chosen):
+        spec = prepared.graph.spec
+        pair = infer_pair([*spec.inputs, *spec.optional_inputs], node)
     variants = {
         (p.name, variant): changed
         for p in chosen

@@ -14,17 +14,22 @@ from ..analysis import (
     CORRELATION_COLUMNS,
     DIFFERENCE_COLUMNS,
     LABEL_COLUMNS,
+    STYLE_COLUMNS,
     correlation_rows,
     difference_cells,
     label_rows,
     pair_label,
     run_rows,
+    style_rows,
 )
 from ..errors import OrchestratorError
 from .app import app, console, err, fail
 
 if TYPE_CHECKING:
     from ..analysis import Comparison, OutputComparison
+
+
+STYLE_TITLE = "pairwise ratings, plain and style-controlled"
 
 
 def _table(title: str, *columns: str, left: int = 1) -> Table:
@@ -96,6 +101,7 @@ def _show(result: Comparison) -> None:
         for t in (
             _agreement("agreement of the scores", CORRELATION_COLUMNS, correlation_rows(result)),
             _agreement("agreement of the labels", LABEL_COLUMNS, label_rows(result)),
+            _agreement(STYLE_TITLE, STYLE_COLUMNS, style_rows(result)),
         )
         if t is not None
     ]

@@ -9,7 +9,7 @@ from .distilled import CARD_FILE, SCORER_FILE, Scorer, compose, load_scorer
 from .embeddings import encoder, resolve_model_path
 from .expert import AGGREGATIONS, aspect_credit, f1, is_matched, mean_credit
 from .languages import forget_warnings, primary
-from .ratings import ALL, bradley_terry, elo_ratings
+from .ratings import ALL, bradley_terry, elo_ratings, length_controlled_win_rate
 from .registry import ComputeFunction, names, register, registered, resolve
 from .statistics import LEVELS, cohen_kappa, krippendorff_alpha
 
@@ -38,6 +38,7 @@ __all__ = [
     "is_matched",
     "judged",
     "krippendorff_alpha",
+    "length_controlled_win_rate",
     "load_scorer",
     "mean_credit",
     "names",

@@ -11,6 +11,7 @@ from ..analysis import (
     CORRELATION_COLUMNS,
     DIFFERENCE_COLUMNS,
     LABEL_COLUMNS,
+    STYLE_COLUMNS,
     Comparison,
     FirstDifference,
     RunDiff,
@@ -20,6 +21,7 @@ from ..analysis import (
     pair_label,
     path_anchor,
     run_rows,
+    style_rows,
 )
 from .render import html_table
 
@@ -88,6 +90,7 @@ def agreement_tables(result: Comparison) -> str:
     for title, columns, rows in (
         ("Agreement of the scores", CORRELATION_COLUMNS, correlation_rows(result)),
         ("Agreement of the labels", LABEL_COLUMNS, label_rows(result)),
+        ("Pairwise ratings, plain and style-controlled", STYLE_COLUMNS, style_rows(result)),
     ):
         if rows:
             escaped = [[escape(cell) for cell in row] for row in rows]

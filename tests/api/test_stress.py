@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 import orchestrator as orc
 from orchestrator.analysis import (
+    infer_pair,
     stress_effect,
     stress_flags,
     stress_perturbations,
@@ -288,3 +289,46 @@ def test_the_judge_card_shows_the_stress_tests_of_the_run(
     assert all(flag in lines for flag in found.flags)
     (table,) = [s for s in sections(card) if s.title.startswith("Stress of judge")]
     assert [row[1] for row in table.rows] == ["padded 1.5x", "padded 2x", "truncated"]
+
+
+def test_order_finds_the_two_answers_in_a_pairwise_graph(tmp_path: Path) -> None:
+    """`order` without `pair` swaps the graph's one pair of answer inputs; a graph with none
+    (or several) is refused with the inputs named, and `pair` still overrides."""
+    spec = {**judge_graph(), "inputs": ["question", "answer_a", "answer_b"]}
+    graph = write_graph(
+        tmp_path / "g", spec, {"judge.jinja": "{{ question }} A: {{ answer_a }} B: {{ answer_b }}"}
+    )
+    rows = [
+        {"id": r["id"], "question": "Q?", "answer_a": r["text"], "answer_b": "No."}
+        for r in texts(6)
+    ]
+    data = write_rows(tmp_path / "rows.jsonl", rows)
+    with FakeServer(judge_responder()) as server:
+        orc.run(graph, data, out=tmp_path / "run", base_url=server.base_url, cache=False)
+        found = orc.stress(
+            tmp_path / "run", node="judge", perturb=["order"], rows=6, base_url=server.base_url
+        )
+    assert [(e.perturbation, e.variant) for e in found.perturbations] == [("order", "swapped")]
+    assert found.perturbations[0].flipped > 0  # the hashed judge saw the answers swapped
+    assert infer_pair(["question", "answer_a", "answer_b"], "judge") == ("answer_a", "answer_b")
+    assert infer_pair(["x", "output_1", "output_2"], "judge") == ("output_1", "output_2")
+    with pytest.raises(ConfigurationError, match=r"judge.*no pair of answers.*--pair"):
+        infer_pair(["question", "answer"], "judge")
+    with pytest.raises(
+        ConfigurationError, match=r"several pairs.*answer_a/answer_b, draft_a/draft_b"
+    ):
+        infer_pair(["answer_a", "answer_b", "draft_a", "draft_b"], "judge")
+
+
+def test_order_on_a_graph_without_two_answers_asks_for_pair(
+    run: tuple[Path, FakeServer],
+) -> None:
+    folder, server = run
+    with pytest.raises(ConfigurationError, match=r"inputs \(text\) hold no pair.*--pair a,b"):
+        orc.stress(folder, node="judge", perturb=["order"], rows=4, base_url=server.base_url)
+    result = CliRunner().invoke(
+        app, ["stress", str(folder), "--node", "judge", "--perturb", "order", "--rows", "4",
+              "--pair", "text,text", "--base-url", server.base_url, "--format", "json"]
+    )  # fmt: skip
+    # --pair is taken as given, so nothing is inferred and nothing refused.
+    assert result.exit_code == 0, result.output
