@@ -167,6 +167,27 @@ def cluster_keys(
     return keys
 
 
+def row_cluster_keys(
+    rows: Mapping[str, Mapping[str, Any]], ids: Sequence[str], field: str
+) -> dict[str, str]:
+    """Example id → its cluster from the data rows themselves, for splits made before the
+    judge has run (so a cluster cannot be an output); ConfigurationError naming the fields
+    the rows have when none of `ids` has a value of `field`."""
+    found = {
+        example: value
+        for example in ids
+        if (value := key_text((rows.get(example) or {}).get(field))) is not None
+    }
+    if not found:
+        given = sorted({str(n) for example in ids for n in rows.get(example) or {}})
+        raise ConfigurationError(
+            f"no field {field!r} to cluster by in any labelled example's data row (the split "
+            f"keeps each cluster on one side, so it must be known before the judge runs); "
+            f"fields: {', '.join(given) or 'none'}"
+        )
+    return found
+
+
 def cluster_labels(ids: Sequence[str], keys: Mapping[str, str]) -> list[str]:
     """Each example's cluster label in the order of `ids`; an example without a value of
     the field is a cluster of its own (its id, marked so it cannot meet a real value)."""

@@ -51,6 +51,7 @@ from ..analysis import (
     open_folder,
     parse_variant,
     read_truth,
+    row_cluster_keys,
     run_inputs,
     shot_record,
     split,
@@ -159,7 +160,10 @@ async def aalign(
     if len(truth) > len(labelled):
         log.info("%d labelled examples are not in the data", len(truth) - len(labelled))
     groups = strata({k: truth[k] for k in labelled})
-    search, test = split(labelled, groups, test_share, seed)
+    # With --cluster the split keeps each user (cluster) on one side: split by example, every
+    # test user also had rows in the search, and the held-out score was for users it had seen.
+    clusters = None if cluster is None else row_cluster_keys(rows, labelled, cluster)
+    search, test = split(labelled, groups, test_share, seed, clusters)
     fold_ids = deal_folds(search, groups, folds, seed)
     coder = Coder(kind, truth)
     folder = Path(out)

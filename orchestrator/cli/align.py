@@ -84,7 +84,12 @@ def align(
     ] = False,
     cluster: Annotated[
         str | None,
-        typer.Option(help="Row field examples are nested in (e.g. user): resample its clusters."),
+        typer.Option(
+            help=(
+                "Row field examples are nested in (e.g. user): each cluster stays on one side "
+                "of the split, and the test bootstrap resamples clusters."
+            )
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the split, shots and bootstrap.")] = 0,
     no_cache: Annotated[

@@ -14,6 +14,7 @@ import pytest
 from helpers import judge_graph, write_graph, write_rows
 
 import orchestrator as orc
+from orchestrator.analysis import split
 from orchestrator.errors import ConfigurationError, GraphError, LabelError
 from orchestrator.providers.fake import FakeRequest
 
@@ -300,14 +301,43 @@ def test_the_worked_example_in_the_docs_prints_what_they_say(
 
 def test_cluster_resamples_whole_users_in_the_test_bootstrap(tmp_path: Path) -> None:
     graph = write_graph(tmp_path / "g", judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
-    rows = [{"id": k, "text": f"text MARK-{k}", "user": f"u{i % 5}"} for i, k in enumerate(TRUTH)]
+    rows = [{"id": k, "text": f"text MARK-{k}", "user": f"u{i % 10}"} for i, k in enumerate(TRUTH)]
     data = write_rows(tmp_path / "rows.jsonl", rows)
     labels = write_rows(tmp_path / "l.jsonl", [{"id": k, "score": v} for k, v in TRUTH.items()])
     found, _ = _align((graph, data, labels), tmp_path / "out", _with_shots, cluster="user")
     assert found.cluster == "user"
-    assert found.bootstrap["unit"] == "cluster" and found.bootstrap["clusters"] == 5
+    # The test side holds whole users (3 of the 10, 4 rows each): they are what it resamples.
+    users = {row["user"] for row in rows if row["id"] in found.test_ids}
+    assert found.bootstrap["unit"] == "cluster" and found.bootstrap["clusters"] == len(users) == 3
     with pytest.raises(ConfigurationError, match="no field 'team'"):
         _align((graph, data, labels), tmp_path / "out", _with_shots, cluster="team")
+
+
+def test_cluster_keeps_each_user_on_one_side_of_the_split(tmp_path: Path) -> None:
+    """Split by example, every test user had rows in the search (issue 37, finding 2)."""
+    graph = write_graph(tmp_path / "g", judge_graph(), {"judge.jinja": "Rate: {{ text }}"})
+    rows = [{"id": k, "text": f"text MARK-{k}", "user": f"u{i % 8}"} for i, k in enumerate(TRUTH)]
+    user = {row["id"]: row["user"] for row in rows}
+    data = write_rows(tmp_path / "rows.jsonl", rows)
+    labels = write_rows(tmp_path / "l.jsonl", [{"id": k, "score": v} for k, v in TRUTH.items()])
+    found, _ = _align((graph, data, labels), tmp_path / "out", _with_shots, cluster="user")
+    tested = {user[k] for k in found.test_ids}
+    searched = {user[k] for k in found.search_ids}
+    assert tested and searched and not tested & searched
+    assert abs(len(found.test_ids) - 0.3 * N) <= N / 8  # whole users of 5 rows each
+    again, _ = _align((graph, data, labels), tmp_path / "again", _with_shots, cluster="user")
+    assert again.test_ids == found.test_ids  # the seed decides it
+
+
+def test_a_cluster_split_needs_two_clusters_and_keeps_rows_without_one_apart() -> None:
+    ids = [f"e{i}" for i in range(10)]
+    groups = dict.fromkeys(ids, "x")
+    with pytest.raises(ConfigurationError, match="at least 2"):
+        split(ids, groups, 0.3, 0, dict.fromkeys(ids, "u"))
+    keys = {k: "u" for k in ids[:6]}  # four rows have no user: each its own cluster
+    search, test = split(ids, groups, 0.3, 0, keys)
+    assert sorted(search + test) == ids
+    assert set(ids[:6]) <= set(search) or set(ids[:6]) <= set(test)
 
 
 def test_a_template_that_reads_shots_gets_them_as_a_variable(tmp_path: Path) -> None:

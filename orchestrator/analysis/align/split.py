@@ -45,11 +45,19 @@ def _sequence(ids: Sequence[str], groups: Mapping[str, str], rng: np.random.Gene
 
 
 def split(
-    ids: Sequence[str], groups: Mapping[str, str], test_share: float, seed: int
+    ids: Sequence[str],
+    groups: Mapping[str, str],
+    test_share: float,
+    seed: int,
+    clusters: Mapping[str, str] | None = None,
 ) -> tuple[list[str], list[str]]:
-    """(search ids, test ids), each sorted: about `test_share` of every stratum is test."""
+    """(search ids, test ids), each sorted: about `test_share` of every stratum is test.
+    With `clusters` (example id → cluster; an example without one is its own) every
+    cluster lies wholly on one side, so the test score is for users the search never saw."""
     if not 0.0 < test_share < 1.0:
         raise ConfigurationError(f"test_share must be between 0 and 1, got {test_share!r}")
+    if clusters is not None:
+        return _split_clusters(ids, clusters, test_share, seed)
     order = _sequence(ids, groups, np.random.default_rng([seed, 0]))
     # Evenly spaced picks along the stratified sequence: floor((i + 1)·s) steps up at i.
     test = {
@@ -58,6 +66,36 @@ def split(
         if math.floor((i + 1) * test_share + 1e-9) > math.floor(i * test_share + 1e-9)
     }
     return sorted(x for x in order if x not in test), sorted(test)
+
+
+def _split_clusters(
+    ids: Sequence[str], clusters: Mapping[str, str], test_share: float, seed: int
+) -> tuple[list[str], list[str]]:
+    """Whole clusters, taken in a seeded order, go to the test side while each brings its
+    size nearer `test_share` of the examples; one cluster at least stays on each side.
+    Labels are balanced between the sides only as the clusters happen to fall."""
+    members: dict[str, list[str]] = {}
+    for example in sorted(ids):
+        # "\0" keeps an example without a cluster from meeting a real value.
+        members.setdefault(clusters.get(example, f"\0{example}"), []).append(example)
+    if len(members) < 2:
+        raise ConfigurationError(
+            f"{len(ids)} labelled examples fall in {len(members)} cluster: a split that keeps "
+            "clusters whole needs at least 2 (label more users, or leave out --cluster)"
+        )
+    names = sorted(members)
+    order = [names[i] for i in np.random.default_rng([seed, 2]).permutation(len(names))]
+    target = test_share * len(ids)
+    test: list[str] = []
+    kept = len(ids)  # examples still on the search side
+    for name in order:
+        size = len(members[name])
+        nearer = abs(len(test) + size - target) < abs(len(test) - target)
+        if not test or (nearer and kept > size):  # never the search side's last cluster
+            test += members[name]
+            kept -= size
+    chosen = set(test)
+    return sorted(x for x in ids if x not in chosen), sorted(test)
 
 
 def folds(ids: Sequence[str], groups: Mapping[str, str], k: int, seed: int) -> list[list[str]]:
