@@ -54,8 +54,8 @@ demo: venv
 	$(VENV)/bin/orchestrator demo
 
 # Three pytest-xdist workers on 2 cores: much of the suite's time is waiting (timeouts,
-# backoff, outages, the real server's replies), not CPU: on two workers the run kept 1.2
-# cores busy. The tests that talk to the real embedded vLLM server share one xdist group
+# backoff, outages, the real server's replies), not CPU (three workers kept 1.2 cores busy
+# on average). The tests that talk to the real embedded vLLM server share one xdist group
 # (tests/conftest.py), so one worker starts one server.
 test: venv sysdeps
 	$(VENV)/bin/python -m pytest -q -n 3 --dist loadgroup --durations=25
@@ -83,9 +83,10 @@ typecheck: venv
 # of every dependency in pyproject.toml's core and test lists (uv's lowest-direct
 # resolution: direct dependencies at their floors, what they pull in at its newest), in a
 # venv of its own built from scratch: a floor the code does not work with fails here. Much
-# of its time is the tests' own waits (timeouts, backoff, locks) rather than CPU, so four
+# of its time is the tests' own waits (timeouts, backoff, locks) rather than CPU, so three
 # pytest-xdist workers share the 2 cores: with FLOOR_SKIP out, 143 s on two workers (1.2
-# cores busy) and 111 s on four (7 min 26 s in one process, all tests, before).
+# cores busy) and 111 s on four, where a 1 s --timeout test failed once on a machine loaded
+# by two vLLM servers (7 min 26 s in one process, all tests, before).
 FLOORS := .venv-floors
 FLOOR_TESTS := tests/engine/test_engine.py tests/graph/test_validation.py \
 	tests/resilience/test_faults.py tests/resilience/test_server_faults.py \
@@ -136,7 +137,7 @@ test-floors:
 		-e '.[test]'
 	$(FLOORS)/bin/uv pip list --python $(FLOORS)/bin/python
 	$(FLOORS)/bin/lint-imports --no-cache
-	$(FLOORS)/bin/python -m pytest -q -p no:cacheprovider -n 4 $(FLOOR_TESTS) \
+	$(FLOORS)/bin/python -m pytest -q -p no:cacheprovider -n 3 $(FLOOR_TESTS) \
 		$(addprefix --deselect ,$(FLOOR_SKIP))
 
 # Arize Phoenix, the real OpenTelemetry backend tests/otel/test_phoenix.py sends runs to, in
