@@ -91,36 +91,11 @@ def test_fewer_than_100_labels_get_the_bootstrap_t_interval_by_default(scored: A
     assert found.ppi.ci[0] < found.ppi.value < found.ppi.ci[1]
     assert any("bootstrap-t" in note for note in found.notes)
     assert found == orc.estimate(folder, labels, field="score")  # seeded: the same again
-    out = CliRunner().invoke(
-        app,
-        [
-            "estimate",
-            str(folder),
-            "--labels",
-            str(labels),
-            "--field",
-            "score",
-            "--small-sample",
-            "off",
-            "--format",
-            "json",
-        ],
-    )
+    command = ["estimate", str(folder), "--labels", str(labels), "--field", "score"]
+    out = CliRunner().invoke(app, [*command, "--small-sample", "off", "--format", "json"])
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["interval"] == "normal"
-    bad = CliRunner().invoke(
-        app,
-        [
-            "estimate",
-            str(folder),
-            "--labels",
-            str(labels),
-            "--field",
-            "score",
-            "--small-sample",
-            "maybe",
-        ],
-    )
+    bad = CliRunner().invoke(app, [*command, "--small-sample", "maybe"])
     assert bad.exit_code != 0 and "--small-sample must be auto or off" in bad.output
 
 
