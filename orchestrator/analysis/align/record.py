@@ -71,11 +71,13 @@ class Side(BaseModel):
 
 
 class Difference(BaseModel):
-    """Aligned minus baseline on the test set, its paired interval and the plain verdict."""
+    """Aligned minus baseline on the test set, its paired interval, the swap test's
+    two-sided p-value and the plain verdict it supports."""
 
     value: float | None
     ci: list[float] | None
     verdict: Verdict
+    p: float | None = None
 
 
 class IsotonicMap(BaseModel):

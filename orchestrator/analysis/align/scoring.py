@@ -10,7 +10,7 @@ are coded as numbers first (`metaeval_stats.codes`). The statistics are meta-eva
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -50,13 +50,65 @@ def mean_score(values: Sequence[float | None]) -> float | None:
     return float(np.mean(present)) if present else None
 
 
-def verdict(ci: list[float] | None) -> Verdict:
-    """`better` or `worse` when the difference's interval excludes 0, else `same`."""
-    if ci is None:
+def verdict(value: float | None, p: float | None, confidence: float) -> Verdict:
+    """`better` or `worse` when the swap test rejects "equally good" at 1 − confidence,
+    else `same`. The percentile interval alone called two equal judges different 8% of
+    the time at 18-24 test examples (at a stated 5%): it is too narrow at that size."""
+    if value is None or p is None or p > 1 - confidence or value == 0:
         return "same"
-    if ci[0] > 0:
-        return "better"
-    return "worse" if ci[1] < 0 else "same"
+    return "better" if value > 0 else "worse"
+
+
+RowsGap = Callable[[np.ndarray, np.ndarray], np.ndarray]
+SWAP_CHUNK = 256  # swaps drawn at once: a chunk's arrays are SWAP_CHUNK × test examples
+
+
+def swap_p(
+    base: np.ndarray, mine: np.ndarray, rows_gap: RowsGap, units: np.ndarray, boot: Bootstrap
+) -> float | None:
+    """Two-sided p-value of a paired swap test: if the two judges are equally good, which of
+    them gave which answer on an example (on every example of a cluster, with `units`) is a
+    coin toss. `rows_gap` gives aligned − baseline per row of two (swaps × examples) arrays,
+    NaN where undefined; `boot.resamples` swaps seeded by `boot.seed`. None when the
+    observed difference is undefined."""
+    (observed,) = rows_gap(mine[None, :], base[None, :])
+    if np.isnan(observed):
+        return None
+    rng = np.random.default_rng([boot.seed, 53])
+    count = done = 0
+    for start in range(0, boot.resamples, SWAP_CHUNK):
+        size = min(SWAP_CHUNK, boot.resamples - start)
+        swap = (rng.random((size, int(units.max()) + 1)) < 0.5)[:, units]
+        found = rows_gap(np.where(swap, base, mine), np.where(swap, mine, base))
+        found = found[~np.isnan(found)]
+        done += len(found)
+        count += int((np.abs(found) >= abs(observed) - 1e-12).sum())
+    return (count + 1) / (done + 1)
+
+
+def _accuracy_rows(judged: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """`agreement` of each row of `judged` with `truth`, at once; NaN for a row with none."""
+    rated = ~np.isnan(judged) & ~np.isnan(truth)
+    count = rated.sum(axis=1)
+    hits = ((judged == truth) & rated).sum(axis=1)
+    return np.where(count > 0, hits / np.maximum(count, 1), np.nan)
+
+
+def rows_gap(metric: Metric, truth: np.ndarray, kind: Kind) -> RowsGap:
+    """aligned − baseline per row for the swap test: vectorised for accuracy (the
+    simulation tests' metric), one `measure` per row otherwise."""
+    if metric == "accuracy":
+        return lambda first, second: _accuracy_rows(first, truth) - _accuracy_rows(second, truth)
+
+    def each(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        out = np.full(len(first), np.nan)
+        for row, (a, b) in enumerate(zip(first, second, strict=True)):
+            x, y = measure(metric, a, truth, kind), measure(metric, b, truth, kind)
+            if x is not None and y is not None:
+                out[row] = x - y
+        return out
+
+    return each
 
 
 def compare(
@@ -91,8 +143,14 @@ def compare(
     every = np.arange(len(ids))
     n_base = int((~np.isnan(base)).sum())
     n_mine = int((~np.isnan(mine)).sum())
+    keys = [(boot.clusters or {}).get(example, f"\0{example}") for example in ids]
+    units = np.unique(keys, return_inverse=True)[1] if boot.cluster else every
+    value = gap(every)
+    p = swap_p(base, mine, rows_gap(metric, labels, kind), units, boot)
     return (
         Estimate(value=one(base, every), ci=found["baseline"], n=n_base),
         Estimate(value=one(mine, every), ci=found["aligned"], n=n_mine),
-        Difference(value=gap(every), ci=found["difference"], verdict=verdict(found["difference"])),
+        Difference(
+            value=value, ci=found["difference"], verdict=verdict(value, p, boot.confidence), p=p
+        ),
     )
