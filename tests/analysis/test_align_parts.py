@@ -97,11 +97,25 @@ def test_metrics() -> None:
     assert scoring.measure("kappa", np.full(3, np.nan), truth[:3], "scores") is None
 
 
-def test_verdict_follows_the_interval_of_the_difference() -> None:
-    assert scoring.verdict([0.1, 0.3]) == "better"
-    assert scoring.verdict([-0.3, -0.1]) == "worse"
-    assert scoring.verdict([-0.1, 0.3]) == "same"
-    assert scoring.verdict(None) == "same"
+def test_verdict_follows_the_swap_test_of_the_difference() -> None:
+    assert scoring.verdict(0.2, 0.01, 0.95) == "better"
+    assert scoring.verdict(-0.2, 0.01, 0.95) == "worse"
+    assert scoring.verdict(0.2, 0.2, 0.95) == "same"  # not rejected at 5%
+    assert scoring.verdict(0.2, 0.03, 0.99) == "same"  # not at 1%
+    assert scoring.verdict(None, None, 0.95) == "same"
+
+
+def test_swap_test_swaps_whole_clusters() -> None:
+    """With one cluster holding every difference, a swap moves all of them together: the
+    observed gap is then as extreme as half of all swaps, where per example it is rare."""
+    truth = np.ones(12)
+    base, mine = np.zeros(12), np.ones(12)  # aligned right on every example, baseline never
+    boot = Bootstrap(resamples=400, seed=0)
+    gap = scoring.rows_gap("accuracy", truth, "choices")
+    apart = scoring.swap_p(base, mine, gap, np.arange(12), boot)
+    together = scoring.swap_p(base, mine, gap, np.zeros(12, dtype=int), boot)
+    assert apart is not None and apart < 0.01
+    assert together is not None and together > 0.9
 
 
 def test_compare_finds_a_planted_gain_and_no_gain() -> None:
