@@ -28,6 +28,7 @@ from .sender import Sender
 from .structured import CallResult, StructuredCaller
 
 CANARY_TOKEN = "canary-7f3a9"  # a value no model would guess
+LIST_DEADLINE_FLOOR = 5.0  # seconds the start's model list may take, whatever --timeout says
 
 
 class CallFn(Protocol):
@@ -145,13 +146,17 @@ class LLMClient:
         or does not answer within the run's --timeout."""
         # The SDK's own list call takes up to three tries of 15 s: against a server that
         # accepts connections and never answers, a start with --timeout 3 took 47 s to fail.
-        timeout = self.retry.timeout
+        # The floor: this first request also builds the SDK's client, and on a loaded machine
+        # (CI: three test workers beside a vLLM server) a local fake server's list took over
+        # 1 s, so a run with --timeout 1 was refused at start by a server that was up.
+        timeout = max(self.retry.timeout, LIST_DEADLINE_FLOOR)
         try:
             async with asyncio.timeout(timeout):
                 return await self.servers.list_models(base_url, api_key, provider)
         except TimeoutError:
             raise ServerError(
-                f"cannot list models at {base_url}: no answer within {timeout:g} s (--timeout)."
+                f"cannot list models at {base_url}: no answer within {timeout:g} s (--timeout,"
+                f" at least {LIST_DEADLINE_FLOOR:g} s for the model list)."
                 " Is the server running and not overloaded? Start the embedded one with "
                 "`orchestrator serve`, or pass --base-url."
             ) from None
