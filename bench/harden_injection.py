@@ -9,7 +9,7 @@ Holm p-values) and the wall time of each step. By default the server is the embe
 SmolLM2-135M vLLM CPU server, started here on a free port (or the one `orchestrator serve`
 keeps on the default port); --base-url names another.
 
-    python bench/harden_injection.py [--base-url URL] [--out DIR]
+    python bench/harden_injection.py [--base-url URL] [--out DIR] [--rows N] [--reason-chars C]
 
 The numbers are recorded in docs/stress.md ("Hardening, measured").
 """
@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pointwise", "gemba", "geval")
 
 
-def rows(out: Path) -> Path:
-    """The 20 rows judged: every example row with input, reference and output."""
+def rows(out: Path, count: int) -> Path:
+    """The first `count` example rows with input, reference and output (20 in all)."""
     lines = []
     for name in SOURCES:
         for line in (ROOT / "examples" / f"{name}.jsonl").read_text().splitlines():
@@ -41,12 +41,15 @@ def rows(out: Path) -> Path:
             kept = {k: row[k] for k in ("input", "reference", "output")}
             lines.append(json.dumps({"id": f"{name}-{row['id']}", **kept}))
     path = out / "rows.jsonl"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines[:count]) + "\n")
     return path
 
 
-def graph(out: Path, hardened: bool) -> Path:
-    """The shipped pointwise graph, its judge hardened or not, next to a copy of prompts/."""
+def graph(out: Path, hardened: bool, reason_chars: int) -> Path:
+    """The shipped pointwise graph, its judge hardened or not, next to a copy of prompts/;
+    its reasons capped at `reason_chars` (0: as shipped). The cap is for the 135M model: its
+    reasons ran to the 300-token limit, so the JSON was cut off and re-asked, and the first
+    attempt stalled there (docs/stress.md)."""
     folder = out / ("hardened" if hardened else "plain")
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copytree(ROOT / "prompts", folder / "prompts", dirs_exist_ok=True)
@@ -54,6 +57,9 @@ def graph(out: Path, hardened: bool) -> Path:
         "prompts": "prompts",
         **yaml.safe_load((ROOT / "graphs" / "pointwise.yaml").read_text()),
     }
+    if reason_chars:
+        for field in ("content_reason", "style_reason"):
+            spec["nodes"]["judge"]["output"][field]["max_length"] = reason_chars
     if hardened:
         spec["nodes"]["judge"]["harden"] = {"delimit": ["output"], "schema_only": True}
     path = folder / "graph.yaml"
@@ -75,17 +81,17 @@ def orchestrator(*args: str) -> tuple[str, float]:
     return done.stdout, time.monotonic() - started
 
 
-def measure(base_url: str, out: Path) -> None:
-    data = rows(out)
+def measure(base_url: str, out: Path, count: int, reason_chars: int) -> None:
+    data = rows(out, count)
     for hardened in (False, True):
-        path = graph(out, hardened)
+        path = graph(out, hardened, reason_chars)
         run = out / "runs" / path.parent.name
         _, ran = orchestrator(
             "run", str(path), "--data", str(data), "--out", str(run), "--base-url", base_url
         )
         report, stressed = orchestrator(
             "stress", str(run), "--node", "judge", "--perturb", "injection",
-            "--rows", "20", "--base-url", base_url, "--format", "json",
+            "--rows", str(count), "--base-url", base_url, "--format", "json",
         )  # fmt: skip
         print(f"== {path.parent.name}: run {ran:.0f} s, stress {stressed:.0f} s")
         found = json.loads(report)
@@ -96,21 +102,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rows", type=int, default=20, help="rows judged and stressed (<= 20)")
+    parser.add_argument(
+        "--reason-chars", type=int, default=0, help="cap each reason at this many characters"
+    )
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="harden-"))
     out.mkdir(parents=True, exist_ok=True)
     if args.base_url:
-        measure(args.base_url, out)
+        measure(args.base_url, out, args.rows, args.reason_chars)
         return
     from orchestrator.local import find_running, free_port, server_url, start_server
 
     running = find_running()
     if running:
-        measure(running, out)
+        measure(running, out, args.rows, args.reason_chars)
         return
     port = free_port()
     with start_server(port, log=lambda m: print(m, file=sys.stderr)):
-        measure(server_url(port), out)
+        measure(server_url(port), out, args.rows, args.reason_chars)
 
 
 if __name__ == "__main__":
