@@ -28,15 +28,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ..store import RunReader, TraceReader
-from .export import (
-    BATCH,
-    Converter,
-    parse_headers,
-    require_otel,
-    resolve_endpoint,
-    run_facts,
-    span_exporter,
-)
+from .export import BATCH, Encoder, Sender, parse_headers, require_otel, resolve_endpoint, run_facts
 from .spans import SpanBuilder, SpanData
 
 if TYPE_CHECKING:
@@ -162,13 +154,13 @@ class Follower:
         self.folder = Path(job["folder"])
         self.current = str(job.get("current") or "")
         self.content = bool(job["content"])
-        self.exporter = span_exporter(job["endpoint"], job["headers"], float(job["timeout"]))
-        self.convert = Converter()
+        self.sender = Sender(job["endpoint"], job["headers"], float(job["timeout"]))
+        self.encode = Encoder()
         self.builder: SpanBuilder | None = None
         self.trace: TraceReader | None = None
         self.examples: set[str] = set()
         self.last = 0  # the id of the last node run read
-        self.pending: list[Any] = []
+        self.pending: list[SpanData] = []
         self.handed = self.delivered = 0
         self.failed = self.ending = False
 
@@ -199,18 +191,16 @@ class Follower:
                     self.hand(span)
 
     def hand(self, span: SpanData) -> None:
-        self.pending.append(self.convert(span))
+        self.pending.append(span)
         self.handed += 1
         if len(self.pending) >= BATCH:
             self.send()
 
     def send(self) -> None:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
         batch, self.pending = self.pending, []
         if not batch or (self.ending and self.failed):
             return
-        if self.exporter.export(batch) == SpanExportResult.SUCCESS:
+        if self.sender(self.encode(batch)):
             self.delivered += len(batch)
         else:
             self.failed = True
@@ -225,7 +215,7 @@ class Follower:
                     self.hand(self.builder.example_span(example))
             self.send()
         finally:
-            self.exporter.shutdown()
+            self.sender.close()
             if self.trace is not None:
                 self.trace.close()
         return {"handed": self.handed, "delivered": self.delivered}
