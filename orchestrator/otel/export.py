@@ -190,9 +190,10 @@ class Sender:
         pause = RETRY_PAUSE
         while True:
             left = deadline - time.monotonic()
+            reused = self._connection.sock is not None
             try:
                 self._connection.timeout = left
-                if self._connection.sock is not None:
+                if reused:
                     self._connection.sock.settimeout(left)
                 self._connection.request("POST", self.path, body, self._headers)
                 response = self._connection.getresponse()
@@ -204,6 +205,8 @@ class Sender:
             except (OSError, HTTPException) as exc:
                 self._connection.close()
                 self.problem = str(exc) or type(exc).__name__
+                if reused:
+                    continue  # the kept-alive connection had been closed: at once, on a new one
                 again = True
             if not again or time.monotonic() + pause >= deadline:
                 log.debug(

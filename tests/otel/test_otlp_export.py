@@ -245,6 +245,18 @@ def test_a_busy_or_failing_backend_is_asked_again_within_the_timeout(
     assert len(receiver.bodies) == 4
 
 
+def test_a_kept_alive_connection_the_backend_closed_is_replaced_at_once(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("orchestrator.otel.export.RETRY_PAUSE", 60.0)  # no time for a pause
+    monkeypatch.setattr("orchestrator.otel.export.BATCH", 5)
+    with otlp_receiver() as receiver:
+        receiver.drop_silently = True
+        orc_export(run, receiver.url)
+    assert len(receiver.bodies) == 5  # 22 spans, 5 a request, each on a new connection
+    assert len(receiver.spans) == 22
+
+
 def orc_export(folder: Path, url: str, *headers: str) -> None:
     from orchestrator.otel import export_run
 
