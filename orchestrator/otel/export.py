@@ -162,7 +162,7 @@ def _set(into: Any, value: AttributeValue | None) -> None:
     elif isinstance(value, float):
         into.double_value = value
     elif value is None:
-        into.SetInParent()  # present, no value: as the SDK sent a count the trace lacks
+        into.SetInParent()  # e.g. a token count the trace lacks: the key, an empty value
     else:
         add = into.array_value.values.add
         for item in value:
@@ -190,6 +190,9 @@ class Sender:
         pause = RETRY_PAUSE
         while True:
             left = deadline - time.monotonic()
+            if left <= 0:
+                log.debug("the OTLP endpoint %s timed out: %s", self.endpoint, self.problem)
+                return False
             reused = self._connection.sock is not None
             try:
                 self._connection.timeout = left
