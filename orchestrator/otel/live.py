@@ -28,15 +28,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ..store import RunReader, TraceReader
-from .export import (
-    BATCH,
-    Converter,
-    parse_headers,
-    require_otel,
-    resolve_endpoint,
-    run_facts,
-    span_exporter,
-)
+from .export import BATCH, Encoder, Sender, parse_headers, require_otel, resolve_endpoint, run_facts
 from .spans import SpanBuilder, SpanData
 
 if TYPE_CHECKING:
@@ -48,6 +40,7 @@ LIVE_TIMEOUT = 5.0  # seconds one export request may take, its retries included
 STOP_WAIT = 120.0  # seconds the end of a run waits for the last spans to go at most
 TICK = b"\n"  # a flush happened: read the trace
 READ = 1000  # node runs read from the trace at a time
+NICE = 10  # how much lower than the run's the sender's CPU priority is
 
 
 class OtlpObserver:
@@ -162,13 +155,13 @@ class Follower:
         self.folder = Path(job["folder"])
         self.current = str(job.get("current") or "")
         self.content = bool(job["content"])
-        self.exporter = span_exporter(job["endpoint"], job["headers"], float(job["timeout"]))
-        self.convert = Converter()
+        self.sender = Sender(job["endpoint"], job["headers"], float(job["timeout"]))
+        self.encode = Encoder()
         self.builder: SpanBuilder | None = None
         self.trace: TraceReader | None = None
         self.examples: set[str] = set()
         self.last = 0  # the id of the last node run read
-        self.pending: list[Any] = []
+        self.pending: list[SpanData] = []
         self.handed = self.delivered = 0
         self.failed = self.ending = False
 
@@ -199,18 +192,16 @@ class Follower:
                     self.hand(span)
 
     def hand(self, span: SpanData) -> None:
-        self.pending.append(self.convert(span))
+        self.pending.append(span)
         self.handed += 1
         if len(self.pending) >= BATCH:
             self.send()
 
     def send(self) -> None:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
         batch, self.pending = self.pending, []
         if not batch or (self.ending and self.failed):
             return
-        if self.exporter.export(batch) == SpanExportResult.SUCCESS:
+        if self.sender(self.encode(batch)):
             self.delivered += len(batch)
         else:
             self.failed = True
@@ -225,7 +216,7 @@ class Follower:
                     self.hand(self.builder.example_span(example))
             self.send()
         finally:
-            self.exporter.shutdown()
+            self.sender.close()
             if self.trace is not None:
                 self.trace.close()
         return {"handed": self.handed, "delivered": self.delivered}
@@ -238,6 +229,9 @@ def main() -> None:
     # Ctrl-C reaches the whole process group: the run's side says when to stop (its end,
     # or its exit closing this stdin), so what it wrote until then is still sent.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The run's own process comes first for the cores: the sender takes what they have
+    # spare and catches up when the run's work ends (measured in docs/BENCHMARKS.md).
+    os.nice(NICE)
     # The job's line, then unbuffered reads: one read per wake, however many ticks wait.
     job = b""
     while not job.endswith(b"\n"):
@@ -259,6 +253,9 @@ def main() -> None:
     # read by the parent, not a message to a person: messages go through logging.
     sys.stdout.write(json.dumps(follower.finish()) + "\n")
     sys.stdout.flush()
+    # Done: the run waits for this process's exit, so skip the interpreter's teardown (its
+    # modules and objects freed one by one); nothing is left open or unwritten.
+    os._exit(0)
 
 
 if __name__ == "__main__":

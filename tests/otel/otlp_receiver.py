@@ -49,6 +49,10 @@ class Receiver:
     headers: list[dict[str, str]] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
     status: int = 200  # what it answers
+    first: list[int] = field(default_factory=list)  # answered, one each, before `status`
+    # Close each connection after its answer without saying so (as a server whose idle
+    # keep-alive connections time out between requests), rather than with Connection: close.
+    drop_silently: bool = False
 
     def take(self) -> list[Span]:
         """The spans received so far, forgotten here."""
@@ -91,17 +95,23 @@ def otlp_receiver() -> Iterator[Receiver]:
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with lock:
+                status = receiver.first.pop(0) if receiver.first else receiver.status
                 receiver.bodies.append(body)
                 receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
-                if receiver.status == 200 and self.path == "/v1/traces":
+                if status == 200 and self.path == "/v1/traces":
                     receiver.spans.extend(decode(body))
             reply = ExportTraceServiceResponse().SerializeToString()
-            self.send_response(receiver.status if self.path == "/v1/traces" else 404)
+            self.send_response(status if self.path == "/v1/traces" else 404)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", str(len(reply)))
+            if not receiver.drop_silently:
+                self.send_header("Connection", "close")
+            self.close_connection = True
             self.end_headers()
             self.wfile.write(reply)
 

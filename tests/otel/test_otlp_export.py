@@ -230,6 +230,33 @@ def test_an_endpoint_that_does_not_answer_is_an_export_error(run: Path) -> None:
     assert "Traceback" not in result.output
 
 
+def test_a_busy_or_failing_backend_is_asked_again_within_the_timeout(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("orchestrator.otel.export.RETRY_PAUSE", 0.01)
+    with otlp_receiver() as receiver:
+        receiver.first = [429, 503]
+        orc_export(run, receiver.url)
+        assert len(receiver.bodies) == 3  # the one request, twice refused, then taken
+        assert len(receiver.take()) == 22
+        receiver.first = [400]  # not retried: the request itself is wrong
+        with pytest.raises(ExportError, match="HTTP 400"):
+            orc_export(run, receiver.url)
+    assert len(receiver.bodies) == 4
+
+
+def test_a_kept_alive_connection_the_backend_closed_is_replaced_at_once(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("orchestrator.otel.export.RETRY_PAUSE", 60.0)  # no time for a pause
+    monkeypatch.setattr("orchestrator.otel.export.BATCH", 5)
+    with otlp_receiver() as receiver:
+        receiver.drop_silently = True
+        orc_export(run, receiver.url)
+    assert len(receiver.bodies) == 5  # 22 spans, 5 a request, each on a new connection
+    assert len(receiver.spans) == 22
+
+
 def orc_export(folder: Path, url: str, *headers: str) -> None:
     from orchestrator.otel import export_run
 
@@ -267,7 +294,10 @@ def test_the_environment_names_the_endpoint_and_headers(
 def test_without_the_extra_the_hint_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator.otel import require_otel
 
-    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)
+    # What the exporter imports: the protobuf classes of OTLP (opentelemetry-proto).
+    monkeypatch.setitem(
+        sys.modules, "opentelemetry.proto.collector.trace.v1.trace_service_pb2", None
+    )
     with pytest.raises(ConfigurationError, match=r"orchestrator-judge\[otel\]"):
         require_otel()
 
