@@ -6,8 +6,10 @@ gave them (`Encoder`), POSTed (`Sender`), and a finished run folder exported who
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
+import ssl
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -169,6 +171,16 @@ def _set(into: Any, value: AttributeValue | None) -> None:
             _set(add(), item)
 
 
+def _otel_env(name: str) -> str:
+    """OTEL_EXPORTER_OTLP_TRACES_<name>, else OTEL_EXPORTER_OTLP_<name> (as the SDK reads
+    them): the CA file of a backend with a private certificate, and `gzip` compression."""
+    for variable in (f"OTEL_EXPORTER_OTLP_TRACES_{name}", f"OTEL_EXPORTER_OTLP_{name}"):
+        value = os.environ.get(variable, "").strip()
+        if value:
+            return value
+    return ""
+
+
 class Sender:
     """Request bodies POSTed to an OTLP/HTTP traces endpoint over one kept-alive connection;
     a 429, a 5xx or a lost connection tried again, with growing pauses, while the timeout
@@ -178,9 +190,18 @@ class Sender:
         parts = urlsplit(endpoint)
         self.endpoint = endpoint
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        connection = HTTPSConnection if parts.scheme == "https" else HTTPConnection
-        self._connection = connection(parts.hostname or "", parts.port, timeout=timeout)
+        self._connection: HTTPConnection
+        if parts.scheme == "https":
+            context = ssl.create_default_context(cafile=_otel_env("CERTIFICATE") or None)
+            self._connection = HTTPSConnection(
+                parts.hostname or "", parts.port, timeout=timeout, context=context
+            )
+        else:
+            self._connection = HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
         self._headers = {"Content-Type": "application/x-protobuf", **headers}
+        self.gzip = _otel_env("COMPRESSION").lower() == "gzip"
+        if self.gzip:
+            self._headers["Content-Encoding"] = "gzip"
         self.timeout = timeout
         self.problem = ""  # why the last request that failed did
 
@@ -188,6 +209,8 @@ class Sender:
         """Whether the endpoint took `body` within the timeout."""
         deadline = time.monotonic() + self.timeout
         pause = RETRY_PAUSE
+        if self.gzip:
+            body = gzip.compress(body, compresslevel=6)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:

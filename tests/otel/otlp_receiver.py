@@ -3,6 +3,7 @@ each POST's protobuf body decoded with opentelemetry-proto, its spans and header
 
 from __future__ import annotations
 
+import gzip
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -104,6 +105,9 @@ def otlp_receiver() -> Iterator[Receiver]:
                 receiver.bodies.append(body)
                 receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if status == 200 and self.path == "/v1/traces":
+                    # As a collector does: a gzipped body is said so in its header.
+                    if self.headers.get("Content-Encoding") == "gzip":
+                        body = gzip.decompress(body)
                     receiver.spans.extend(decode(body))
             reply = ExportTraceServiceResponse().SerializeToString()
             self.send_response(status if self.path == "/v1/traces" else 404)

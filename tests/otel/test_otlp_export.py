@@ -6,6 +6,7 @@ prompt text with --no-content; headers sent and never written."""
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import sys
 from collections import Counter
@@ -255,6 +256,33 @@ def test_a_kept_alive_connection_the_backend_closed_is_replaced_at_once(
         orc_export(run, receiver.url)
     assert len(receiver.bodies) == 5  # 22 spans, 5 a request, each on a new connection
     assert len(receiver.spans) == 22
+
+
+def test_gzip_compression_is_taken_from_the_environment(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OTEL_EXPORTER_OTLP_COMPRESSION=gzip, as the SDK's exporter honoured it."""
+    with otlp_receiver() as receiver:
+        orc_export(run, receiver.url)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+        orc_export(run, receiver.url)
+    plain, zipped = receiver.headers
+    assert "content-encoding" not in plain and zipped["content-encoding"] == "gzip"
+    assert receiver.bodies[1][:2] == b"\x1f\x8b" and len(receiver.bodies[1]) < len(
+        receiver.bodies[0]
+    )
+    assert len(receiver.spans) == 44  # both exports decoded, the same 22 spans each
+
+
+def test_a_private_ca_file_is_taken_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OTEL_EXPORTER_OTLP_CERTIFICATE names the CA an https endpoint is checked against: a
+    file that is not a certificate is refused when the sender is made, so it was read."""
+    from orchestrator.otel.export import Sender
+
+    Sender("https://collector.example:4318/v1/traces", {})  # the default store
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", __file__)
+    with pytest.raises(ssl.SSLError):
+        Sender("https://collector.example:4318/v1/traces", {})
 
 
 def orc_export(folder: Path, url: str, *headers: str) -> None:
