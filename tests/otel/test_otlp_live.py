@@ -153,3 +153,31 @@ def test_a_resumed_run_of_the_command_sends_its_own_spans_into_the_first_parts_t
     for path in out.rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_an_examples_root_span_goes_once_its_result_line_is_written(tmp_path: Path) -> None:
+    """The sender hands an example's root span on the read that finds its result line, so
+    the run's end does not wait for all of them; one a result line does not name yet (or
+    of an earlier part, before `results_from`) goes at the end, and none goes twice."""
+    from orchestrator.otel.live import Follower
+
+    out = tmp_path / "run"
+    orc.run(graph_file(tmp_path / "g"), ROWS, out=out, transport=orc.FakeTransport(answer))
+    size = (out / "results.jsonl").stat().st_size
+    with otlp_receiver() as receiver:
+        job = {"folder": str(out), "endpoint": receiver.url, "headers": {}, "content": True}
+        job |= {"timeout": 5.0, "current": RunReader(out).manifest.run_id}
+        early = Follower({**job, "results_from": 0})
+        early.read()
+        roots_early = [s for s in early.pending if s.name.startswith("example ")]
+        assert len(roots_early) == len(ROWS)  # every example's, before the end
+        early.finish()
+        late = Follower({**job, "results_from": size})  # no result line is this part's
+        late.read()
+        assert not [s for s in late.pending if s.name.startswith("example ")]
+        late.finish()
+        sent = receiver.take()
+    assert early.handed == late.handed == early.delivered == late.delivered == 21
+    # The same spans either way, each root span once.
+    first, second = sent[:21], sent[21:]
+    assert len(shape(first)) == 21 and shape(first) == shape(second)
