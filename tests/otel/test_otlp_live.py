@@ -6,6 +6,8 @@ spans, counted and said, never the run."""
 from __future__ import annotations
 
 import logging
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -181,3 +183,21 @@ def test_an_examples_root_span_goes_once_its_result_line_is_written(tmp_path: Pa
     # The same spans either way, each root span once.
     first, second = sent[:21], sent[21:]
     assert len(shape(first)) == 21 and shape(first) == shape(second)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="a Linux scheduling policy")
+def test_the_sender_runs_only_on_cores_the_run_leaves_idle(tmp_path: Path) -> None:
+    """At nice 10 the sender still took a share of a busy core from the run; under
+    SCHED_IDLE a waking run preempts it at once (docs/BENCHMARKS.md)."""
+    from orchestrator.otel.live import OtlpObserver
+
+    observer = OtlpObserver(tmp_path, "http://127.0.0.1:9/v1/traces")
+    child = observer._child
+    assert child is not None
+    try:
+        deadline = time.monotonic() + 20  # the sender's imports come first
+        while os.sched_getscheduler(child.pid) != os.SCHED_IDLE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
+    finally:
+        observer._stop_child()
