@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/.pycache
 
-.PHONY: venv sysdeps demo test typecheck test-floors docs phoenix test-phoenix
+.PHONY: venv sysdeps demo test typecheck floors-venv test-floors docs phoenix test-phoenix
 
 venv: $(STAMP)
 
@@ -145,13 +145,21 @@ FLOOR_SKIP := \
 	tests/calls/test_server_identity.py::test_runs_at_once_on_one_cache_against_other_weights_keep_their_own_answers \
 	tests/test_fakeserver.py::test_command_line_serves_until_interrupted
 
-test-floors:
+# Built from scratch whenever pyproject.toml changes: installing the floors over an older
+# venv would leave newer versions in place. A target of its own so that CI builds it while
+# `make test` runs (mostly network and disk).
+floors-venv: $(FLOORS)/.installed
+
+$(FLOORS)/.installed: pyproject.toml
 	rm -rf $(FLOORS)
 	$(PYTHON) -m venv $(FLOORS)
 	$(FLOORS)/bin/python -m pip install -q uv
 	$(FLOORS)/bin/uv pip install --python $(FLOORS)/bin/python --resolution lowest-direct \
 		-e '.[test]'
 	$(FLOORS)/bin/uv pip list --python $(FLOORS)/bin/python
+	touch $@
+
+test-floors: floors-venv
 	$(FLOORS)/bin/lint-imports --no-cache
 	$(FLOORS)/bin/python -m pytest -q -p no:cacheprovider -n 2 $(FLOOR_TESTS) \
 		$(addprefix --deselect ,$(FLOOR_SKIP))
