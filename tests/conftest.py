@@ -86,18 +86,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("integration") is not None:
             item.add_marker(pytest.mark.xdist_group("embedded-vllm"))
         elif item.path.name in WHOLE_ON_ONE_WORKER:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+            item.add_marker(pytest.mark.xdist_group(WHOLE_ON_ONE_WORKER[item.path.name]))
 
 
 # Modules whose module-scoped fixtures start a Chromium and make runs of several protocols:
 # split across two workers, each worker built them again (41 s of setup in
 # test_report_views.py, 30 s in test_report_browser.py, 20 s in test_compare_page.py).
-WHOLE_ON_ONE_WORKER = frozenset(
-    {
-        "test_report_browser.py",
-        "test_report_views.py",
-        "test_compare_page.py",
-        "test_review_browser.py",
-        "test_diff_page.py",
-    }
-)
+# The browser and views modules share one group: both read the run of every shipped graph,
+# which tests/report/conftest.py makes once per worker.
+WHOLE_ON_ONE_WORKER = {
+    "test_report_browser.py": "shipped-graph-runs",
+    "test_report_views.py": "shipped-graph-runs",
+    "test_compare_page.py": "test_compare_page.py",
+    "test_review_browser.py": "test_review_browser.py",
+    "test_diff_page.py": "test_diff_page.py",
+}

@@ -122,6 +122,15 @@ def run(
     return out
 
 
+def shipped_graphs() -> list[str]:
+    """Graphs in graphs/ that ship an example dataset beside them."""
+    return sorted(
+        p.stem
+        for p in (ROOT / "graphs").glob("*.yaml")
+        if (ROOT / "examples" / f"{p.stem}.jsonl").is_file()
+    )
+
+
 def pointwise_rows() -> list[dict[str, Any]]:
     rows = [
         json.loads(line) for line in (ROOT / "examples/pointwise.jsonl").read_text().splitlines()

@@ -28,6 +28,7 @@ from test_report import (
     pointwise_run,
     results,
     run,
+    shipped_graphs,
 )
 
 from orchestrator.report import build_report, make_server
@@ -111,39 +112,6 @@ def pointwise(tmp_path_factory: pytest.TempPathFactory, server: FakeServer) -> P
     out = pointwise_run(tmp_path_factory.mktemp("pointwise"), server)
     build_report(out)
     return out
-
-
-def shipped_graphs() -> list[str]:
-    """Graphs in graphs/ that ship an example dataset beside them."""
-    return sorted(
-        p.stem
-        for p in (ROOT / "graphs").glob("*.yaml")
-        if (ROOT / "examples" / f"{p.stem}.jsonl").is_file()
-    )
-
-
-@pytest.fixture(scope="module")
-def shipped(tmp_path_factory: pytest.TempPathFactory, server: FakeServer) -> dict[str, Path | str]:
-    """Run folder (with report.html) per shipped graph, or why the graph could not run."""
-    root = tmp_path_factory.mktemp("shipped")
-    runs: dict[str, Path | str] = {}
-    for name in shipped_graphs():
-        try:
-            out = run(
-                ROOT / "graphs" / f"{name}.yaml",
-                ROOT / "examples" / f"{name}.jsonl",
-                root / name,
-                server,
-                # Its trained scorer is required; with none there, every row fails, and the
-                # report of a run whose rows all failed is worth a look too.
-                {"model_dir": str(root / "no-model")} if name == "perq_distilled" else None,
-            )
-        except Exception as exc:  # a graph the fake server cannot run has nothing to report
-            runs[name] = f"{type(exc).__name__}: {exc}"
-            continue
-        build_report(out)
-        runs[name] = out
-    return runs
 
 
 def shipped_run(shipped: dict[str, Path | str], graph: str) -> Path:

@@ -19,31 +19,30 @@ from typing import Any
 
 import pytest
 import test_report_browser as shared
-from fakeserver import FakeServer
-from test_report import ROOT, results, run
+from test_report import ROOT, results
 
 from orchestrator.analysis.metaeval import meta_eval
 from orchestrator.report import build_report
 from orchestrator.report import svg as plots
 from orchestrator.report.views import Aggregate, RunContext, run_views
 
-# The browser and the fake server are the browser tests' own module fixtures.
+# The browser is the browser tests' own module fixture; the runs are conftest.py's.
 browser = shared.browser
-server = shared.server
 GRAPHS = ("aupel", "perse_pointwise", "perse_pairwise", "perq_jury", "style_ensemble", "pointwise")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, server: FakeServer) -> dict[str, Path]:
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, shipped: dict[str, Path | str]
+) -> dict[str, Path]:
+    """Copies of the shipped graphs' runs (conftest.py), so that meta-evaluating two of
+    them leaves the browser tests' folders as they were."""
     root = tmp_path_factory.mktemp("views")
     found = {}
     for name in GRAPHS:
-        found[name] = run(
-            ROOT / "graphs" / f"{name}.yaml",
-            ROOT / "examples" / f"{name}.jsonl",
-            root / name,
-            server,
-        )
+        made = shipped[name]
+        assert isinstance(made, Path), f"graphs/{name}.yaml did not run: {made}"
+        found[name] = Path(shutil.copytree(made, root / name))
     meta_eval(
         found["perse_pointwise"],
         ROOT / "examples/perse_pointwise_annotators_labels.jsonl",
