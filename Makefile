@@ -66,8 +66,8 @@ demo: venv
 # Three pytest-xdist workers on 2 cores: much of the suite's time is waiting (timeouts,
 # backoff, outages, the real server's replies), not CPU (three workers kept 1.4 cores busy
 # on average; whether three beat two is within the noise: 1,129 s against 1,037-1,290 s).
-# Four were slower: 1,129 s against 884 s for three in the run before (2026-11-29; the Ray
-# worker-kill test 195 s against 26 s, every test slower), so three it stays.
+# Four took 1,129 s against 884 s for three in the run before (2026-11-29), but the host
+# slowed in between (the next run of three took 1,395 s), so that says nothing: three stay.
 # The tests that talk to the real embedded vLLM server share one xdist group
 # (tests/conftest.py), so one worker starts one server.
 test: venv sysdeps
