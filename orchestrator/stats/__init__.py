@@ -4,14 +4,16 @@ bootstrap with percentile, BCa and whole-cluster resamples (`bootstrap.py`), the
 test and the interval that inverts it, plain and clustered (`signflip.py`), one-number
 intervals and tests: Wilson, the exact binomial tail, Holm, Welch (`intervals.py`), the
 t-test's power with the intra-cluster correlation (`power.py`), Spearman's test over whole
-clusters (`clustered.py`) and Learn then Test's fixed-sequence step (`ltt.py`). Compute
+clusters (`clustered.py`), the logistic fit of stacked ensembles (`logistic.py`) and
+Learn then Test's fixed-sequence step (`ltt.py`). Compute
 functions, compare, the judge card, align, calibrate, power and meta-eval all call these;
 prediction-powered means from a judge and a few labels (PPI++, `ppi.py`) are what
 `estimate` reports; import them from
 here, not from the modules.
 
-The bottom layer but for `errors`: numpy and scipy only (scipy imported where used, so that
-importing the compute functions stays cheap).
+The bottom layer but for `errors`: numpy and scipy only (scipy imported where used). The
+compute modules import this package inside the functions that need it, so compiling a
+graph, which loads every compute module, loads no numpy.
 """
 
 from .agreement import (
@@ -46,6 +48,7 @@ from .intervals import (
     welch_p,
     wilson,
 )
+from .logistic import fit_logistic
 from .ltt import fixed_sequence, least_answered
 from .power import normal_n, one_way_icc, sd_interval, sign_flip_power, t_power
 from .ppi import (
@@ -118,6 +121,7 @@ __all__ = [
     "draw_counts",
     "draws",
     "finite",
+    "fit_logistic",
     "fixed_sequence",
     "fleiss_kappa",
     "generator",

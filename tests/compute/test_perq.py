@@ -13,6 +13,7 @@ from helpers import run_graph
 
 from orchestrator.compute import agreement as ag
 from orchestrator.compute import krippendorff_alpha
+from orchestrator.stats import fleiss_kappa
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAPH = ROOT / "graphs" / "perq_jury.yaml"
@@ -66,18 +67,18 @@ def test_fleiss_kappa_textbook_table() -> None:
         [6, 5, 2, 1, 0],
         [0, 2, 2, 3, 7],
     ]
-    assert ag.fleiss_kappa(table) == pytest.approx(0.210, abs=5e-4)
+    assert fleiss_kappa(table) == pytest.approx(0.210, abs=5e-4)
 
 
 def test_fleiss_kappa_edges() -> None:
     perfect = ag.rating_table([[0, 0, 0], [3, 3, 3], [1, 1, 1]], [0, 1, 2, 3])
-    assert ag.fleiss_kappa(perfect) == pytest.approx(1.0)
-    assert ag.fleiss_kappa(ag.rating_table([[2, 2, 2]] * 4, [0, 1, 2, 3])) is None
-    assert ag.fleiss_kappa([]) is None
+    assert fleiss_kappa(perfect) == pytest.approx(1.0)
+    assert fleiss_kappa(ag.rating_table([[2, 2, 2]] * 4, [0, 1, 2, 3])) is None
+    assert fleiss_kappa([]) is None
     with pytest.raises(ValueError, match="same number"):
-        ag.fleiss_kappa([[1, 1, 0], [3, 0, 0]])
+        fleiss_kappa([[1, 1, 0], [3, 0, 0]])
     # Systematic disagreement is below chance.
-    assert ag.fleiss_kappa(ag.rating_table([[0, 1], [1, 0]] * 5, [0, 1])) < 0
+    assert fleiss_kappa(ag.rating_table([[0, 1], [1, 0]] * 5, [0, 1])) < 0
 
 
 def test_jury_agreement_statistics() -> None:
@@ -95,7 +96,7 @@ def test_jury_agreement_statistics() -> None:
     assert out["pairwise_agreement"]["j1~j3"] == pytest.approx(2 / 3, abs=1e-4)  # rows 1-3
     assert out["pairwise_agreement"]["j2~j3"] == 0.5
     assert out["abstain_rate"] == {"j1": 0.25, "j2": 0.5, "j3": 0.0}
-    expected = ag.fleiss_kappa(ag.rating_table([[2, 2, 2], [1, 3, 1]], [0, 1, 2, 3]))
+    expected = fleiss_kappa(ag.rating_table([[2, 2, 2], [1, 3, 1]], [0, 1, 2, 3]))
     assert out["fleiss_kappa"] == pytest.approx(expected, abs=1e-4)
 
 
@@ -127,7 +128,7 @@ def test_jury_agreement_with_given_or_inferred_categories() -> None:
     out = ag.jury_agreement(FIVE_POINT, categories=[1, 2, 3, 4, 5])
     assert out["label_distribution"] == {"1": 1, "2": 0, "3": 0, "4": 1, "5": 1, "n/a": 0}
     assert out["items_all_judges"] == 2
-    expected = ag.fleiss_kappa(ag.rating_table([[4, 5, 4], [1, 1, 2]], [1, 2, 3, 4, 5]))
+    expected = fleiss_kappa(ag.rating_table([[4, 5, 4], [1, 1, 2]], [1, 2, 3, 4, 5]))
     assert out["fleiss_kappa"] == pytest.approx(expected, abs=1e-4)
     assert out["pairwise_agreement"]["j1~j2"] == pytest.approx(2 / 3, abs=1e-4)
     # null: the scores seen are the categories (unused ones are simply not listed).

@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.compute import stacking as st
 from orchestrator.compute import votes as v
+from orchestrator.stats import fit_logistic
 
 
 def _noisy_rows(n: int, seed: int = 7) -> list[dict]:
@@ -40,17 +41,17 @@ def test_fit_matches_scikit_learn_with_the_same_regularisation() -> None:
         y = np.where(
             x @ np.array([2.0, 0.3, -0.5, 0.0, 1.0, 0.2]) + rng.normal(size=80) > 0, 1.0, -1.0
         )
-        ours, converged = st.fit_logistic(x, y, l2)
+        ours, converged = fit_logistic(x, y, l2)
         ref = linear_model.LogisticRegression(
             C=1.0 / l2, fit_intercept=False, tol=1e-12, max_iter=10_000
         ).fit(x, y)
         assert converged
         assert np.allclose(ours, ref.coef_[0], atol=1e-4)
     separable = np.array([[1.0], [-1.0], [1.0]])
-    w, converged = st.fit_logistic(separable, np.array([1.0, -1.0, 1.0]), 1.0)
+    w, converged = fit_logistic(separable, np.array([1.0, -1.0, 1.0]), 1.0)
     assert converged and np.isfinite(w).all() and w[0] > 0  # the penalty keeps it finite
     with pytest.raises(ValueError, match="l2 must be > 0"):
-        st.fit_logistic(separable, np.array([1.0, -1.0, 1.0]), 0.0)
+        fit_logistic(separable, np.array([1.0, -1.0, 1.0]), 0.0)
 
 
 def test_stacking_recovers_the_reliable_member_where_the_majority_is_outvoted() -> None:
