@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/.pycache
 
-.PHONY: venv sysdeps demo test typecheck floors-venv test-floors docs phoenix test-phoenix
+.PHONY: venv sysdeps demo test typecheck floors-venv test-floors docs-venv docs phoenix test-phoenix
 
 venv: $(STAMP)
 
@@ -63,11 +63,13 @@ sysdeps:
 demo: venv
 	$(VENV)/bin/orchestrator demo
 
-# Three pytest-xdist workers on 2 cores: much of the suite's time is waiting (timeouts,
-# backoff, outages, the real server's replies), not CPU (three workers kept 1.4 cores busy
-# on average; whether three beat two is within the noise: 1,129 s against 1,037-1,290 s).
-# Four took 1,129 s against 884 s for three in the run before (2026-11-29), but the host
-# slowed in between (the next run of three took 1,395 s), so that says nothing: three stay.
+# Three pytest-xdist workers on 2 cores (whether three beat two was within the noise:
+# 1,129 s against 1,037-1,290 s). Each test waits in places (timeouts, backoff, outages),
+# but together they keep both cores busy: vmstat every 5 s over the last 11 minutes of a run
+# saw 8 % idle on average, 0-2 % most of the time. (`time` counted 1.4 cores: it leaves out
+# every process that no parent waited for.) So more workers
+# cannot help, and less CPU is what makes it faster. Four took 1,129 s against 884 s for
+# three in the run before (2026-11-29), but the host slowed in between: three stay.
 # The tests that talk to the real embedded vLLM server share one xdist group
 # (tests/conftest.py), so one worker starts one server.
 test: venv sysdeps
@@ -82,7 +84,9 @@ $(DOCS_STAMP): $(STAMP)
 	$(UV) pip install --python $(VENV)/bin/python $(UV_SOURCES) -e '.[docs]'
 	touch $@
 
-docs: $(DOCS_STAMP)
+docs-venv: $(DOCS_STAMP)
+
+docs: docs-venv
 	site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
 		NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$$site"
 
