@@ -11,6 +11,14 @@ import sys
 from helpers import REPO
 
 
+def printed(code: str) -> list[str]:
+    """What `code` prints, run in a fresh interpreter (a test's own has imported it all)."""
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    return found.stdout.split()
+
+
 def test_the_cli_and_a_compiled_graph_leave_the_sdk_unimported() -> None:
     code = (
         "import sys, orchestrator.cli\n"
@@ -21,10 +29,7 @@ def test_the_cli_and_a_compiled_graph_leave_the_sdk_unimported() -> None:
         "make_provider('openai')\n"
         "print('openai' in sys.modules)\n"
     )
-    found = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
-    )
-    assert found.stdout.split() == ["False", "True"], found.stderr
+    assert printed(code) == ["False", "True"]
 
 
 def test_compiling_every_shipped_graph_leaves_numpy_unimported() -> None:
@@ -41,7 +46,4 @@ def test_compiling_every_shipped_graph_leaves_numpy_unimported() -> None:
         "from orchestrator.stats import fleiss_kappa\n"
         "print('numpy' in sys.modules)\n"
     )
-    found = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
-    )
-    assert found.stdout.split() == ["False", "True"], found.stderr
+    assert printed(code) == ["False", "True"]
