@@ -169,8 +169,8 @@ def jury_agreement(
         pairwise[f"{a}~{b}"] = round(fmean(x == y for x, y in both), 4) if both else None
     known = [v for v in pairwise.values() if v is not None]
     # Here, not at the top: `stats` brings numpy, and this module is imported by every
-    # command that compiles a graph (the function registry), where numpy cost 0.16-0.28 s
-    # of a `validate`'s ~1.1 s CPU.
+    # command that compiles a graph (the function registry); numpy's import took 0.16-0.33 s
+    # (`-X importtime`), a validate ~1.1 s of CPU in all.
     from ..stats import fleiss_kappa
 
     kappa = fleiss_kappa(rating_table(complete, categories)) if complete else None

@@ -1,7 +1,7 @@
 """Commands that send no request do not import the OpenAI SDK, and compiling a graph does not
 import numpy: the SDK took about half a second to import (of about 1.6 s for `orchestrator
-validate` before it was deferred), numpy 0.16-0.28 s, and every command, test subprocess
-and worker start would pay them."""
+validate` before it was deferred), numpy 0.16-0.33 s (`-X importtime`), and every command,
+test subprocess and worker start would pay them."""
 
 from __future__ import annotations
 
