@@ -66,10 +66,10 @@ demo: venv
 # Three pytest-xdist workers on 2 cores (whether three beat two was within the noise:
 # 1,129 s against 1,037-1,290 s). Each test waits in places (timeouts, backoff, outages),
 # but together they keep both cores busy: vmstat every 5 s over the last 11 minutes of a run
-# saw 8 % idle on average, 0-2 % most of the time. (`time` counted 1.4 cores: it leaves out
-# every process that no parent waited for.) So more workers
-# cannot help, and less CPU is what makes it faster. Four took 1,129 s against 884 s for
-# three in the run before (2026-11-29), but the host slowed in between: three stay.
+# saw 8 % idle on average, 0-2 % most of the time. (`time` counted 1.3-1.4 cores: it leaves
+# out every process that no parent waited for.) So more workers cannot help, and less CPU
+# is what makes it faster. Four took 1,129 s against 884 s for three in the run before
+# (2026-11-29), but the host slowed in between: three stay.
 # The tests that talk to the real embedded vLLM server share one xdist group
 # (tests/conftest.py), so one worker starts one server.
 test: venv sysdeps
