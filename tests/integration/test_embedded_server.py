@@ -7,7 +7,9 @@ server recipe (vLLM CPU, the converted model, xgrammar settings) rather than our
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -75,6 +77,42 @@ def test_models_endpoint_lists_the_default_model(embedded_server: Any) -> None:
     assert response.status_code == 200
     ids = [entry["id"] for entry in response.json()["data"]]
     assert embedded_server.model in ids
+
+
+def _descendant_names(root: int) -> list[str]:
+    """The process names (comm) below `root`, read from /proc."""
+    parents: dict[int, list[tuple[int, str]]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended while we read
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        ppid = int(text[text.rindex(")") + 2 :].split()[1])
+        parents.setdefault(ppid, []).append((int(stat.parent.name), name))
+    names, todo = [], [root]
+    while todo:
+        for pid, name in parents.get(todo.pop(), []):
+            names.append(name)
+            todo.append(pid)
+    return names
+
+
+def test_the_model_runs_in_the_engine_process(embedded_server: Any) -> None:
+    """No separate vLLM worker: the engine busy-waited on one, a second core's worth of CPU
+    for every step (orchestrator/local/server.py, engine_args)."""
+    port = urlsplit(embedded_server.base_url).port
+    servers = [
+        int(cmdline.parent.name)
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline")
+        if (argv := cmdline.read_bytes().split(b"\0"))
+        and b"vllm.entrypoints.openai.api_server" in argv
+        and str(port).encode() in argv
+    ]
+    assert servers, f"no vLLM API server process serves port {port}"
+    names = [name for pid in servers for name in _descendant_names(pid)]
+    assert any(name.startswith("VLLM::EngineCor") for name in names), names
+    assert not any("Worker" in name for name in names), names
 
 
 def test_verdict_schema_uses_the_keywords_we_rely_on() -> None:
