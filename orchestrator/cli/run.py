@@ -97,27 +97,35 @@ Prompts = Annotated[Path | None, typer.Option("--prompts", metavar="DIR", help=P
 
 @app.command()
 def validate(
-    graph: Annotated[Path, typer.Argument(help=GRAPH_HELP)],
+    graphs: Annotated[list[Path], typer.Argument(help=f"{GRAPH_HELP} Several may be given.")],
     trust: Trust = False,
     prompts: Prompts = None,
 ) -> None:
-    """Check a graph file without sending a request; exit 1 listing every problem."""
+    """Check graph files without sending a request; exit 1 listing every problem of each."""
     from ..kinds import compile_graph
 
-    try:
-        compiled = compile_graph(_graph_path(graph), prompts_dir=prompts, trust=trust)
-    except GraphError as exc:
-        for problem in exc.problems:
-            err.print(f"[red]✗[/] {escape(str(problem))}", soft_wrap=True)
-        said = plural(len(exc.problems), "problem")
-        err.print(f"{said} in {escape(str(graph))}", soft_wrap=True)
-        raise typer.Exit(1) from None
-    llm = sum(n.is_llm for n in compiled.nodes.values())
-    console.print(
-        f"[green]✓[/] {graph}: graph '{compiled.name}' is valid — "
-        f"{plural(len(compiled.nodes), 'node')} ({llm} LLM), order: "
-        f"{' → '.join(compiled.order)}; hash {compiled.content_hash}"
-    )
+    broken = 0
+    for graph in graphs:
+        try:
+            compiled = compile_graph(_graph_path(graph), prompts_dir=prompts, trust=trust)
+        except GraphError as exc:
+            broken += 1
+            for problem in exc.problems:
+                err.print(f"[red]✗[/] {escape(str(problem))}", soft_wrap=True)
+            said = plural(len(exc.problems), "problem")
+            err.print(f"{said} in {escape(str(graph))}", soft_wrap=True)
+            continue
+        llm = sum(n.is_llm for n in compiled.nodes.values())
+        console.print(
+            f"[green]✓[/] {graph}: graph '{compiled.name}' is valid — "
+            f"{plural(len(compiled.nodes), 'node')} ({llm} LLM), order: "
+            f"{' → '.join(compiled.order)}; hash {compiled.content_hash}"
+        )
+    if broken:
+        if len(graphs) > 1:
+            verb = "has" if broken == 1 else "have"
+            err.print(f"{broken} of {len(graphs)} graphs {verb} problems", soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -177,6 +177,24 @@ def test_validate_counts_nodes_in_words(tmp_path: Path) -> None:
     assert re.search(r"is valid — \d+ nodes \(", many.output), many.output
 
 
+def test_validate_checks_every_graph_given_and_fails_if_one_is_broken(tmp_path: Path) -> None:
+    """Several graphs in one command: each valid one said, each broken one's problems named
+    by its file, the count of broken ones, exit 1; all valid, exit 0."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("nodes: {}\nfoo: 1\n", encoding="utf-8")
+    runner = CliRunner()
+    mixed = runner.invoke(app, ["validate", "pointwise", str(broken), "expert"])
+    assert mixed.exit_code == 1, mixed.output
+    assert "graph 'pointwise' is valid" in mixed.output
+    assert "graph 'expert' is valid" in mixed.output
+    assert f"{broken}: field 'foo': unknown key" in mixed.output
+    assert f"problems in {broken}" in mixed.output
+    assert "1 of 3 graphs has problems" in mixed.output
+    fine = runner.invoke(app, ["validate", "pointwise", "aupel"])
+    assert fine.exit_code == 0, fine.output
+    assert fine.output.count("is valid") == 2 and "problems" not in fine.output
+
+
 def test_a_finished_run_leaves_only_its_own_files(tmp_path: Path) -> None:
     """No `run.lock`, no SQLite `-wal`/`-shm` after a clean finish, nor after the readers
     (`trace`, `report`) opened the trace (issue 34 item 7); a resume still works after."""
