@@ -567,8 +567,8 @@ def engine_args(model_dir: Path, model: str = DEFAULT_MODEL_NAME) -> list[str]:
         "--no-enable-chunked-prefill",
         # The model runs inside the engine process (see engine_env): with vLLM's default
         # worker process, the engine busy-waited on it, a second core's worth of CPU for
-        # every step. 24 judgments at 4 at a time: 30 CPU-s against 55, in the same 27 s;
-        # the start 50 CPU-s against 70-79 (one process less imports torch).
+        # every step. bench/embedded_engine_cpu.py, 24 judgments at 4 at a time: 35.0 CPU-s
+        # against 52.4; the start 58.4 against 72.7 (one process less imports torch).
         "--distributed-executor-backend", "uni",
     ]  # fmt: skip
 
