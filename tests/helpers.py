@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -15,10 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cli_zygote import Zygotes
 
 import orchestrator as orc
 
 REPO = Path(__file__).resolve().parent.parent
+# `python -m orchestrator` forked from a preloaded interpreter (cli_zygote.py says why and
+# what stays the same); one pair per test process, ended with it.
+CLI = Zygotes()
+atexit.register(CLI.close)
 
 
 def judge_graph(**defaults: Any) -> dict[str, Any]:
@@ -113,19 +119,15 @@ def requests_per_call(bodies: list[dict[str, Any]]) -> dict[str, int]:
 def orchestrator_command(
     *args: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
-    """`orchestrator ARGS` in a child process, as a user runs it, output captured.
+    """`orchestrator ARGS` in a process of its own, as a user runs it, output captured
+    (forked from a preloaded interpreter when the environment allows, see cli_zygote.py).
 
     The console is made very wide so rich wraps no line: a test that looks for a message
     (or for a leaked key) must not miss it because it was split.
     """
     base = {k: v for k, v in os.environ.items() if k not in unset}
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**base, "PYTHONPATH": str(REPO), "COLUMNS": "10000", **(env or {})},
-    )
+    full = {**base, "PYTHONPATH": str(REPO), "COLUMNS": "10000", **(env or {})}
+    return CLI.run("orchestrator", list(args), full, timeout=300)
 
 
 def start_cli_run(

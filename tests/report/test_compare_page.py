@@ -14,8 +14,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any
 import pytest
 import test_report_browser as shared
 from fakeserver import FakeServer
+from helpers import CLI
 from test_expert import ExpertResponder
 from test_report import ROOT, judge_responder, run
 from typer.testing import CliRunner
@@ -228,13 +227,7 @@ def worked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str
                 args = shlex.split(command)[1:]
                 if "--base-url" in args:
                     args[args.index("--base-url") + 1] = fake.base_url
-                done = subprocess.run(
-                    [sys.executable, "-m", "orchestrator", *args],
-                    capture_output=True,
-                    text=True,
-                    env=env,
-                    timeout=300,
-                )
+                done = CLI.run("orchestrator", args, env, timeout=300)
                 assert done.returncode == 0, (command, done.stdout, done.stderr)
                 printed = done.stdout
         yield root, printed
