@@ -46,7 +46,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +218,91 @@ def _reap() -> None:
 
 # --- the tests' side ------------------------------------------------------------------------
 
+Output = int | None  # subprocess.PIPE, STDOUT, DEVNULL, a file descriptor, or None to inherit
+
+
+class ForkedProcess:
+    """The parts of subprocess.Popen the tests use (pid, poll, wait, signals, communicate,
+    text pipes), for a command a zygote forked."""
+
+    def __init__(
+        self, args: list[str], conn: socket.socket, stdout: IO[str] | None, stderr: IO[str] | None
+    ) -> None:
+        self.args = args
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode: int | None = None
+        self._conn = conn
+        self._replies = b""
+        self._read: dict[str, list[str]] = {}
+        self._readers: list[threading.Thread] = []
+        pid = None
+        while pid is None:
+            pid = self._receive("pid", None)
+        self.pid = pid
+
+    def _receive(self, word: str, timeout: float | None) -> int | None:
+        """The number after `word` from the monitor, waiting up to `timeout` (0: not at all)."""
+        while True:
+            for line in self._replies.decode().splitlines():
+                said, _, number = line.partition(" ")
+                if said == word:
+                    return int(number)
+            self._conn.settimeout(timeout)
+            try:
+                data = self._conn.recv(4096)
+            except (TimeoutError, BlockingIOError):
+                return None
+            if not data:
+                raise RuntimeError(f"the CLI zygote lost track of `{' '.join(self.args)}`")
+            self._replies += data
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._receive("exit", 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self._receive("exit", timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # as Popen: never signal a pid that may have been reused
+            _kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
+        """Read both pipes to their end, then wait; TimeoutExpired leaves the command be."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._readers:
+            for name, pipe in (("stdout", self.stdout), ("stderr", self.stderr)):
+                if pipe is not None:
+                    reader = threading.Thread(target=self._drain, args=(name, pipe), daemon=True)
+                    reader.start()
+                    self._readers.append(reader)
+        for reader in self._readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self._conn.close()
+        return (
+            "".join(self._read["stdout"]) if self.stdout is not None else None,
+            "".join(self._read["stderr"]) if self.stderr is not None else None,
+        )
+
+    def _drain(self, name: str, pipe: IO[str]) -> None:
+        self._read[name] = [pipe.read()]
+        pipe.close()
+
 
 @dataclass
 class Zygote:
@@ -246,68 +331,53 @@ class Zygote:
         keys = {k for k in {*env, *self.env} if k.startswith(ALWAYS_READ_PREFIXES)}
         return all(env.get(k) == self.env.get(k) for k in keys | self.read_at_start)
 
-    def run(
-        self, module: str, args: list[str], env: Mapping[str, str], cwd: str, timeout: float
-    ) -> subprocess.CompletedProcess[str]:
-        """subprocess.run(…, capture_output=True, text=True, timeout=timeout) for one command."""
-        command = [sys.executable, "-m", module, *args]
+    def start(
+        self,
+        module: str,
+        args: list[str],
+        env: Mapping[str, str],
+        cwd: str,
+        stdout: Output = subprocess.PIPE,
+        stderr: Output = subprocess.PIPE,
+    ) -> ForkedProcess:
+        """subprocess.Popen([python, -m, MODULE, *ARGS], stdout=…, stderr=…, text=True)."""
         request = json.dumps({"module": module, "args": args, "env": dict(env), "cwd": cwd})
         payload = request.encode()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        ours: list[int] = []  # what this process opened and must close once the child has it
+        readers: dict[str, int] = {}
+
+        def target(choice: Output, name: str, inherit: int) -> int:
+            if choice == subprocess.PIPE:
+                read, write = os.pipe()
+                readers[name] = read
+                ours.append(write)
+                return write
+            if choice == subprocess.DEVNULL:
+                ours.append(os.open(os.devnull, os.O_WRONLY))
+                return ours[-1]
+            return inherit if choice is None else choice
+
         null = os.open(os.devnull, os.O_RDONLY)
+        ours.append(null)
+        out = target(stdout, "stdout", 1)
+        err = out if stderr == subprocess.STDOUT else target(stderr, "stderr", 2)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(self.path)
             message = HEADER.pack(len(payload)) + payload
-            sent = socket.send_fds(conn, [message], [null, out_w, err_w])
+            sent = socket.send_fds(conn, [message], [null, out, err])
             conn.sendall(message[sent:])
         except OSError:
-            for fd in (out_r, out_w, err_r, err_w, null):
-                os.close(fd)
             conn.close()
+            for fd in (*ours, *readers.values()):
+                os.close(fd)
             raise
-        for fd in (out_w, err_w, null):
+        for fd in ours:
             os.close(fd)
-        chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-        replies = b""
-        pid: int | None = None
-        code: int | None = None
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as selector, conn:
-            for fd in (out_r, err_r):
-                selector.register(fd, selectors.EVENT_READ)
-            selector.register(conn, selectors.EVENT_READ)
-            while selector.get_map():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    if pid is not None:
-                        _kill(pid)
-                    for fd in (out_r, err_r):
-                        os.close(fd)
-                    raise subprocess.TimeoutExpired(
-                        command, timeout, b"".join(chunks[out_r]), b"".join(chunks[err_r])
-                    )
-                for key, _mask in selector.select(left):
-                    if key.fileobj is conn:
-                        data = conn.recv(4096)
-                        replies += data
-                        pid, code = _parse(replies)
-                        if not data:
-                            selector.unregister(conn)
-                        continue
-                    fd = key.fd
-                    data = os.read(fd, 1 << 16)
-                    if data:
-                        chunks[fd].append(data)
-                    else:
-                        selector.unregister(fd)
-                        os.close(fd)
-        if code is None:
-            raise RuntimeError(f"the CLI zygote lost track of `{' '.join(command)}`")
-        return subprocess.CompletedProcess(
-            command, code, _text(b"".join(chunks[out_r])), _text(b"".join(chunks[err_r]))
-        )
+        encoding = locale.getpreferredencoding(False)  # what subprocess's text mode uses
+        pipes = {name: open(fd, encoding=encoding) for name, fd in readers.items()}  # noqa: SIM115
+        command = [sys.executable, "-m", module, *args]
+        return ForkedProcess(command, conn, pipes.get("stdout"), pipes.get("stderr"))
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -324,26 +394,9 @@ class Zygote:
         self.folder.rmdir()
 
 
-def _parse(replies: bytes) -> tuple[int | None, int | None]:
-    pid = code = None
-    for line in replies.decode().splitlines():
-        word, _, number = line.partition(" ")
-        if word == "pid":
-            pid = int(number)
-        elif word == "exit":
-            code = int(number)
-    return pid, code
-
-
-def _kill(pid: int) -> None:
+def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-
-
-def _text(data: bytes) -> str:
-    # What subprocess's text mode does: the locale's encoding, universal newlines.
-    text = data.decode(locale.getpreferredencoding(False))
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+        os.kill(pid, sig)
 
 
 class Zygotes:
@@ -366,34 +419,54 @@ class Zygotes:
             return zygote
         return None
 
+    def start(
+        self,
+        module: str,
+        args: list[str],
+        env: Mapping[str, str],
+        cwd: str | Path | None = None,
+        stdout: Output = subprocess.PIPE,
+        stderr: Output = subprocess.PIPE,
+    ) -> ForkedProcess | subprocess.Popen[str]:
+        """`python -m MODULE ARGS` with `env`, as subprocess.Popen(…, text=True) starts it."""
+        zygote = self._next(env)
+        folder = str(cwd or os.getcwd())
+        if zygote is not None:
+            try:
+                process = zygote.start(module, args, env, folder, stdout, stderr)
+            except (OSError, RuntimeError) as exc:
+                log.warning("the CLI zygote failed (%s); starting a new interpreter", exc)
+            else:
+                self.forked += 1
+                return process
+        self.spawned += 1
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            env=dict(env),
+            cwd=folder,
+        )
+
     def run(
         self,
         module: str,
         args: list[str],
         env: Mapping[str, str],
-        cwd: str | None = None,
+        cwd: str | Path | None = None,
         timeout: float = 300,
     ) -> subprocess.CompletedProcess[str]:
-        """`python -m MODULE ARGS` with `env`, output captured as text."""
-        zygote = self._next(env)
-        folder = cwd or os.getcwd()
-        if zygote is not None:
-            try:
-                result = zygote.run(module, args, env, folder, timeout)
-            except (OSError, RuntimeError) as exc:
-                log.warning("the CLI zygote failed (%s); running a new interpreter", exc)
-            else:
-                self.forked += 1
-                return result
-        self.spawned += 1
-        return subprocess.run(
-            [sys.executable, "-m", module, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=dict(env),
-            cwd=folder,
-        )
+        """subprocess.run([python, -m, MODULE, *ARGS], capture_output=True, text=True, …)."""
+        process = self.start(module, args, env, cwd)
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
+        assert process.returncode is not None
+        return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
     def close(self) -> None:
         with self.lock:

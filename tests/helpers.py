@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cli_zygote import Zygotes
+from cli_zygote import ForkedProcess, Zygotes
 
 import orchestrator as orc
 
@@ -132,25 +131,21 @@ def orchestrator_command(
 
 def start_cli_run(
     graph: Path, data: Path, out: Path, base_url: str, *extra: str
-) -> subprocess.Popen[str]:
-    """`orchestrator run` in a child process (so it can be killed), output on one pipe.
+) -> ForkedProcess | subprocess.Popen[str]:
+    """`orchestrator run` in a process of its own (so it can be killed), output on one pipe.
 
     Uses a cache next to the run folder unless `extra` passes `--cache`.
     """
-    command = [sys.executable, "-m", "orchestrator", "run", str(graph)]
-    command += ["--data", str(data), "--out", str(out), "--base-url", base_url]
+    command = ["run", str(graph), "--data", str(data), "--out", str(out), "--base-url", base_url]
     if "--cache" not in extra:
         command += ["--cache", str(out.parent / "cache.sqlite")]
-    return subprocess.Popen(
-        [*command, *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
-    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    return CLI.start("orchestrator", [*command, *extra], env, stderr=subprocess.STDOUT)
 
 
-def wait_for_lines(path: Path, count: int, proc: subprocess.Popen[str] | None = None) -> None:
+def wait_for_lines(
+    path: Path, count: int, proc: ForkedProcess | subprocess.Popen[str] | None = None
+) -> None:
     """Poll until `path` has `count` lines (finished work is flushed every half second)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ print(json.dumps({
     "cwd": os.getcwd(), "probe": os.environ.get("PROBE"), "argv": sys.argv[1:],
     "path0": sys.path[0], "pid": os.getpid(), "hash": hash("a string to hash"),
     "orchestrator": "orchestrator" in sys.modules, "openai": "openai" in sys.modules,
-}))
+}), flush=True)
 action = os.environ.get("PROBE_ACTION", "")
 if action == "raise":
     raise ValueError("the probe failed on purpose")
@@ -136,3 +137,22 @@ def test_orchestrator_through_the_zygote_prints_what_a_new_interpreter_prints(
     assert through.returncode == fresh.returncode == 1
     assert through.stdout == fresh.stdout and "graph 'expert' is valid" in through.stdout
     assert through.stderr == fresh.stderr and "1 of 2 graphs has problems" in through.stderr
+
+
+def test_a_started_command_is_polled_signalled_and_waited_for_as_popen_is(
+    zygotes: Zygotes, folder: Path
+) -> None:
+    started = zygotes.start(
+        "probe", [], env(PROBE_ACTION="sleep"), cwd=folder, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 30
+    while not (folder / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert int((folder / "pid").read_text()) == started.pid
+    assert started.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        started.wait(timeout=0.2)
+    started.send_signal(signal.SIGKILL)
+    assert started.wait(timeout=30) == -signal.SIGKILL
+    out, err = started.communicate(timeout=30)
+    assert json.loads(out or "")["pid"] == started.pid and err is None

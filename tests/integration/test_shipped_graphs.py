@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from helpers import CLI
 
 pytestmark = pytest.mark.integration
 
@@ -79,15 +80,14 @@ def test_every_shipped_graph_runs_on_the_embedded_server(
 
     def command(name: str) -> list[str]:
         return [
-            sys.executable, "-m", "orchestrator", "run", name, "--data", f"{name}.jsonl",
-            "--out", str(tmp_path / name), "--limit", "1", "--no-cache",
-            "--base-url", embedded_server.base_url, "--timeout", "600",
+            "run", name, "--data", f"{name}.jsonl", "--out", str(tmp_path / name),
+            "--limit", "1", "--no-cache", "--base-url", embedded_server.base_url,
+            "--timeout", "600",
         ]  # fmt: skip
 
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     started = {
-        name: subprocess.Popen(
-            command(name), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        name: CLI.start("orchestrator", command(name), env, cwd=tmp_path, stderr=subprocess.STDOUT)
         for name in runs
     }
     failed = {}

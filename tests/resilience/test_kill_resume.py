@@ -25,7 +25,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 import zlib
 from collections import Counter
@@ -35,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_zygote import ForkedProcess
 from fakeserver import FakeServer, Reply, schema_responder
-from helpers import is_canary, requests_per_call, write_graph, write_rows
+from helpers import CLI, is_canary, requests_per_call, write_graph, write_rows
 
 pytestmark = pytest.mark.reliability
 
@@ -140,7 +140,7 @@ def make_workload(root: Path, rows: range) -> Workload:
 class Cli:
     """One `orchestrator run` subprocess with its output in files (no pipe can fill up)."""
 
-    proc: subprocess.Popen[bytes]
+    proc: ForkedProcess | subprocess.Popen[str]
     log: Path
     started: float
 
@@ -163,9 +163,6 @@ def start_cli(
     """Start `python -m orchestrator run …` exactly as a user would type it, with `extra`
     flags (e.g. `--workers 2`)."""
     command = [
-        sys.executable,
-        "-m",
-        "orchestrator",
         "run",
         str(work.graph),
         "--data",
@@ -182,11 +179,9 @@ def start_cli(
     ]
     log = log or out.parent / f"{out.name}.{time.monotonic_ns()}.log"
     with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            command,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = CLI.start(
+            "orchestrator", command, env, stdout=sink.fileno(), stderr=subprocess.STDOUT
         )
     return Cli(proc, log, time.monotonic())
 
