@@ -195,6 +195,7 @@ def serve(path: str) -> dict[str, Any]:
         for key, _mask in selector.select(1.0):
             if key.fileobj == 0:
                 if not os.read(0, 4096):
+                    _reap()  # the last monitors' CPU too, before this process is waited for
                     os._exit(0)
                 continue
             try:
