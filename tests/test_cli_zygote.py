@@ -86,6 +86,9 @@ def test_a_forked_command_has_its_own_process_folder_environment_and_argv(
 def test_a_variable_read_at_import_sends_the_command_to_a_new_interpreter(
     zygotes: Zygotes, folder: Path
 ) -> None:
+    # The zygotes start with the first command's environment: under xdist this test may be
+    # its module's first on a worker, so a plain command starts them.
+    probe(zygotes, folder)
     for extra in ({"OPENAI_LOG": "debug"}, {"PYTHONHASHSEED": "7"}, {"LC_ALL": "C.UTF-8"}):
         spawned = zygotes.spawned
         result, seen = probe(zygotes, folder, PROBE="fresh", **extra)
