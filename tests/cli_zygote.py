@@ -1,9 +1,10 @@
 """`python -m orchestrator ARGS` for the tests, forked from an interpreter that has already
 imported the libraries the CLI is built on, instead of started from nothing.
 
-Why: CI is CPU-bound from start to end, and a small `orchestrator run` spent about 1.8 of
-its 2.4 CPU-s importing openai (1.1), networkx, typer, rich and pydantic before doing any
-work (`-X importtime`, 2026-11-29). The tests start a few hundred of these interpreters.
+Why: CI is CPU-bound from start to end, and `orchestrator run` of the pointwise example
+against the fake server took 2.6 CPU-s, about 2 of them importing openai (1.1), networkx,
+typer, rich and pydantic before any work (`-X importtime`, 2026-11-29). The tests start a
+few hundred of these interpreters.
 
 What a forked child keeps the same as `python -m orchestrator`: its own pid, environment,
 working folder, argv, `sys.path[0]`, stdin/stdout/stderr, exit code (a negative one when a
@@ -11,8 +12,9 @@ signal ends it), and a normal interpreter exit (atexit handlers, buffers flushed
 itself is never preloaded: every child imports it from scratch, with its own environment.
 
 What it could not keep, and how that is handled:
-- Environment variables a preloaded library reads while it is imported (`OPENAI_LOG`,
-  `TERM`, the locale, every `PYTHON*` one the interpreter reads at start-up). The zygote
+- Environment variables a preloaded library reads while it is imported (`OPENAI_LOG`;
+  `COLUMNS` at typer's floor), the locale and every `PYTHON*` one the interpreter reads at
+  start-up. The zygote
   records which ones it read; a command whose environment differs from the zygote's in any
   of them runs in a real process instead (`spawned` counts those).
 - The string hash seed, fixed at interpreter start: children of one zygote share it, so a
@@ -147,7 +149,7 @@ def _become_the_command(request: dict[str, Any], fds: list[int]) -> None:
     sys.path[0] = os.getcwd()  # what `python -m` puts first
 
 
-def _monitor(conn: socket.socket) -> dict[str, Any] | None:
+def _monitor(conn: socket.socket) -> dict[str, Any]:
     """Fork the command, tell the caller its pid and then its exit code.
 
     Returns the request in the command's process; never returns in the monitor.
@@ -205,9 +207,7 @@ def serve(path: str) -> dict[str, Any]:
             if os.fork() == 0:
                 selector.close()
                 listener.close()
-                request = _monitor(conn)
-                assert request is not None
-                return request
+                return _monitor(conn)
             conn.close()
 
 
