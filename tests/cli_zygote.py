@@ -245,7 +245,7 @@ class ForkedProcess:
     def _receive(self, word: str, timeout: float | None) -> int | None:
         """The number after `word` from the monitor, waiting up to `timeout` (0: not at all)."""
         while True:
-            for line in self._replies.decode().splitlines():
+            for line in self._replies.decode().split("\n")[:-1]:  # whole lines only
                 said, _, number = line.partition(" ")
                 if said == word:
                     return int(number)
