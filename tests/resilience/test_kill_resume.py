@@ -160,8 +160,9 @@ def start_cli(
     log: Path | None = None,
     extra: tuple[str, ...] = (),
 ) -> Cli:
-    """Start `python -m orchestrator run …` exactly as a user would type it, with `extra`
-    flags (e.g. `--workers 2`)."""
+    """Start `python -m orchestrator run …` as a user would type it, with `extra` flags
+    (e.g. `--workers 2`), in a process of its own forked by the tests' CLI zygote
+    (cli_zygote.py: what stays the same as a new interpreter)."""
     command = [
         "run",
         str(work.graph),
