@@ -355,6 +355,8 @@ class _Handler(BaseHTTPRequestHandler):
         """Serve the model list, and /metrics when scripted."""
         fake = self.server.fake
         fake.paths.append(self.path)
+        if fake.on_request is not None:
+            fake.on_request(self.path)
         if self._hung() or self._proxy_failing():
             return
         if self.path.rstrip("/") == "/metrics" and fake.metrics is not None:
@@ -378,6 +380,8 @@ class _Handler(BaseHTTPRequestHandler):
         """Serve chat completions and tokenization."""
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.fake.paths.append(self.path)
+        if self.server.fake.on_request is not None:
+            self.server.fake.on_request(self.path)
         self.server.fake.content_types.append(self.headers.get("Content-Type", ""))
         if self._hung() or self._proxy_failing() or self._refused():
             return
@@ -535,6 +539,14 @@ class _HTTPServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Ignore errors from clients that disconnect mid-request (expected in timeout tests)."""
 
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """Accept the next connection once `fake.accepting` is set; while it is clear the
+        kernel queues up to the backlog's connections and drops the rest's handshakes."""
+        while not self.fake.accepting.wait(0.05):
+            if self.fake._stopping.is_set():
+                raise OSError("the server is stopping")  # serve_forever skips a failed accept
+        return super().get_request()
+
 
 class FakeServer:
     """A loopback OpenAI-compatible server whose answers are scripted by ``responder``.
@@ -553,6 +565,7 @@ class FakeServer:
         model: str = "fake-model",
         also_serves: tuple[str, ...] = (),
         root: str | None = "/models/fake",
+        backlog: int = 1024,
     ) -> None:
         self.responder: Responder = responder or schema_responder
         self.model = model
@@ -569,9 +582,18 @@ class FakeServer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self.hanging = threading.Event()
+        # Cleared: no new connection is accepted. With a small `backlog` a client then waits
+        # in its connect (the kernel drops its handshake), as at a server whose accept queue
+        # is full; with the default one the kernel completes the connects and holds them.
+        self.accepting = threading.Event()
+        self.accepting.set()
+        self.backlog = backlog
         self.api_key: str | None = None  # when set, requests must carry it (else 401)
         self.proxy_error: tuple[int, float] | None = None  # (status, until time.monotonic())
         self.paths: list[str] = []  # every request path, in order (tokenize, models, chat)
+        # Called with each request's path as it arrives, in its handler's thread, before
+        # the answer: a test's hook to change the server at an exact point of a run.
+        self.on_request: Callable[[str], None] | None = None
         self.tokenize_status: int | None = None  # answer /tokenize with this error status
         self.tokenize_errors: list[int] = []  # the next /tokenize requests answer these, once each
         self.tokenize_delay = 0.0  # seconds each /tokenize takes
@@ -612,7 +634,14 @@ class FakeServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
-        httpd = _HTTPServer((self.host, port), _Handler)
+        httpd = _HTTPServer((self.host, port), _Handler, bind_and_activate=False)
+        httpd.request_queue_size = self.backlog
+        try:
+            httpd.server_bind()
+            httpd.server_activate()
+        except BaseException:
+            httpd.server_close()
+            raise
         httpd.fake = self
         self._httpd = httpd
         self.port = httpd.server_address[1]
