@@ -90,9 +90,12 @@ docs: docs-venv
 	site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
 		NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$$site"
 
-# mypy, then the layer contract (pyproject's [tool.importlinter]): the layers' order and no
-# import cycle, function-level imports included.
+# ruff (the code, the tests and the Python blocks in the docs: about 1 s), mypy, then the
+# layer contract (pyproject's [tool.importlinter]): the layers' order and no import cycle,
+# function-level imports included.
 typecheck: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
