@@ -125,6 +125,9 @@ def prepare(
         changes[f"params.{key}"] = f"{recorded.get(key)!r} → {value!r}"
     if options.get("model") is not None and options.get("model") != manifest.model:
         changes["model"] = f"{manifest.model} → {options.get('model')}"
+    structured = options.get("structured")
+    if structured is not None and structured != manifest.parameters.structured:
+        changes["structured"] = f"{manifest.parameters.structured} → {structured}"
     run_params = {**recorded, **params}
     _ask_only_named_servers(run, graph, run_params, manifest.servers, options)
     _run_defaults(options, graph, manifest.parameters, manifest.model)

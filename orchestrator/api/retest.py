@@ -16,6 +16,7 @@ neither the cache nor the run folder mixes a repeat with the run or with another
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Unpack
@@ -26,7 +27,7 @@ from ..analysis import Bootstrap, Retest, llm_nodes, measure, output_flips
 from ..errors import ConfigurationError, RunFolderError
 from ..graph import CompiledGraph
 from ..kinds import endpoint_wants
-from ..servers import FolderServers, reask_servers, recorded_urls
+from ..servers import FolderServers, StructuredChoice, reask_servers, recorded_urls
 from ..session import Resample, RunArgs
 from ..store import ManifestParameters, RunKey, RunReader, ServerEntry
 from .run import _blocking, arun, load_graph
@@ -190,6 +191,10 @@ def _ask_only_named_servers(
     options["allow_servers"] = chosen.allow_servers
 
 
+# A manifest is someone else's file: a mode it records that is none of these is not taken.
+_STRUCTURED: dict[str, StructuredChoice] = {"auto": "auto", "server": "server", "prompt": "prompt"}
+
+
 def _run_defaults(
     options: RunArgs,
     graph: CompiledGraph,
@@ -197,9 +202,20 @@ def _run_defaults(
     model: str | None,
 ) -> None:
     """Fill in what the run used and the caller did not say: its cache file, its model
-    (when no node names its own). Never its server: see `_ask_only_named_servers`."""
+    (when no node names its own), how it asked for structured output and how long it gave a
+    reply. Never its server: see `_ask_only_named_servers`.
+
+    A re-ask that asked another way than the run (the schema in the prompt where the server
+    enforced it) would differ from the run for that reason alone; one with the default
+    timeout stopped after 120 s a reply the run had waited 600 s for."""
     cache = parameters.cache
     options.setdefault("cache", Path(cache) if cache else False)
+    recorded = _STRUCTURED.get(parameters.structured or "")
+    if options.get("structured") is None and recorded is not None:
+        options["structured"] = recorded
+    timeout = parameters.timeout
+    if options.get("timeout") is None and timeout is not None and 0 < timeout < math.inf:
+        options["timeout"] = timeout
     own_models = any(getattr(n.spec, "model", None) for n in graph.nodes.values() if n.is_llm)
     if "model" not in options and model is not None and not own_models:
         options["model"] = model

@@ -145,6 +145,41 @@ def test_several_nodes_at_once_and_a_param_change(tmp_path: Path, server: FakeSe
     assert line["total"] == pytest.approx((line["judge"] + line["side"] + 5) / 3)
 
 
+def test_a_replay_asks_as_the_run_asked_unless_told(tmp_path: Path, server: FakeServer) -> None:
+    """The run's structured mode and timeout carry over to a replay: one that had the server
+    enforce the schema where the run put it in the prompt would differ for that alone, and
+    said nothing of it. A mode given is a change the lineage names."""
+    graph = write_graph(tmp_path / "g", graph_spec(), TEMPLATES)
+    data = write_rows(tmp_path / "rows.jsonl", ROWS)
+    run = tmp_path / "run"
+    orc.run(
+        graph, data, out=run, base_url=server.base_url, cache=False, structured="prompt", timeout=77
+    )
+
+    def node_bodies(since: int) -> list[dict]:
+        return [b for b in server.requests[since:] if not is_canary(b)]
+
+    before = len(server.requests)
+    again = orc.replay(run, node="judge", out=tmp_path / "r2", base_url=server.base_url)
+    assert (again.manifest.parameters.structured, again.manifest.parameters.timeout) == (
+        "prompt",
+        77,
+    )
+    asked_again = node_bodies(before)
+    assert len(asked_again) == len(ROWS)
+    assert not any("response_format" in body for body in asked_again)
+    lineage = again.manifest.parameters.replay
+    assert lineage is not None and lineage.changes == {}
+
+    before = len(server.requests)
+    told = orc.replay(
+        run, node="judge", out=tmp_path / "r3", base_url=server.base_url, structured="server"
+    )
+    assert all("response_format" in body for body in node_bodies(before))
+    lineage = told.manifest.parameters.replay
+    assert lineage is not None and lineage.changes == {"structured": "prompt → server"}
+
+
 def test_a_replay_of_a_replay_reads_the_replay_not_the_first_run(
     tmp_path: Path, server: FakeServer
 ) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fakeserver import FakeServer, judge_responder
+from fakeserver import FakeServer, Reply, judge_responder, schema_responder
 from helpers import is_canary, judge_graph, write_graph, write_rows
 from typer.testing import CliRunner
 
@@ -333,3 +333,22 @@ def test_order_on_a_graph_without_two_answers_asks_for_pair(
     )  # fmt: skip
     # --pair is taken as given, so nothing is inferred and nothing refused.
     assert result.exit_code == 0, result.output
+
+
+def test_stress_asks_as_the_run_asked(tmp_path: Path) -> None:
+    """A run that put the schema in the prompt is stressed the same way: variants asked with
+    the server enforcing it would move the judge for that reason too."""
+    spec = {**judge_graph(), "judged": "text"}
+    graph = write_graph(tmp_path / "g", spec, {"judge.jinja": "Rate 1-10: {{ text }}"})
+    data = write_rows(tmp_path / "rows.jsonl", texts(6))
+    def five(body: dict) -> Reply:  # a judge that reads its schema from the prompt
+        return schema_responder(body) if is_canary(body) else Reply(content='{"score": 5}')
+
+    with FakeServer(five) as server:
+        run = tmp_path / "run"
+        orc.run(graph, data, out=run, base_url=server.base_url, cache=False, structured="prompt")
+        before = len(server.requests)
+        orc.stress(run, node="judge", perturb=["typos"], rows=4, base_url=server.base_url)
+        bodies = [body for body in server.requests[before:] if not is_canary(body)]
+    assert bodies
+    assert not any("response_format" in body for body in bodies)
