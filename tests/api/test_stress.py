@@ -341,6 +341,7 @@ def test_stress_asks_as_the_run_asked(tmp_path: Path) -> None:
     spec = {**judge_graph(), "judged": "text"}
     graph = write_graph(tmp_path / "g", spec, {"judge.jinja": "Rate 1-10: {{ text }}"})
     data = write_rows(tmp_path / "rows.jsonl", texts(6))
+
     def five(body: dict) -> Reply:  # a judge that reads its schema from the prompt
         return schema_responder(body) if is_canary(body) else Reply(content='{"score": 5}')
 
