@@ -27,7 +27,7 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ..store import RESULTS, RunReader, TraceReader
+from ..store import RunReader, TraceReader, result_ids_since, results_end
 from .export import BATCH, Encoder, Sender, parse_headers, require_otel, resolve_endpoint, run_facts
 from .spans import SpanBuilder, SpanData
 
@@ -81,7 +81,7 @@ class OtlpObserver:
                 # This part's run id: earlier parts' node runs were sent by theirs.
                 "current": RunReader(self.folder).manifest.run_id,
                 # Result lines past this offset are this part's: their examples are done.
-                "results_from": _size(self.folder / RESULTS),
+                "results_from": results_end(self.folder),
             }
             stdin = self._pipe()
             stdin.write(json.dumps(job).encode() + b"\n")
@@ -147,13 +147,6 @@ class OtlpObserver:
             log.info("%d spans sent to %s", handed, self.endpoint)
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
 class Follower:
     """The sender's side: reads the node runs each flush added to the trace and sends
     them as spans, `BATCH` a request; at the end each example's root span. Once the run
@@ -197,21 +190,9 @@ class Follower:
                 self.hand(self.builder.example_span(example))
 
     def _finished(self) -> list[str]:
-        """The examples of the result lines written since the last read (whole lines only)."""
-        try:
-            with open(self.folder / RESULTS, "rb") as handle:
-                handle.seek(self.results_at)
-                chunk = handle.read()
-        except OSError:
-            return []
-        whole = chunk[: chunk.rfind(b"\n") + 1]
-        self.results_at += len(whole)
-        found = []
-        for line in whole.splitlines():
-            try:
-                found.append(str(json.loads(line)["id"]))
-            except (ValueError, KeyError, TypeError):
-                continue  # a damaged line: its example's root span goes at the end
+        """The examples of the result lines written since the last read (whole lines only;
+        a damaged line's example gets its root span at the end)."""
+        found, self.results_at = result_ids_since(self.folder, self.results_at)
         return found
 
     def _read_node_runs(self) -> None:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
         iter_results,
         not_a_run_folder,
         read_only,
+        result_ids_since,
+        results_end,
         write_json,
     )
     from .lock import RunLock, holder_alive
@@ -144,6 +146,8 @@ __all__ = [
     "open_cache",
     "plural",
     "read_only",
+    "result_ids_since",
+    "results_end",
     "server_components",
     "static_components",
     "summed_work",

@@ -155,6 +155,35 @@ def result_lines(path: Path) -> Iterator[ResultLine]:
             ) from None
 
 
+def results_end(folder: Path) -> int:
+    """Where a run folder's results file ends now, in bytes (0 when it has none): the offset
+    from which a reader following the run takes the lines written after it."""
+    try:
+        return (folder / RESULTS).stat().st_size
+    except OSError:
+        return 0
+
+
+def result_ids_since(folder: Path, offset: int) -> tuple[list[str], int]:
+    """The example ids of the whole result lines written after byte `offset`, and the offset
+    after them, for a reader that follows a run as it writes (the live OTLP exporter). A
+    line not yet finished waits for the next call; a damaged one names no example."""
+    try:
+        with open(folder / RESULTS, "rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
+    except OSError:
+        return [], offset
+    whole = chunk[: chunk.rfind(b"\n") + 1]
+    found = []
+    for line in whole.splitlines():
+        try:
+            found.append(str(orjson.loads(line)["id"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue
+    return found, offset + len(whole)
+
+
 def read_results(folder: Path) -> list[dict[str, Any]]:
     """Every result line of a run folder, in memory."""
     return list(iter_results(folder))
