@@ -45,6 +45,19 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
+_HELD: list[socket.socket] = []
+
+
+def _held_port() -> int:
+    """A port nothing listens on, kept bound (without SO_REUSEADDR) for the rest of the
+    test process, so no server takes it: a port let go as `_closed_port` does was taken by a
+    parallel test's fake vLLM within a test's two seconds, which then answered there."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    _HELD.append(sock)
+    return int(sock.getsockname()[1])
+
+
 def test_port_in_use_is_reported_clearly(listening_port: int) -> None:
     assert not embedded.port_is_free(listening_port)
     with pytest.raises(EmbeddedServerError, match=rf"port {listening_port} is in use .*--port"):
@@ -67,7 +80,7 @@ def test_free_port_is_reported_free() -> None:
 
 
 def test_find_running_is_none_on_a_closed_port() -> None:
-    assert embedded.find_running(_closed_port()) is None
+    assert embedded.find_running(_held_port()) is None
 
 
 def test_find_running_is_none_when_the_port_speaks_no_http(listening_port: int) -> None:
@@ -165,7 +178,7 @@ def _fake_server(tmp_path: Path, script: str) -> embedded.EmbeddedServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return embedded.EmbeddedServer(process, _closed_port(), embedded.DEFAULT_MODEL_NAME, log_path)
+    return embedded.EmbeddedServer(process, _held_port(), embedded.DEFAULT_MODEL_NAME, log_path)
 
 
 def test_a_server_dying_of_oom_is_reported_with_its_log(tmp_path: Path) -> None:
