@@ -178,6 +178,14 @@ def test_a_replay_asks_as_the_run_asked_unless_told(tmp_path: Path, server: Fake
     assert all("response_format" in body for body in node_bodies(before))
     lineage = told.manifest.parameters.replay
     assert lineage is not None and lineage.changes == {"structured": "prompt → server"}
+    # Asked another way, it is another run: pointed at the first replay's folder, refused
+    # before any request rather than resumed with answers asked two ways.
+    before = len(server.requests)
+    with pytest.raises(RunKeyMismatch):
+        orc.replay(
+            run, node="judge", out=tmp_path / "r2", base_url=server.base_url, structured="server"
+        )
+    assert node_bodies(before) == []
 
 
 def test_a_replay_of_a_replay_reads_the_replay_not_the_first_run(
