@@ -16,7 +16,6 @@ neither the cache nor the run folder mixes a repeat with the run or with another
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Unpack
@@ -191,7 +190,10 @@ def _ask_only_named_servers(
     options["allow_servers"] = chosen.allow_servers
 
 
-# A manifest is someone else's file: a mode it records that is none of these is not taken.
+# A manifest is someone else's file: a mode it records that is none of these is not taken,
+# nor a timeout past an hour (a folder recording 1e9 s would hang a re-ask on a stalled
+# server for good; the caller's own `timeout` is never bounded).
+_MOST_INHERITED_TIMEOUT = 3600.0
 _STRUCTURED: dict[str, StructuredChoice] = {"auto": "auto", "server": "server", "prompt": "prompt"}
 
 
@@ -214,8 +216,11 @@ def _run_defaults(
     if options.get("structured") is None and recorded is not None:
         options["structured"] = recorded
     timeout = parameters.timeout
-    if options.get("timeout") is None and timeout is not None and 0 < timeout < math.inf:
-        options["timeout"] = timeout
+    if options.get("timeout") is None and timeout is not None:
+        if 0 < timeout <= _MOST_INHERITED_TIMEOUT:
+            options["timeout"] = timeout
+        else:
+            log.info("the run records a timeout of %s s: not taken, the default applies", timeout)
     own_models = any(getattr(n.spec, "model", None) for n in graph.nodes.values() if n.is_llm)
     if "model" not in options and model is not None and not own_models:
         options["model"] = model

@@ -188,6 +188,23 @@ def test_a_replay_asks_as_the_run_asked_unless_told(tmp_path: Path, server: Fake
     assert node_bodies(before) == []
 
 
+def test_a_folders_unusable_mode_and_timeout_are_not_taken(
+    tmp_path: Path, server: FakeServer
+) -> None:
+    """The manifest is someone else's file: a mode that is none of the three and a timeout
+    of a billion seconds (a stalled server would hold the replay for good) are not taken;
+    the defaults apply."""
+    run = first_run(tmp_path, server)
+    manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    manifest["parameters"].update(structured="bogus", timeout=1e9)
+    (run / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    again = orc.replay(run, node="judge", out=tmp_path / "r2", base_url=server.base_url)
+    assert (again.manifest.parameters.structured, again.manifest.parameters.timeout) == (
+        "auto",
+        120,
+    )
+
+
 def test_a_replay_of_a_replay_reads_the_replay_not_the_first_run(
     tmp_path: Path, server: FakeServer
 ) -> None:
